@@ -1,0 +1,294 @@
+//! Page and inode allocators: per-lane free lists in DRAM.
+//!
+//! The data region is split into one contiguous partition per lane; a
+//! thread allocates from its own lane and steals from the fullest other lane
+//! when its own is empty, so threads rarely contend on one lock. Each free
+//! list is a map of free extents sorted by address, so freeing merges with
+//! neighbours in O(log n) (NOVA uses a red-black tree for the same reason).
+//! Nothing here is persistent: the lists are saved to the pool at a clean
+//! unmount and rebuilt by scanning the logs after a crash.
+
+use crate::format::PageNo;
+use crate::types::{Errno, FsResult, InodeNo};
+use parking_lot::Mutex;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+thread_local! {
+    static LANE: Cell<Option<usize>> = const { Cell::new(None) };
+}
+static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
+
+/// The lane of the calling thread, assigned round-robin at its first use.
+pub fn thread_lane(lanes: usize) -> usize {
+    LANE.with(|l| match l.get() {
+        Some(v) => v % lanes,
+        None => {
+            let v = NEXT_LANE.fetch_add(1, Ordering::Relaxed);
+            l.set(Some(v));
+            v % lanes
+        }
+    })
+}
+
+#[derive(Default)]
+struct FreeList {
+    /// start page -> length in pages.
+    extents: BTreeMap<u64, u64>,
+    free_pages: u64,
+}
+
+impl FreeList {
+    fn insert(&mut self, start: u64, len: u64) {
+        assert!(len > 0);
+        let added = len;
+        let mut start = start;
+        let mut len = len;
+        if let Some((&ps, &pl)) = self.extents.range(..start).next_back() {
+            assert!(
+                ps + pl <= start,
+                "double free of page {start} (extent {ps}+{pl})"
+            );
+            if ps + pl == start {
+                self.extents.remove(&ps);
+                start = ps;
+                len += pl;
+            }
+        }
+        if let Some((&ns, &nl)) = self.extents.range(start..).next() {
+            assert!(
+                start + len <= ns,
+                "double free of pages {start}+{len} (extent {ns}+{nl})"
+            );
+            if start + len == ns {
+                self.extents.remove(&ns);
+                len += nl;
+            }
+        }
+        self.extents.insert(start, len);
+        self.free_pages += added;
+    }
+
+    /// Take up to `want` pages as runs, lowest addresses first.
+    fn take(&mut self, want: u64, out: &mut Vec<(PageNo, u32)>) -> u64 {
+        let mut got = 0;
+        while got < want {
+            let Some((&s, &l)) = self.extents.iter().next() else {
+                break;
+            };
+            let take = (want - got).min(l).min(u32::MAX as u64);
+            self.extents.remove(&s);
+            if take < l {
+                self.extents.insert(s + take, l - take);
+            }
+            out.push((PageNo(s), take as u32));
+            got += take;
+        }
+        self.free_pages -= got;
+        got
+    }
+}
+
+/// The page allocator of the data region.
+pub struct PageAllocator {
+    lanes: Vec<Mutex<FreeList>>,
+    data_start: u64,
+    total_pages: u64,
+    span: u64,
+    free_total: AtomicU64,
+}
+
+impl PageAllocator {
+    pub fn new(lane_count: usize, data_start: PageNo, total_pages: u64) -> PageAllocator {
+        let data = total_pages - data_start.0;
+        let span = data.div_ceil(lane_count as u64).max(1);
+        PageAllocator {
+            lanes: (0..lane_count)
+                .map(|_| Mutex::new(FreeList::default()))
+                .collect(),
+            data_start: data_start.0,
+            total_pages,
+            span,
+            free_total: AtomicU64::new(0),
+        }
+    }
+
+    fn lane_of(&self, page: u64) -> usize {
+        (((page - self.data_start) / self.span) as usize).min(self.lanes.len() - 1)
+    }
+
+    pub fn free_pages(&self) -> u64 {
+        self.free_total.load(Ordering::Relaxed)
+    }
+
+    /// Return `len` pages from `start` to the free lists. Freeing a page
+    /// that is already free is a bug and panics.
+    pub fn free(&self, start: PageNo, len: u64) {
+        assert!(
+            start.0 >= self.data_start && start.0 + len <= self.total_pages,
+            "free of pages {}+{len} outside the data region",
+            start.0
+        );
+        let mut s = start.0;
+        let end = start.0 + len;
+        // An extent may straddle lane partitions; split it at the borders.
+        while s < end {
+            let lane = self.lane_of(s);
+            let lane_end = if lane == self.lanes.len() - 1 {
+                self.total_pages
+            } else {
+                self.data_start + (lane as u64 + 1) * self.span
+            };
+            let e = end.min(lane_end);
+            self.lanes[lane].lock().insert(s, e - s);
+            s = e;
+        }
+        self.free_total.fetch_add(len, Ordering::Relaxed);
+    }
+
+    /// Allocate `count` pages, as few contiguous runs as the free lists
+    /// allow. All or nothing: ENOSPC leaves the lists unchanged.
+    pub fn alloc(&self, count: u64) -> FsResult<Vec<(PageNo, u32)>> {
+        assert!(count > 0);
+        // Reserve first, so concurrent allocations cannot both succeed past
+        // the end of space.
+        let mut cur = self.free_total.load(Ordering::Relaxed);
+        loop {
+            if cur < count {
+                return Err(Errno::ENOSPC);
+            }
+            match self.free_total.compare_exchange_weak(
+                cur,
+                cur - count,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(v) => cur = v,
+            }
+        }
+        let mut out = Vec::with_capacity(1);
+        let home = thread_lane(self.lanes.len());
+        let mut got = self.lanes[home].lock().take(count, &mut out);
+        let mut round = 0;
+        while got < count {
+            // Steal from the lane with the most free pages.
+            let lane = (0..self.lanes.len())
+                .max_by_key(|&i| self.lanes[i].lock().free_pages)
+                .expect("at least one lane");
+            got += self.lanes[lane].lock().take(count - got, &mut out);
+            round += 1;
+            assert!(
+                round <= 4 * self.lanes.len() + 4,
+                "allocator accounting lost pages"
+            );
+        }
+        Ok(out)
+    }
+
+    /// Allocate exactly one page.
+    pub fn alloc_one(&self) -> FsResult<PageNo> {
+        Ok(self.alloc(1)?[0].0)
+    }
+
+    /// Every free extent, sorted (for saving, fsck and tests).
+    pub fn free_extents(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = Vec::new();
+        for lane in &self.lanes {
+            v.extend(lane.lock().extents.iter().map(|(&s, &l)| (s, l)));
+        }
+        v.sort_unstable();
+        v
+    }
+}
+
+/// The inode number allocator: per-lane stacks of free slots.
+pub struct InodeAllocator {
+    lanes: Vec<Mutex<Vec<u64>>>,
+    free_total: AtomicU64,
+}
+
+impl InodeAllocator {
+    pub fn new(lane_count: usize) -> InodeAllocator {
+        InodeAllocator {
+            lanes: (0..lane_count).map(|_| Mutex::new(Vec::new())).collect(),
+            free_total: AtomicU64::new(0),
+        }
+    }
+
+    /// Fill from an ascending iterator of free inode numbers; the lowest
+    /// numbers are handed out first.
+    pub fn fill(&self, free: impl Iterator<Item = u64>) {
+        let n = self.lanes.len() as u64;
+        let mut count = 0;
+        for ino in free {
+            self.lanes[(ino % n) as usize].lock().push(ino);
+            count += 1;
+        }
+        for lane in &self.lanes {
+            lane.lock().reverse();
+        }
+        self.free_total.fetch_add(count, Ordering::Relaxed);
+    }
+
+    pub fn free_count(&self) -> u64 {
+        self.free_total.load(Ordering::Relaxed)
+    }
+
+    pub fn alloc(&self) -> FsResult<InodeNo> {
+        let home = thread_lane(self.lanes.len());
+        for i in 0..self.lanes.len() {
+            let lane = (home + i) % self.lanes.len();
+            if let Some(ino) = self.lanes[lane].lock().pop() {
+                self.free_total.fetch_sub(1, Ordering::Relaxed);
+                return Ok(InodeNo(ino));
+            }
+        }
+        Err(Errno::ENOSPC)
+    }
+
+    pub fn free(&self, ino: InodeNo) {
+        let n = self.lanes.len() as u64;
+        self.lanes[(ino.0 % n) as usize].lock().push(ino.0);
+        self.free_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Every free inode number, sorted.
+    pub fn free_list(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.lanes.iter().flat_map(|l| l.lock().clone()).collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_free_merge_and_enospc() {
+        let a = PageAllocator::new(3, PageNo(10), 110);
+        a.free(PageNo(10), 100);
+        assert_eq!(a.free_pages(), 100);
+        let runs = a.alloc(100).unwrap();
+        assert_eq!(runs.iter().map(|r| r.1 as u64).sum::<u64>(), 100);
+        assert_eq!(a.alloc(1), Err(Errno::ENOSPC));
+        for (p, n) in runs {
+            a.free(p, n as u64);
+        }
+        assert_eq!(a.free_extents().iter().map(|e| e.1).sum::<u64>(), 100);
+        assert!(
+            a.free_extents().len() <= 3,
+            "extents merge within each lane"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "double free")]
+    fn double_free_is_caught() {
+        let a = PageAllocator::new(1, PageNo(10), 110);
+        a.free(PageNo(10), 5);
+        a.free(PageNo(12), 1);
+    }
+}

@@ -1,0 +1,325 @@
+//! File data: copy-on-write writes, reads, truncate, fallocate, holes.
+//!
+//! A write never touches a page a committed entry points at. It copies the
+//! new bytes (and, for a partial page, the rest of the old page) into fresh
+//! pages with non-temporal stores, appends Write entries, and commits them
+//! with the tail store; only then do the replaced pages go back to the
+//! allocator. A crash at any instant therefore shows the whole write or
+//! none of it.
+
+use crate::format::{Entry, PageNo, TruncateEntry, WriteEntry, PAGE_SHIFT, PAGE_SIZE};
+use crate::fs::Ferrite;
+use crate::inode::{Inode, InodeData};
+use crate::types::{limits, Errno, FallocateMode, FileType, FsResult};
+
+const PAGE: usize = PAGE_SIZE as usize;
+
+/// Consecutive runs of pool pages handed out by the allocator, walked one
+/// page at a time.
+fn flatten(runs: &[(PageNo, u32)]) -> Vec<PageNo> {
+    runs.iter()
+        .flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i)))
+        .collect()
+}
+
+/// Write entries for file pages `first..` mapped to `pool` pages, one entry
+/// per stretch where both sides are consecutive.
+fn write_entries(first: u64, pool: &[(u64, PageNo)], size_after: u64, now: i64) -> Vec<Entry> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let _ = first;
+    while i < pool.len() {
+        let mut j = i + 1;
+        while j < pool.len()
+            && pool[j].0 == pool[j - 1].0 + 1
+            && pool[j].1 .0 == pool[j - 1].1 .0 + 1
+            && j - i < u32::MAX as usize
+        {
+            j += 1;
+        }
+        out.push(Entry::Write(WriteEntry {
+            file_page: pool[i].0,
+            pool_page: pool[i].1,
+            num_pages: (j - i) as u32,
+            size_after,
+            mtime_ns: now,
+            ctime_ns: now,
+        }));
+        i = j;
+    }
+    out
+}
+
+impl Ferrite {
+    pub(crate) fn read_locked(&self, d: &InodeData, offset: u64, buf: &mut [u8]) -> usize {
+        let size = d.attrs.size;
+        if offset >= size || buf.is_empty() {
+            return 0;
+        }
+        let n = (buf.len() as u64).min(size - offset) as usize;
+        let buf = &mut buf[..n];
+        let map = d.pages();
+        let first = offset >> PAGE_SHIFT;
+        let last = (offset + n as u64 - 1) >> PAGE_SHIFT;
+        let mut done = 0usize;
+        let mut mapped = map.range(first..=last).peekable();
+        for p in first..=last {
+            let page_start = p << PAGE_SHIFT;
+            let lo = offset.max(page_start) - page_start;
+            let hi = (offset + n as u64).min(page_start + PAGE_SIZE) - page_start;
+            let len = (hi - lo) as usize;
+            let dst = &mut buf[done..done + len];
+            match mapped.peek() {
+                Some((&fp, r)) if fp == p => {
+                    self.read_pool(r.pool, lo as usize, dst);
+                    mapped.next();
+                }
+                _ => dst.fill(0),
+            }
+            done += len;
+        }
+        n
+    }
+
+    /// Copy-on-write write of `data` at `offset`; the caller holds the
+    /// inode's write lock.
+    pub(crate) fn write_locked(
+        &self,
+        inode: &Inode,
+        d: &mut InodeData,
+        offset: u64,
+        data: &[u8],
+    ) -> FsResult<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > limits::FILE_SIZE_MAX {
+            return Err(Errno::EFBIG);
+        }
+        let first = offset >> PAGE_SHIFT;
+        let last = (end - 1) >> PAGE_SHIFT;
+        let count = last - first + 1;
+        let runs = self.pages.alloc(count)?;
+        let fresh = flatten(&runs);
+        let mut page_buf = [0u8; PAGE];
+        let mut pairs = Vec::with_capacity(count as usize);
+        for (i, p) in (first..=last).enumerate() {
+            let dest = fresh[i];
+            let page_start = p << PAGE_SHIFT;
+            let lo = offset.max(page_start) - page_start;
+            let hi = end.min(page_start + PAGE_SIZE) - page_start;
+            let src =
+                &data[(page_start + lo - offset) as usize..(page_start + hi - offset) as usize];
+            if lo == 0 && hi == PAGE_SIZE {
+                self.media.write_nt(dest.offset(), src);
+            } else {
+                // Partial page: the new page gets the old bytes around the
+                // written range (zeros where the old page was a hole).
+                match d.pages().get(&p) {
+                    Some(r) => self.read_pool(r.pool, 0, &mut page_buf),
+                    None => page_buf.fill(0),
+                }
+                page_buf[lo as usize..hi as usize].copy_from_slice(src);
+                self.media.write_nt(dest.offset(), &page_buf);
+            }
+            pairs.push((p, dest));
+        }
+        let now = self.now_ns();
+        let size_after = d.attrs.size.max(end);
+        let entries = write_entries(first, &pairs, size_after, now);
+        let staged = match d.stage(
+            &self.media,
+            &self.pages,
+            inode.ino,
+            inode.generation,
+            entries,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                for (s, n) in runs {
+                    self.pages.free(s, n as u64);
+                }
+                return Err(e);
+            }
+        };
+        self.commit_single(inode, d, staged);
+        Ok(data.len())
+    }
+
+    /// Entries that set the size to `size` (and unmap pages past it). A
+    /// shrink to the middle of a page copies that page with its tail zeroed,
+    /// so that bytes past the end are always zero on media. Returns the
+    /// entries and the page allocated for that copy, if any.
+    pub(crate) fn truncate_entries(
+        &self,
+        d: &InodeData,
+        size: u64,
+        now: i64,
+    ) -> FsResult<(Vec<Entry>, Option<PageNo>)> {
+        if size > limits::FILE_SIZE_MAX {
+            return Err(Errno::EFBIG);
+        }
+        let mut entries = vec![Entry::Truncate(TruncateEntry {
+            size,
+            mtime_ns: now,
+            ctime_ns: now,
+            size_only: false,
+        })];
+        let mut cow = None;
+        let within = (size % PAGE_SIZE) as usize;
+        if size < d.attrs.size && within != 0 {
+            let p = size >> PAGE_SHIFT;
+            if let Some(r) = d.pages().get(&p) {
+                let new = self.pages.alloc_one()?;
+                let mut buf = [0u8; PAGE];
+                self.read_pool(r.pool, 0, &mut buf[..within]);
+                self.media.write_nt(new.offset(), &buf);
+                entries.push(Entry::Write(WriteEntry {
+                    file_page: p,
+                    pool_page: new,
+                    num_pages: 1,
+                    size_after: size,
+                    mtime_ns: now,
+                    ctime_ns: now,
+                }));
+                cow = Some(new);
+            }
+        }
+        Ok((entries, cow))
+    }
+
+    pub(crate) fn truncate_locked(
+        &self,
+        inode: &Inode,
+        d: &mut InodeData,
+        size: u64,
+    ) -> FsResult<()> {
+        match inode.kind {
+            FileType::Directory => return Err(Errno::EISDIR),
+            FileType::Symlink => return Err(Errno::EINVAL),
+            FileType::Regular => {}
+        }
+        let now = self.now_ns();
+        let (entries, cow) = self.truncate_entries(d, size, now)?;
+        let staged = match d.stage(
+            &self.media,
+            &self.pages,
+            inode.ino,
+            inode.generation,
+            entries,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(p) = cow {
+                    self.pages.free(p, 1);
+                }
+                return Err(e);
+            }
+        };
+        self.commit_single(inode, d, staged);
+        Ok(())
+    }
+
+    pub(crate) fn fallocate_locked(
+        &self,
+        inode: &Inode,
+        d: &mut InodeData,
+        mode: FallocateMode,
+        offset: u64,
+        len: u64,
+    ) -> FsResult<()> {
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let end = offset.checked_add(len).ok_or(Errno::EFBIG)?;
+        if end > limits::FILE_SIZE_MAX {
+            return Err(Errno::EFBIG);
+        }
+        if inode.kind != FileType::Regular {
+            return Err(Errno::EISDIR);
+        }
+        let first = offset >> PAGE_SHIFT;
+        let last = (end - 1) >> PAGE_SHIFT;
+        let holes: Vec<u64> = {
+            let map = d.pages();
+            let mut v = Vec::new();
+            let mut mapped = map.range(first..=last).map(|(&k, _)| k).peekable();
+            for p in first..=last {
+                if mapped.peek() == Some(&p) {
+                    mapped.next();
+                } else {
+                    v.push(p);
+                }
+            }
+            v
+        };
+        let new_size = match mode {
+            FallocateMode::Default => d.attrs.size.max(end),
+            FallocateMode::KeepSize => d.attrs.size,
+        };
+        let now = self.now_ns();
+        let (entries, runs) = if holes.is_empty() {
+            let t = TruncateEntry {
+                size: new_size,
+                mtime_ns: now,
+                ctime_ns: now,
+                size_only: true,
+            };
+            (vec![Entry::Truncate(t)], Vec::new())
+        } else {
+            let runs = self.pages.alloc(holes.len() as u64)?;
+            for &(s, n) in &runs {
+                self.media.fill_nt(s.offset(), n as u64 * PAGE_SIZE, 0);
+            }
+            let pairs: Vec<(u64, PageNo)> = holes.iter().copied().zip(flatten(&runs)).collect();
+            (write_entries(first, &pairs, new_size, now), runs)
+        };
+        let staged = match d.stage(
+            &self.media,
+            &self.pages,
+            inode.ino,
+            inode.generation,
+            entries,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                for (s, n) in runs {
+                    self.pages.free(s, n as u64);
+                }
+                return Err(e);
+            }
+        };
+        self.commit_single(inode, d, staged);
+        Ok(())
+    }
+
+    /// SEEK_DATA and SEEK_HOLE at page granularity.
+    pub(crate) fn seek_data_hole(&self, d: &InodeData, offset: u64, data: bool) -> FsResult<u64> {
+        let size = d.attrs.size;
+        if offset >= size {
+            return Err(Errno::ENXIO);
+        }
+        let map = d.pages();
+        let p = offset >> PAGE_SHIFT;
+        if data {
+            match map.range(p..).next() {
+                Some((&fp, _)) if (fp << PAGE_SHIFT) < size => Ok(offset.max(fp << PAGE_SHIFT)),
+                _ => Err(Errno::ENXIO),
+            }
+        } else {
+            let mut q = p;
+            for (&fp, _) in map.range(p..) {
+                if fp != q {
+                    break;
+                }
+                q += 1;
+            }
+            if q == p {
+                Ok(offset)
+            } else {
+                Ok((q << PAGE_SHIFT).min(size))
+            }
+        }
+    }
+}

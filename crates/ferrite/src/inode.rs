@@ -1,0 +1,697 @@
+//! One inode in DRAM: its attributes, its log, and its index (file page map
+//! or directory name index), rebuilt from the log on first access.
+//!
+//! The log is the only persistent record of an inode's state. Every change
+//! appends entries after the tail and commits them with one atomic 8-byte
+//! store of the new tail (or, for operations on several inodes, through the
+//! journal). After the commit, the same `apply` function that rebuilds an
+//! inode from its log at mount brings the DRAM state forward, so the state
+//! after an operation and the state a remount rebuilds cannot drift apart.
+//!
+//! `apply` also keeps the liveness accounting that log garbage collection
+//! needs: every entry has a count of reasons to stay in the log, every log
+//! page a count of live entries, and a page whose count reaches zero can be
+//! unlinked from the log (NOVA's fast GC). The reasons:
+//! - an Attr entry while it is the newest Attr entry (it is a full snapshot);
+//! - a Write entry for each file page it still maps;
+//! - a DentryAdd while its name is live;
+//! - the newest entry of the log (it carries the newest mtime and ctime), and
+//!   the newest size-carrying entry (Write or Truncate);
+//! - a Truncate or DentryRemove for each older log page that still holds an
+//!   entry it cancels (a "pin"): if the canceller were collected first, a
+//!   rebuild would bring the cancelled entry back to life.
+
+use crate::alloc::PageAllocator;
+use crate::format::{
+    self, corrupt, AttrEntry, Corrupt, Entry, PageNo, LOG_NEXT_OFFSET, LOG_PAGE_HEADER_SIZE,
+    LOG_UNIT, PAGE_SHIFT, PAGE_SIZE,
+};
+use crate::media::Media;
+use crate::types::{FileType, FsResult, InodeNo, Stat, TimeSpec};
+use parking_lot::RwLock;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Attributes of an inode, as the log gives them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Attrs {
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Stored link count. For directories it is 1 while linked and 0 once
+    /// removed; `stat` reports 2 + subdirectories for a linked directory.
+    pub nlink: u32,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub size: u64,
+    pub parent: InodeNo,
+}
+
+impl Attrs {
+    pub fn to_entry(&self) -> AttrEntry {
+        AttrEntry {
+            perm: self.perm,
+            uid: self.uid,
+            gid: self.gid,
+            nlink: self.nlink,
+            atime_ns: self.atime_ns,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+            parent: self.parent,
+        }
+    }
+}
+
+/// Where one file page lives, and which entry maps it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PageRef {
+    pub pool: PageNo,
+    pub entry: u64,
+}
+
+/// A live name in a directory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Dentry {
+    pub ino: InodeNo,
+    pub kind: FileType,
+    /// Sequence number of the DentryAdd entry: the readdir cookie.
+    pub seq: u64,
+    pub entry: u64,
+}
+
+#[derive(Default)]
+pub struct DirIndex {
+    pub names: HashMap<Box<[u8]>, Dentry>,
+    /// Names in cookie order, for readdir.
+    pub by_seq: BTreeMap<u64, Box<[u8]>>,
+    pub subdirs: u32,
+}
+
+pub enum Body {
+    /// Regular files and symlinks: file page -> pool page.
+    Pages(BTreeMap<u64, PageRef>),
+    Dir(DirIndex),
+}
+
+/// Liveness accounting for log GC (see the module comment).
+#[derive(Default)]
+pub struct Liveness {
+    refs: HashMap<u64, u32>,
+    page_live: HashMap<u64, u32>,
+    pins: HashMap<u64, Vec<u64>>,
+    page_max_file_end: HashMap<u64, u64>,
+    dead_pages: BTreeSet<u64>,
+    last_attr: Option<u64>,
+    last_size: Option<u64>,
+    last_entry: Option<u64>,
+}
+
+fn page_of(loc: u64) -> u64 {
+    loc >> PAGE_SHIFT
+}
+
+impl Liveness {
+    fn add_ref(&mut self, loc: u64, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let r = self.refs.entry(loc).or_insert(0);
+        if *r == 0 {
+            let p = self.page_live.entry(page_of(loc)).or_insert(0);
+            *p += 1;
+            if *p == 1 {
+                self.dead_pages.remove(&page_of(loc));
+            }
+        }
+        *r += n;
+    }
+
+    fn unref(&mut self, loc: u64) {
+        let r = self
+            .refs
+            .get_mut(&loc)
+            .expect("unref of an entry with no references");
+        *r -= 1;
+        if *r == 0 {
+            self.refs.remove(&loc);
+            let page = page_of(loc);
+            let p = self.page_live.get_mut(&page).expect("page of a live entry");
+            *p -= 1;
+            if *p == 0 {
+                self.page_live.remove(&page);
+                self.dead_pages.insert(page);
+            }
+        }
+    }
+
+    /// A log page left the log: release the pins it held.
+    fn page_removed(&mut self, page: u64) {
+        self.dead_pages.remove(&page);
+        self.page_max_file_end.remove(&page);
+        if let Some(pinned) = self.pins.remove(&page) {
+            for loc in pinned {
+                self.unref(loc);
+            }
+        }
+    }
+
+    pub fn live_entries(&self) -> usize {
+        self.refs.len()
+    }
+}
+
+/// The log of one inode: pages from head to tail.
+pub struct Log {
+    pub head: u64,
+    pub tail: u64,
+    pub pages: Vec<PageNo>,
+    pub next_seq: u64,
+    pub live: Liveness,
+}
+
+impl Log {
+    fn tail_page(&self) -> PageNo {
+        PageNo((self.tail - 1) >> PAGE_SHIFT)
+    }
+}
+
+/// Entries written after the tail but not yet committed.
+pub struct Staged {
+    pub new_tail: u64,
+    pub new_pages: Vec<PageNo>,
+    /// (location, sequence number) of each entry, in order.
+    pub locs: Vec<(u64, u64)>,
+    pub entries: Vec<Entry>,
+}
+
+/// The DRAM state of an inode, behind its lock.
+pub struct InodeData {
+    /// False once the inode has been freed; every operation that finds a
+    /// dead inode treats it as gone (ENOENT) or retries its lookup.
+    pub alive: bool,
+    pub attrs: Attrs,
+    pub log: Log,
+    pub body: Body,
+    /// Open descriptors and handles; an unlinked inode is freed at the last close.
+    pub open_count: u32,
+}
+
+pub struct Inode {
+    pub ino: InodeNo,
+    pub kind: FileType,
+    pub generation: u32,
+    pub data: RwLock<InodeData>,
+}
+
+impl InodeData {
+    pub fn new_empty(kind: FileType, attrs: Attrs) -> InodeData {
+        InodeData {
+            alive: true,
+            attrs,
+            log: Log {
+                head: 0,
+                tail: 0,
+                pages: Vec::new(),
+                next_seq: 1,
+                live: Liveness::default(),
+            },
+            body: match kind {
+                FileType::Directory => Body::Dir(DirIndex::default()),
+                _ => Body::Pages(BTreeMap::new()),
+            },
+            open_count: 0,
+        }
+    }
+
+    pub fn pages(&self) -> &BTreeMap<u64, PageRef> {
+        match &self.body {
+            Body::Pages(p) => p,
+            Body::Dir(_) => panic!("page map of a directory"),
+        }
+    }
+
+    pub fn dir(&self) -> &DirIndex {
+        match &self.body {
+            Body::Dir(d) => d,
+            Body::Pages(_) => panic!("directory index of a file"),
+        }
+    }
+
+    pub fn stat(&self, ino: InodeNo, kind: FileType) -> Stat {
+        let a = &self.attrs;
+        let (nlink, size, blocks) = match &self.body {
+            Body::Dir(d) => (
+                if a.nlink == 0 { 0 } else { 2 + d.subdirs },
+                4096,
+                self.log.pages.len() as u64 * 8,
+            ),
+            Body::Pages(p) => (a.nlink, a.size, p.len() as u64 * 8),
+        };
+        Stat {
+            ino,
+            kind,
+            perm: a.perm & 0o7777,
+            nlink,
+            uid: a.uid,
+            gid: a.gid,
+            size,
+            blocks,
+            atime: TimeSpec::from_ns(a.atime_ns),
+            mtime: TimeSpec::from_ns(a.mtime_ns),
+            ctime: TimeSpec::from_ns(a.ctime_ns),
+            blksize: PAGE_SIZE as u32,
+        }
+    }
+
+    /// Apply one committed entry at `loc`. Pool pages that the entry makes
+    /// unreferenced are pushed to `freed`. The same code serves replay at
+    /// mount and the DRAM update after a commit.
+    pub fn apply(
+        &mut self,
+        kind: FileType,
+        e: &Entry,
+        loc: u64,
+        seq: u64,
+        freed: &mut Vec<PageNo>,
+    ) -> Result<(), Corrupt> {
+        if seq < self.log.next_seq {
+            return Err(corrupt!("log entry sequence {seq} not increasing"));
+        }
+        self.log.next_seq = seq + 1;
+        let live = &mut self.log.live;
+        live.add_ref(loc, 1);
+        if let Some(prev) = live.last_entry.replace(loc) {
+            live.unref(prev);
+        }
+        match e {
+            Entry::Attr(a) => {
+                self.attrs.perm = a.perm;
+                self.attrs.uid = a.uid;
+                self.attrs.gid = a.gid;
+                self.attrs.nlink = a.nlink;
+                self.attrs.atime_ns = a.atime_ns;
+                self.attrs.mtime_ns = a.mtime_ns;
+                self.attrs.ctime_ns = a.ctime_ns;
+                self.attrs.parent = a.parent;
+                live.add_ref(loc, 1);
+                if let Some(prev) = live.last_attr.replace(loc) {
+                    live.unref(prev);
+                }
+            }
+            Entry::Write(w) => {
+                let Body::Pages(map) = &mut self.body else {
+                    return Err(corrupt!("write entry in a directory log"));
+                };
+                live.add_ref(loc, w.num_pages);
+                for i in 0..w.num_pages as u64 {
+                    let r = PageRef {
+                        pool: PageNo(w.pool_page.0 + i),
+                        entry: loc,
+                    };
+                    if let Some(old) = map.insert(w.file_page + i, r) {
+                        live.unref(old.entry);
+                        freed.push(old.pool);
+                    }
+                }
+                let end = live.page_max_file_end.entry(page_of(loc)).or_insert(0);
+                *end = (*end).max(w.file_page + w.num_pages as u64);
+                self.attrs.size = w.size_after;
+                self.attrs.mtime_ns = w.mtime_ns;
+                self.attrs.ctime_ns = w.ctime_ns;
+                live.add_ref(loc, 1);
+                if let Some(prev) = live.last_size.replace(loc) {
+                    live.unref(prev);
+                }
+            }
+            Entry::Truncate(t) => {
+                let Body::Pages(map) = &mut self.body else {
+                    return Err(corrupt!("truncate entry in a directory log"));
+                };
+                if t.size_only {
+                    if t.size < self.attrs.size {
+                        return Err(corrupt!("size-only truncate shrinks the file"));
+                    }
+                    self.attrs.size = t.size;
+                    self.attrs.mtime_ns = t.mtime_ns;
+                    self.attrs.ctime_ns = t.ctime_ns;
+                    live.add_ref(loc, 1);
+                    if let Some(prev) = live.last_size.replace(loc) {
+                        live.unref(prev);
+                    }
+                    return Ok(());
+                }
+                let keep_pages = t.size.div_ceil(PAGE_SIZE);
+                let cut: Vec<u64> = map.range(keep_pages..).map(|(&k, _)| k).collect();
+                for k in cut {
+                    let old = map.remove(&k).expect("key just listed");
+                    live.unref(old.entry);
+                    freed.push(old.pool);
+                }
+                // Pin this entry to every older log page that maps file
+                // pages beyond the new end.
+                let own = page_of(loc);
+                for p in &self.log.pages {
+                    if p.0 == own {
+                        break;
+                    }
+                    if live
+                        .page_max_file_end
+                        .get(&p.0)
+                        .is_some_and(|&end| end > keep_pages)
+                    {
+                        live.pins.entry(p.0).or_default().push(loc);
+                        live.add_ref(loc, 1);
+                    }
+                }
+                self.attrs.size = t.size;
+                self.attrs.mtime_ns = t.mtime_ns;
+                self.attrs.ctime_ns = t.ctime_ns;
+                live.add_ref(loc, 1);
+                if let Some(prev) = live.last_size.replace(loc) {
+                    live.unref(prev);
+                }
+            }
+            Entry::DentryAdd(d) => {
+                let Body::Dir(dir) = &mut self.body else {
+                    return Err(corrupt!("dentry in a file log"));
+                };
+                if dir.names.contains_key(d.name.as_slice()) {
+                    return Err(corrupt!(
+                        "directory adds name {:?} twice",
+                        String::from_utf8_lossy(&d.name)
+                    ));
+                }
+                let name: Box<[u8]> = d.name.clone().into_boxed_slice();
+                dir.names.insert(
+                    name.clone(),
+                    Dentry {
+                        ino: d.ino,
+                        kind: d.kind,
+                        seq,
+                        entry: loc,
+                    },
+                );
+                dir.by_seq.insert(seq, name);
+                if d.kind == FileType::Directory {
+                    dir.subdirs += 1;
+                }
+                live.add_ref(loc, 1);
+                self.attrs.mtime_ns = d.time_ns;
+                self.attrs.ctime_ns = d.time_ns;
+            }
+            Entry::DentryRemove(d) => {
+                let Body::Dir(dir) = &mut self.body else {
+                    return Err(corrupt!("dentry in a file log"));
+                };
+                let Some(old) = dir.names.remove(d.name.as_slice()) else {
+                    return Err(corrupt!(
+                        "directory removes missing name {:?}",
+                        String::from_utf8_lossy(&d.name)
+                    ));
+                };
+                if old.ino != d.ino {
+                    return Err(corrupt!(
+                        "directory removes name {:?} of another inode",
+                        String::from_utf8_lossy(&d.name)
+                    ));
+                }
+                dir.by_seq.remove(&old.seq);
+                if old.kind == FileType::Directory {
+                    dir.subdirs -= 1;
+                }
+                live.unref(old.entry);
+                if page_of(old.entry) != page_of(loc) {
+                    live.pins.entry(page_of(old.entry)).or_default().push(loc);
+                    live.add_ref(loc, 1);
+                }
+                self.attrs.mtime_ns = d.time_ns;
+                self.attrs.ctime_ns = d.time_ns;
+            }
+        }
+        if let Entry::DentryAdd(_) | Entry::DentryRemove(_) = e {
+            if kind != FileType::Directory {
+                return Err(corrupt!("dentry in a non-directory log"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuild an inode from its log on media (lazy rebuild at first
+    /// access, and the full scan after a crash).
+    pub fn load(
+        media: &Media,
+        ino: InodeNo,
+        kind: FileType,
+        generation: u32,
+        head: u64,
+        tail: u64,
+    ) -> Result<InodeData, Corrupt> {
+        let attrs = Attrs {
+            perm: 0,
+            uid: 0,
+            gid: 0,
+            nlink: 0,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            size: 0,
+            parent: InodeNo(0),
+        };
+        let mut data = InodeData::new_empty(kind, attrs);
+        let head_page = media.check_log_pointer(head, "log head")?;
+        if tail <= head_page.offset() || tail - 1 < LOG_PAGE_HEADER_SIZE {
+            return Err(corrupt!(
+                "inode {}: log tail {tail:#x} before its head",
+                ino.0
+            ));
+        }
+        let tail_page = PageNo((tail - 1) >> PAGE_SHIFT);
+        media.check_data_page(tail_page, "log tail")?;
+        let tail_in_page = tail - tail_page.offset();
+        if tail_in_page < LOG_PAGE_HEADER_SIZE + LOG_UNIT
+            || tail_in_page > PAGE_SIZE
+            || tail_in_page % LOG_UNIT != 0
+        {
+            return Err(corrupt!(
+                "inode {}: log tail {tail:#x} misplaced in its page",
+                ino.0
+            ));
+        }
+        let mut page = head_page;
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        let mut freed = Vec::new();
+        let max_pages = media.layout.total_pages;
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            if !seen.insert(page.0) || seen.len() as u64 > max_pages {
+                return Err(corrupt!("inode {}: log pages form a cycle", ino.0));
+            }
+            media.read_checked(page.offset(), &mut buf)?;
+            let next = format::decode_log_page_header(&buf, ino, generation)?;
+            data.log.pages.push(page);
+            let end = if page == tail_page {
+                tail_in_page
+            } else {
+                PAGE_SIZE
+            };
+            let mut at = LOG_PAGE_HEADER_SIZE;
+            while at < end {
+                let rest = &buf[at as usize..end as usize];
+                if page != tail_page && rest[..LOG_UNIT as usize].iter().all(|&b| b == 0) {
+                    break; // the rest of a full page is unused
+                }
+                let (entry, seq, len) =
+                    Entry::decode(rest).map_err(|c| corrupt!("inode {}: {}", ino.0, c.0))?;
+                if let Entry::Write(w) = &entry {
+                    media.check_data_page(w.pool_page, "write entry")?;
+                    media.check_data_page(
+                        PageNo(w.pool_page.0 + w.num_pages as u64 - 1),
+                        "write entry",
+                    )?;
+                }
+                data.apply(kind, &entry, page.offset() + at, seq, &mut freed)
+                    .map_err(|c| corrupt!("inode {}: {}", ino.0, c.0))?;
+                at += len as u64;
+            }
+            if page == tail_page {
+                break;
+            }
+            page = media.check_log_pointer(next, "log next pointer")?;
+        }
+        data.log.head = head;
+        data.log.tail = tail;
+        if data.log.live.last_attr.is_none() {
+            return Err(corrupt!("inode {}: log holds no attribute entry", ino.0));
+        }
+        if kind == FileType::Directory && data.attrs.parent.0 == 0 {
+            return Err(corrupt!("directory {} has no parent", ino.0));
+        }
+        Ok(data)
+    }
+
+    /// Write `entries` after the tail, extending the log with new pages as
+    /// needed, and flush them. Nothing is committed: the caller fences and
+    /// then stores the new tail (directly or through the journal). On ENOSPC
+    /// nothing has changed.
+    pub fn stage(
+        &self,
+        media: &Media,
+        alloc: &PageAllocator,
+        owner: InodeNo,
+        generation: u32,
+        entries: Vec<Entry>,
+    ) -> FsResult<Staged> {
+        let mut pos = self.log.tail;
+        let mut new_pages = Vec::new();
+        let mut locs = Vec::with_capacity(entries.len());
+        let mut seq = self.log.next_seq;
+        let mut buf = Vec::with_capacity(LOG_UNIT as usize);
+        // Plan first so that allocation failure changes nothing: which
+        // entries open a fresh page.
+        let mut plan = Vec::with_capacity(entries.len());
+        let mut need_pages = 0u64;
+        let mut room = if pos == 0 {
+            0
+        } else {
+            (((pos - 1) | (PAGE_SIZE - 1)) + 1) - pos
+        };
+        for e in &entries {
+            let len = e.size_bytes() as u64;
+            let fresh = len > room;
+            if fresh {
+                need_pages += 1;
+                room = PAGE_SIZE - LOG_PAGE_HEADER_SIZE;
+            }
+            plan.push(fresh);
+            room -= len;
+        }
+        let runs = if need_pages > 0 {
+            alloc.alloc(need_pages)?
+        } else {
+            Vec::new()
+        };
+        let mut fresh = runs
+            .iter()
+            .flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i)));
+        let mut prev_page = if pos == 0 {
+            None
+        } else {
+            Some(PageNo((pos - 1) >> PAGE_SHIFT))
+        };
+        for (e, &needs_new) in entries.iter().zip(&plan) {
+            let len = e.size_bytes() as u64;
+            if needs_new {
+                let page = fresh.next().expect("planned page count");
+                let mut init = vec![0u8; PAGE_SIZE as usize];
+                init[..64].copy_from_slice(&format::encode_log_page_header(owner, generation));
+                media.write_nt(page.offset(), &init);
+                if let Some(prev) = prev_page {
+                    media.store_u64(prev.offset() + LOG_NEXT_OFFSET, page.offset());
+                    media.flush(prev.offset() + LOG_NEXT_OFFSET, 8);
+                }
+                new_pages.push(page);
+                prev_page = Some(page);
+                pos = page.offset() + LOG_PAGE_HEADER_SIZE;
+            }
+            e.encode(seq, &mut buf);
+            media.write(pos, &buf);
+            media.flush(pos, len);
+            locs.push((pos, seq));
+            seq += 1;
+            pos += len;
+        }
+        Ok(Staged {
+            new_tail: pos,
+            new_pages,
+            locs,
+            entries,
+        })
+    }
+
+    /// Bring the DRAM state forward after `staged` committed. Returns the
+    /// data pages no longer referenced (to free once the caller is done).
+    pub fn commit_staged(&mut self, kind: FileType, staged: Staged, freed: &mut Vec<PageNo>) {
+        if self.log.head == 0 {
+            self.log.head = staged.new_pages[0].offset();
+        }
+        self.log.pages.extend_from_slice(&staged.new_pages);
+        self.log.tail = staged.new_tail;
+        for (e, &(loc, seq)) in staged.entries.iter().zip(&staged.locs) {
+            self.apply(kind, e, loc, seq, freed)
+                .expect("an entry built by the engine applies cleanly");
+        }
+    }
+
+    /// Fast log GC: unlink log pages whose entries are all dead (never the
+    /// tail page), then free them. Returns how many pages were collected.
+    pub fn collect_garbage(
+        &mut self,
+        media: &Media,
+        alloc: &PageAllocator,
+        slot_offset: u64,
+    ) -> usize {
+        let tail_page = self.log.tail_page().0;
+        let dead: Vec<u64> = self
+            .log
+            .live
+            .dead_pages
+            .iter()
+            .copied()
+            .filter(|&p| p != tail_page)
+            .collect();
+        if dead.is_empty() {
+            return 0;
+        }
+        let dead_set: std::collections::HashSet<u64> = dead.iter().copied().collect();
+        // Relink around each run of dead pages with one 8-byte store.
+        let old_pages = std::mem::take(&mut self.log.pages);
+        let mut kept: Vec<PageNo> = Vec::with_capacity(old_pages.len());
+        let mut i = 0;
+        while i < old_pages.len() {
+            if !dead_set.contains(&old_pages[i].0) {
+                kept.push(old_pages[i]);
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < old_pages.len() && dead_set.contains(&old_pages[j].0) {
+                j += 1;
+            }
+            // old_pages[j] exists: the tail page is never dead here.
+            let next = old_pages[j].offset();
+            match kept.last() {
+                None => {
+                    media.store_u64(slot_offset + format::INODE_HEAD_OFFSET, next);
+                    media.flush(slot_offset + format::INODE_HEAD_OFFSET, 8);
+                    self.log.head = next;
+                }
+                Some(prev) => {
+                    media.store_u64(prev.offset() + LOG_NEXT_OFFSET, next);
+                    media.flush(prev.offset() + LOG_NEXT_OFFSET, 8);
+                }
+            }
+            i = j;
+        }
+        self.log.pages = kept;
+        // The unlinks must be durable before the pages can be reused.
+        media.fence();
+        for &p in &dead {
+            self.log.live.page_removed(p);
+            alloc.free(PageNo(p), 1);
+        }
+        dead.len()
+    }
+
+    /// Every pool page this inode owns: its log pages and its data pages.
+    pub fn owned_pages(&self) -> Vec<PageNo> {
+        let mut v = self.log.pages.clone();
+        if let Body::Pages(map) = &self.body {
+            v.extend(map.values().map(|r| r.pool));
+        }
+        v
+    }
+
+    pub fn dead_log_pages(&self) -> usize {
+        self.log.live.dead_pages.len()
+    }
+}

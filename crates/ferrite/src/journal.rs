@@ -1,0 +1,143 @@
+//! Lightweight journaling for operations that change several inodes
+//! (NOVA section 3): an undo log of 8-byte words, one journal page per lane.
+//!
+//! A transaction changes only 8-byte words: log tails of the inodes whose
+//! logs received entries, and inode state words (allocate or free a slot).
+//! Its protocol, three fences in all:
+//! 1. the new log entries are already written and flushed (`InodeData::stage`);
+//!    write the journal records (offset, old value) and header with its
+//!    CRC, flush, fence — the transaction is now open;
+//! 2. store every new value, flush, fence — the change is complete;
+//! 3. clear the header word, flush, fence — the transaction is closed.
+//!
+//! Recovery rolls back every open transaction whose CRC checks by storing
+//! the old values. A header whose CRC does not check was never fenced, so no
+//! word it covers was changed (step 2 only starts after step 1's fence).
+
+use crate::format::{self, corrupt, Corrupt, JournalRecord, JournalState, PAGE_SIZE};
+use crate::media::Media;
+use parking_lot::Mutex;
+
+pub struct Journals {
+    lanes: Vec<Mutex<u64>>,
+}
+
+/// The words one transaction sets: (offset, new value).
+#[derive(Default)]
+pub struct Transaction {
+    pub words: Vec<(u64, u64)>,
+}
+
+impl Transaction {
+    pub fn set(&mut self, offset: u64, value: u64) {
+        assert!(offset % 8 == 0);
+        assert!(
+            !self.words.iter().any(|w| w.0 == offset),
+            "word journaled twice"
+        );
+        self.words.push((offset, value));
+    }
+}
+
+impl Journals {
+    pub fn new(lanes: usize) -> Journals {
+        Journals {
+            lanes: (0..lanes).map(|_| Mutex::new(1)).collect(),
+        }
+    }
+
+    /// Run a transaction atomically and durably.
+    pub fn run(&self, media: &Media, tx: &Transaction) {
+        assert!(!tx.words.is_empty() && tx.words.len() <= format::JOURNAL_RECORDS_MAX);
+        let lane = crate::alloc::thread_lane(self.lanes.len());
+        let mut seq = self.lanes[lane].lock();
+        *seq += 1;
+        let page = media.layout.journal_page(lane as u32).offset();
+        let records: Vec<JournalRecord> = tx
+            .words
+            .iter()
+            .map(|&(offset, _)| JournalRecord {
+                offset,
+                old: media.read_u64(offset),
+            })
+            .collect();
+        let bytes = format::journal_encode(*seq & ((1 << 48) - 1), &records);
+        media.write(page, &bytes);
+        media.flush(page, bytes.len() as u64);
+        media.fence();
+        for &(offset, value) in &tx.words {
+            media.store_u64(offset, value);
+            media.flush(offset, 8);
+        }
+        media.fence();
+        media.store_u64(page + format::JOURNAL_ACTIVE_OFFSET, 0);
+        media.flush(page, 8);
+        media.fence();
+    }
+}
+
+/// A journal record may only name a word the engine journals: an inode
+/// state word or log tail inside the inode table.
+fn check_record(media: &Media, r: &JournalRecord) -> Result<(), Corrupt> {
+    let l = &media.layout;
+    let start = l.inode_table_start.offset();
+    let end = start + l.inode_table_pages * PAGE_SIZE;
+    let within = r.offset.wrapping_sub(start) % format::INODE_SLOT_SIZE;
+    if r.offset < start + format::INODE_SLOT_SIZE
+        || r.offset >= end
+        || !(within == format::INODE_STATE_OFFSET || within == format::INODE_TAIL_OFFSET)
+    {
+        return Err(corrupt!(
+            "journal record names offset {:#x}, not an inode word",
+            r.offset
+        ));
+    }
+    Ok(())
+}
+
+/// Roll back every open transaction. Idempotent: a crash during recovery
+/// leaves the journal open, and the next recovery rolls it back again.
+/// Returns how many transactions were rolled back.
+pub fn recover(media: &Media) -> Result<usize, Corrupt> {
+    let mut rolled = 0;
+    let mut page = vec![0u8; PAGE_SIZE as usize];
+    for lane in 0..media.layout.lane_count {
+        let off = media.layout.journal_page(lane).offset();
+        media.read(off, &mut page);
+        match format::journal_decode(&page) {
+            JournalState::Idle => {}
+            JournalState::Torn => {
+                media.store_u64(off, 0);
+                media.flush(off, 8);
+                media.fence();
+            }
+            JournalState::Open(records) => {
+                for r in &records {
+                    check_record(media, r)?;
+                }
+                // Undo in reverse order, though no word appears twice.
+                for r in records.iter().rev() {
+                    media.store_u64(r.offset, r.old);
+                    media.flush(r.offset, 8);
+                }
+                media.fence();
+                media.store_u64(off, 0);
+                media.flush(off, 8);
+                media.fence();
+                rolled += 1;
+            }
+        }
+    }
+    Ok(rolled)
+}
+
+/// Journal states for fsck and dump, without changing anything.
+pub fn inspect(media: &Media) -> Vec<(u32, JournalState)> {
+    let mut page = vec![0u8; PAGE_SIZE as usize];
+    (0..media.layout.lane_count)
+        .map(|lane| {
+            media.read(media.layout.journal_page(lane).offset(), &mut page);
+            (lane, format::journal_decode(&page))
+        })
+        .collect()
+}

@@ -1,0 +1,29 @@
+//! Ferrite: a persistent-memory file system engine that runs in user space.
+//!
+//! NOVA's design (a log per inode committed by one atomic 8-byte tail store,
+//! file data outside the log with copy-on-write, DRAM indexes rebuilt lazily,
+//! lightweight journals for operations on several inodes, per-lane
+//! allocators) over a pool accessed only through `ferrite_pmem`. See
+//! `docs/DESIGN.md` for the story and `docs/FORMAT.md` for the bytes.
+//!
+//! The engine knows nothing of FUSE, LD_PRELOAD or the command line: those
+//! are adapters over `Ferrite` (inode-level calls) and `PathFs` (paths and
+//! descriptors).
+
+mod alloc;
+pub mod dump;
+mod file;
+pub mod format;
+mod fs;
+pub mod fsck;
+mod inode;
+mod journal;
+mod media;
+mod ns;
+mod path;
+mod recovery;
+pub mod types;
+
+pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
+pub use path::OpenFile;
+pub use types::*;

@@ -1,0 +1,111 @@
+//! The engine's view of the pool: the persistence layer plus the layout,
+//! with the few composite accesses every module needs. All stores still go
+//! through `ferrite_pmem::Pmem`; this module only names offsets.
+
+use crate::format::{
+    self, corrupt, Corrupt, InodeSlot, Layout, PageNo, INODE_SLOT_SIZE, PAGE_SIZE,
+};
+use crate::types::InodeNo;
+use ferrite_pmem::{Pmem, PoolOffset};
+use std::sync::Arc;
+
+pub struct Media {
+    pub pmem: Arc<Pmem>,
+    pub layout: Layout,
+}
+
+impl Media {
+    pub fn read(&self, offset: u64, buf: &mut [u8]) {
+        self.pmem.read(PoolOffset(offset), buf)
+    }
+
+    /// Read bytes whose offset came from media: out of range is corruption.
+    pub fn read_checked(&self, offset: u64, buf: &mut [u8]) -> Result<(), Corrupt> {
+        self.pmem
+            .read_checked(PoolOffset(offset), buf)
+            .ok_or_else(|| {
+                corrupt!(
+                    "read of {} bytes at {offset:#x} outside the pool",
+                    buf.len()
+                )
+            })
+    }
+
+    pub fn read_u64(&self, offset: u64) -> u64 {
+        self.pmem.read_u64(PoolOffset(offset))
+    }
+
+    pub fn write(&self, offset: u64, data: &[u8]) {
+        self.pmem.write(PoolOffset(offset), data)
+    }
+
+    pub fn write_nt(&self, offset: u64, data: &[u8]) {
+        self.pmem.write_nt(PoolOffset(offset), data)
+    }
+
+    pub fn fill_nt(&self, offset: u64, len: u64, byte: u8) {
+        self.pmem.fill_nt(PoolOffset(offset), len, byte)
+    }
+
+    pub fn flush(&self, offset: u64, len: u64) {
+        self.pmem.flush(PoolOffset(offset), len)
+    }
+
+    pub fn fence(&self) {
+        self.pmem.fence()
+    }
+
+    pub fn store_u64(&self, offset: u64, value: u64) {
+        self.pmem.store_u64(PoolOffset(offset), value)
+    }
+
+    /// The commit primitive: one atomic 8-byte store, made durable.
+    pub fn commit_u64(&self, offset: u64, value: u64) {
+        self.pmem.store_u64(PoolOffset(offset), value);
+        self.pmem.flush(PoolOffset(offset), 8);
+        self.pmem.fence();
+    }
+
+    pub fn slot_offset(&self, ino: InodeNo) -> u64 {
+        self.layout.inode_slot(ino)
+    }
+
+    pub fn read_slot(&self, ino: InodeNo) -> Result<InodeSlot, Corrupt> {
+        if ino.0 == 0 || ino.0 >= self.layout.inode_count {
+            return Err(corrupt!("inode number {} out of range", ino.0));
+        }
+        let mut b = [0u8; INODE_SLOT_SIZE as usize];
+        self.read(self.slot_offset(ino), &mut b);
+        format::decode_inode_slot(&b, ino)
+    }
+
+    /// The generation stored in a slot's header, whatever its state (used
+    /// to pick the next generation when a slot is reused).
+    pub fn slot_generation(&self, ino: InodeNo) -> u32 {
+        let mut b = [0u8; 4];
+        self.read(self.slot_offset(ino) + 32, &mut b);
+        u32::from_le_bytes(b)
+    }
+
+    /// A page number read from media must lie in the data region.
+    pub fn check_data_page(&self, p: PageNo, what: &str) -> Result<(), Corrupt> {
+        if self.layout.is_data_page(p) {
+            Ok(())
+        } else {
+            Err(corrupt!(
+                "{what} points at page {} outside the data region",
+                p.0
+            ))
+        }
+    }
+
+    /// A log page pointer read from media must be page-aligned and in the data region.
+    pub fn check_log_pointer(&self, off: u64, what: &str) -> Result<PageNo, Corrupt> {
+        if off % PAGE_SIZE != 0 {
+            return Err(corrupt!("{what} {off:#x} is not page aligned"));
+        }
+        let p = PageNo(off / PAGE_SIZE);
+        self.check_data_page(p, what)?;
+        Ok(p)
+    }
+}

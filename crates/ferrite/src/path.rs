@@ -1,0 +1,594 @@
+//! The path-and-descriptor API (`PathFs`): path resolution through
+//! symlinks, `.` and `..`, a descriptor table with positions, and the POSIX
+//! rules about which call follows which link. Everything here is built on
+//! the inode-level operations in `ns.rs` and `file.rs`.
+
+use crate::fs::Ferrite;
+use crate::inode::Inode;
+use crate::types::{
+    limits, DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, PathFs,
+    RenameFlags, SetAttr, Stat, StatFs, TimeSet, Whence,
+};
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// An open file description.
+pub struct OpenFile {
+    pub inode: Arc<Inode>,
+    pub flags: OpenFlags,
+    pub pos: Mutex<u64>,
+}
+
+const FD_SHARDS: usize = 16;
+
+/// Descriptor numbers start at 3 and are never reused while mounted.
+pub struct FdTable {
+    next: AtomicU64,
+    shards: Vec<Mutex<HashMap<u64, Arc<OpenFile>>>>,
+}
+
+impl Default for FdTable {
+    fn default() -> Self {
+        FdTable {
+            next: AtomicU64::new(3),
+            shards: (0..FD_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+}
+
+impl FdTable {
+    fn insert(&self, f: OpenFile) -> Fd {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.shards[n as usize % FD_SHARDS]
+            .lock()
+            .insert(n, Arc::new(f));
+        Fd(n)
+    }
+
+    fn get(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
+        self.shards[fd.0 as usize % FD_SHARDS]
+            .lock()
+            .get(&fd.0)
+            .cloned()
+            .ok_or(Errno::EBADF)
+    }
+
+    fn remove(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
+        self.shards[fd.0 as usize % FD_SHARDS]
+            .lock()
+            .remove(&fd.0)
+            .ok_or(Errno::EBADF)
+    }
+
+    /// Close every descriptor (at unmount).
+    pub(crate) fn close_all(&self, fs: &Ferrite) {
+        for shard in &self.shards {
+            let files: Vec<Arc<OpenFile>> = shard.lock().drain().map(|(_, f)| f).collect();
+            for f in files {
+                fs.release_ino(&f.inode);
+            }
+        }
+    }
+
+    pub fn open_count(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+}
+
+/// What a path names.
+#[derive(Debug)]
+pub(crate) struct Resolved {
+    /// The directory holding the last component.
+    pub parent: InodeNo,
+    /// The last component; None when the path is the root or ends in `.`/`..`.
+    pub name: Option<Vec<u8>>,
+    /// `.` or `..` as the last component.
+    pub last_dot: Option<&'static [u8]>,
+    /// The inode named, if it exists.
+    pub target: Option<(InodeNo, FileType)>,
+}
+
+impl Ferrite {
+    fn parent_of(&self, dir: InodeNo) -> FsResult<InodeNo> {
+        let i = self.inode(dir)?;
+        let d = i.data.read();
+        Ok(d.attrs.parent)
+    }
+
+    /// Resolve a path. Symlinks are followed in every component but the
+    /// last, and in the last when `follow_last` (or when a trailing slash
+    /// asks for a directory).
+    pub(crate) fn resolve(&self, path: &[u8], follow_last: bool) -> FsResult<Resolved> {
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if path.len() >= limits::PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let trailing = path.ends_with(b"/");
+        let mut comps: VecDeque<Vec<u8>> = path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .map(|c| c.to_vec())
+            .collect();
+        let mut cur = InodeNo::ROOT;
+        let mut links = 0;
+        let root = Resolved {
+            parent: InodeNo::ROOT,
+            name: None,
+            last_dot: None,
+            target: Some((InodeNo::ROOT, FileType::Directory)),
+        };
+        if comps.is_empty() {
+            return Ok(root);
+        }
+        while let Some(c) = comps.pop_front() {
+            let last = comps.is_empty();
+            if c.len() > limits::NAME_MAX {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            if c == b"." || c == b".." {
+                let next = if c == b".." {
+                    self.parent_of(cur)?
+                } else {
+                    cur
+                };
+                if last {
+                    let dot: &'static [u8] = if c == b"." { b"." } else { b".." };
+                    return Ok(Resolved {
+                        parent: cur,
+                        name: None,
+                        last_dot: Some(dot),
+                        target: Some((next, FileType::Directory)),
+                    });
+                }
+                cur = next;
+                continue;
+            }
+            let dir = self.inode(cur)?;
+            if dir.kind != FileType::Directory {
+                return Err(Errno::ENOTDIR);
+            }
+            let de = self.lookup_dentry(&dir, &c)?;
+            match de {
+                None => {
+                    if last {
+                        return Ok(Resolved {
+                            parent: cur,
+                            name: Some(c),
+                            last_dot: None,
+                            target: None,
+                        });
+                    }
+                    return Err(Errno::ENOENT);
+                }
+                Some(de) => {
+                    if de.kind == FileType::Symlink && (!last || follow_last || trailing) {
+                        links += 1;
+                        if links > limits::SYMLOOP_MAX {
+                            return Err(Errno::ELOOP);
+                        }
+                        let target = self.readlink_ino(de.ino)?;
+                        if target.first() == Some(&b'/') {
+                            cur = InodeNo::ROOT;
+                        }
+                        for t in target.split(|&b| b == b'/').filter(|t| !t.is_empty()).rev() {
+                            comps.push_front(t.to_vec());
+                        }
+                        if comps.is_empty() {
+                            // The link points at "/" (or only slashes).
+                            return Ok(Resolved {
+                                parent: cur,
+                                name: None,
+                                last_dot: None,
+                                target: Some((cur, FileType::Directory)),
+                            });
+                        }
+                        continue;
+                    }
+                    if last {
+                        if trailing && de.kind != FileType::Directory {
+                            return Err(Errno::ENOTDIR);
+                        }
+                        return Ok(Resolved {
+                            parent: cur,
+                            name: Some(c),
+                            last_dot: None,
+                            target: Some((de.ino, de.kind)),
+                        });
+                    }
+                    if de.kind != FileType::Directory {
+                        return Err(Errno::ENOTDIR);
+                    }
+                    cur = de.ino;
+                }
+            }
+        }
+        unreachable!("the loop returns at the last component")
+    }
+
+    fn existing(&self, path: &[u8], follow: bool) -> FsResult<InodeNo> {
+        let r = self.resolve(path, follow)?;
+        r.target.map(|t| t.0).ok_or(Errno::ENOENT)
+    }
+
+    pub fn open_file(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
+        self.fds.get(fd)
+    }
+
+    /// The inode number an open descriptor refers to.
+    pub fn fd_inode(&self, fd: Fd) -> FsResult<InodeNo> {
+        Ok(self.fds.get(fd)?.inode.ino)
+    }
+
+    pub fn open_descriptors(&self) -> usize {
+        self.fds.open_count()
+    }
+
+    fn writable(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
+        let f = self.fds.get(fd)?;
+        if !f.flags.write {
+            return Err(Errno::EBADF);
+        }
+        Ok(f)
+    }
+
+    fn readable(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
+        let f = self.fds.get(fd)?;
+        if !f.flags.read {
+            return Err(Errno::EBADF);
+        }
+        if f.inode.kind == FileType::Directory {
+            return Err(Errno::EISDIR);
+        }
+        Ok(f)
+    }
+
+    fn write_at(&self, f: &OpenFile, data: &[u8], offset: Option<u64>) -> FsResult<(usize, u64)> {
+        let mut d = f.inode.data.write();
+        let at = if f.flags.append {
+            d.attrs.size
+        } else {
+            offset.expect("an offset without O_APPEND")
+        };
+        let n = self.write_locked(&f.inode, &mut d, at, data)?;
+        Ok((n, at + n as u64))
+    }
+
+    fn sync_if_needed(&self) -> FsResult<()> {
+        // Strict mode: every operation was durable when it returned. Only a
+        // pool in the page cache of a block-backed file needs msync.
+        if self.media.pmem.domain() == ferrite_pmem::PersistenceDomain::PageCache {
+            self.media
+                .pmem
+                .sync_to_backing_file()
+                .map_err(|_| Errno::EIO)?;
+        }
+        Ok(())
+    }
+}
+
+impl PathFs for Ferrite {
+    fn open(&self, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
+        let follow = !(flags.nofollow || (flags.create && flags.excl));
+        let r = self.resolve(path, follow)?;
+        let inode = match r.target {
+            Some((ino, kind)) => {
+                if flags.create && flags.excl {
+                    return Err(Errno::EEXIST);
+                }
+                if kind == FileType::Symlink {
+                    return Err(Errno::ELOOP);
+                }
+                if kind == FileType::Directory && (flags.write || flags.create) {
+                    return Err(Errno::EISDIR);
+                }
+                if flags.directory && kind != FileType::Directory {
+                    return Err(Errno::ENOTDIR);
+                }
+                let inode = self.open_ino(ino)?;
+                if flags.trunc && flags.write && kind == FileType::Regular {
+                    let mut d = inode.data.write();
+                    if let Err(e) = self.truncate_locked(&inode, &mut d, 0) {
+                        drop(d);
+                        self.release_ino(&inode);
+                        return Err(e);
+                    }
+                }
+                inode
+            }
+            None => {
+                if !flags.create {
+                    return Err(Errno::ENOENT);
+                }
+                if path.ends_with(b"/") {
+                    return Err(Errno::EISDIR);
+                }
+                let name = r.name.expect("a missing target has a name");
+                let st =
+                    match self.create_node(r.parent, &name, FileType::Regular, perm, 0, 0, None) {
+                        Ok(st) => st,
+                        Err(Errno::EEXIST) if !flags.excl => {
+                            return self.open(
+                                path,
+                                OpenFlags {
+                                    create: false,
+                                    ..flags
+                                },
+                                perm,
+                            )
+                        }
+                        Err(e) => return Err(e),
+                    };
+                self.open_ino(st.ino)?
+            }
+        };
+        Ok(self.fds.insert(OpenFile {
+            inode,
+            flags,
+            pos: Mutex::new(0),
+        }))
+    }
+
+    fn close(&self, fd: Fd) -> FsResult<()> {
+        let f = self.fds.remove(fd)?;
+        self.release_ino(&f.inode);
+        Ok(())
+    }
+
+    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize> {
+        let f = self.readable(fd)?;
+        let d = f.inode.data.read();
+        Ok(self.read_locked(&d, offset, buf))
+    }
+
+    fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> FsResult<usize> {
+        let f = self.writable(fd)?;
+        Ok(self.write_at(&f, data, Some(offset))?.0)
+    }
+
+    fn read(&self, fd: Fd, buf: &mut [u8]) -> FsResult<usize> {
+        let f = self.readable(fd)?;
+        let mut pos = f.pos.lock();
+        let d = f.inode.data.read();
+        let n = self.read_locked(&d, *pos, buf);
+        *pos += n as u64;
+        Ok(n)
+    }
+
+    fn write(&self, fd: Fd, data: &[u8]) -> FsResult<usize> {
+        let f = self.writable(fd)?;
+        let mut pos = f.pos.lock();
+        let (n, end) = self.write_at(&f, data, Some(*pos))?;
+        if n > 0 {
+            *pos = end;
+        }
+        Ok(n)
+    }
+
+    fn lseek(&self, fd: Fd, offset: i64, whence: Whence) -> FsResult<u64> {
+        let f = self.fds.get(fd)?;
+        let mut pos = f.pos.lock();
+        let d = f.inode.data.read();
+        let new = match whence {
+            Whence::Set => offset,
+            Whence::Cur => (*pos as i64).checked_add(offset).ok_or(Errno::EOVERFLOW)?,
+            Whence::End => (d.stat(f.inode.ino, f.inode.kind).size as i64)
+                .checked_add(offset)
+                .ok_or(Errno::EOVERFLOW)?,
+            Whence::Data | Whence::Hole => {
+                if offset < 0 {
+                    return Err(Errno::ENXIO);
+                }
+                if f.inode.kind == FileType::Directory {
+                    return Err(Errno::EINVAL);
+                }
+                self.seek_data_hole(&d, offset as u64, whence == Whence::Data)? as i64
+            }
+        };
+        if new < 0 {
+            return Err(Errno::EINVAL);
+        }
+        *pos = new as u64;
+        Ok(new as u64)
+    }
+
+    fn ftruncate(&self, fd: Fd, size: u64) -> FsResult<()> {
+        let f = self.fds.get(fd)?;
+        if !f.flags.write {
+            return Err(Errno::EINVAL);
+        }
+        let mut d = f.inode.data.write();
+        self.truncate_locked(&f.inode, &mut d, size)
+    }
+
+    fn fsync(&self, fd: Fd) -> FsResult<()> {
+        self.fds.get(fd)?;
+        self.sync_if_needed()
+    }
+
+    fn fdatasync(&self, fd: Fd) -> FsResult<()> {
+        self.fds.get(fd)?;
+        self.sync_if_needed()
+    }
+
+    fn fallocate(&self, fd: Fd, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
+        let f = self.writable(fd)?;
+        let mut d = f.inode.data.write();
+        self.fallocate_locked(&f.inode, &mut d, mode, offset, len)
+    }
+
+    fn fstat(&self, fd: Fd) -> FsResult<Stat> {
+        let f = self.fds.get(fd)?;
+        let d = f.inode.data.read();
+        Ok(d.stat(f.inode.ino, f.inode.kind))
+    }
+
+    fn stat(&self, path: &[u8]) -> FsResult<Stat> {
+        self.getattr(self.existing(path, true)?)
+    }
+
+    fn lstat(&self, path: &[u8]) -> FsResult<Stat> {
+        self.getattr(self.existing(path, false)?)
+    }
+
+    fn truncate(&self, path: &[u8], size: u64) -> FsResult<()> {
+        let ino = self.existing(path, true)?;
+        self.setattr(
+            ino,
+            &SetAttr {
+                size: Some(size),
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    fn chmod(&self, path: &[u8], perm: u32) -> FsResult<()> {
+        let ino = self.existing(path, true)?;
+        self.setattr(
+            ino,
+            &SetAttr {
+                perm: Some(perm),
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
+        let ino = self.existing(path, true)?;
+        // chown(-1, -1) still changes ctime: name the current owner.
+        let uid = match (uid, gid) {
+            (None, None) => Some(self.getattr(ino)?.uid),
+            _ => uid,
+        };
+        self.setattr(
+            ino,
+            &SetAttr {
+                uid,
+                gid,
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    fn utimens(&self, path: &[u8], atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
+        let ino = self.existing(path, true)?;
+        self.setattr(
+            ino,
+            &SetAttr {
+                atime: Some(atime),
+                mtime: Some(mtime),
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    }
+
+    fn mkdir(&self, path: &[u8], perm: u32) -> FsResult<()> {
+        let r = self.resolve(path, false)?;
+        if r.target.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let name = r.name.ok_or(Errno::EEXIST)?;
+        self.create_node(r.parent, &name, FileType::Directory, perm, 0, 0, None)
+            .map(|_| ())
+    }
+
+    fn rmdir(&self, path: &[u8]) -> FsResult<()> {
+        let r = self.resolve(path, false)?;
+        match r.last_dot {
+            Some(b".") => return Err(Errno::EINVAL),
+            Some(_) => return Err(Errno::ENOTEMPTY),
+            None => {}
+        }
+        let name = r.name.ok_or(Errno::EBUSY)?;
+        let (_, kind) = r.target.ok_or(Errno::ENOENT)?;
+        if kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        self.remove(r.parent, &name, true)
+    }
+
+    fn unlink(&self, path: &[u8]) -> FsResult<()> {
+        let r = self.resolve(path, false)?;
+        let name = r.name.ok_or(Errno::EISDIR)?;
+        let (_, kind) = r.target.ok_or(Errno::ENOENT)?;
+        if kind == FileType::Directory {
+            return Err(Errno::EISDIR);
+        }
+        self.remove(r.parent, &name, false)
+    }
+
+    fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> FsResult<()> {
+        let s = self.resolve(from, false)?;
+        let d = self.resolve(to, false)?;
+        let sname = s.name.ok_or(Errno::EBUSY)?;
+        let (_, skind) = s.target.ok_or(Errno::ENOENT)?;
+        let dname = d.name.ok_or(Errno::EBUSY)?;
+        if to.ends_with(b"/") && skind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        self.rename_at(s.parent, &sname, d.parent, &dname, flags)
+    }
+
+    fn link(&self, existing: &[u8], new: &[u8]) -> FsResult<()> {
+        let ino = self.existing(existing, false)?;
+        let r = self.resolve(new, false)?;
+        if r.target.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let name = r.name.ok_or(Errno::EEXIST)?;
+        if new.ends_with(b"/") {
+            return Err(Errno::ENOENT);
+        }
+        self.link_at(ino, r.parent, &name).map(|_| ())
+    }
+
+    fn symlink(&self, target: &[u8], linkpath: &[u8]) -> FsResult<()> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if target.len() > limits::SYMLINK_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let r = self.resolve(linkpath, false)?;
+        if r.target.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let name = r.name.ok_or(Errno::EEXIST)?;
+        if linkpath.ends_with(b"/") {
+            return Err(Errno::ENOENT);
+        }
+        self.create_node(
+            r.parent,
+            &name,
+            FileType::Symlink,
+            0o777,
+            0,
+            0,
+            Some(target),
+        )
+        .map(|_| ())
+    }
+
+    fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {
+        self.readlink_ino(self.existing(path, false)?)
+    }
+
+    fn readdir(&self, fd: Fd, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+        let f = self.fds.get(fd)?;
+        if f.inode.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(self.readdir_inode(&f.inode, cookie, max))
+    }
+
+    fn statfs(&self) -> FsResult<StatFs> {
+        Ok(self.fs_stats())
+    }
+}

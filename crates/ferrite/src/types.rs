@@ -1,0 +1,462 @@
+//! Public value types of the Ferrite API: errors, attributes, flags.
+//!
+//! These types are shared by every front end (library callers, the CLI, the
+//! FUSE and preload adapters) and by the in-memory reference model used in
+//! tests, so they say nothing about the on-media format.
+
+use std::fmt;
+
+/// An error of a file-system operation: a POSIX errno value, so that every
+/// adapter can hand it to its caller unchanged.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    pub const EPERM: Errno = Errno(libc::EPERM);
+    pub const ENOENT: Errno = Errno(libc::ENOENT);
+    pub const EIO: Errno = Errno(libc::EIO);
+    pub const EBADF: Errno = Errno(libc::EBADF);
+    pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+    pub const ENOMEM: Errno = Errno(libc::ENOMEM);
+    pub const EACCES: Errno = Errno(libc::EACCES);
+    pub const EBUSY: Errno = Errno(libc::EBUSY);
+    pub const EEXIST: Errno = Errno(libc::EEXIST);
+    pub const EXDEV: Errno = Errno(libc::EXDEV);
+    pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
+    pub const EISDIR: Errno = Errno(libc::EISDIR);
+    pub const EINVAL: Errno = Errno(libc::EINVAL);
+    pub const EMFILE: Errno = Errno(libc::EMFILE);
+    pub const EFBIG: Errno = Errno(libc::EFBIG);
+    pub const ENOSPC: Errno = Errno(libc::ENOSPC);
+    pub const EROFS: Errno = Errno(libc::EROFS);
+    pub const EMLINK: Errno = Errno(libc::EMLINK);
+    pub const ERANGE: Errno = Errno(libc::ERANGE);
+    pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
+    pub const ELOOP: Errno = Errno(libc::ELOOP);
+    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
+    pub const ENXIO: Errno = Errno(libc::ENXIO);
+    /// The pool holds a structure that fails its checks. Reported as EUCLEAN
+    /// ("structure needs cleaning"), the errno Linux file systems use for it.
+    pub const ECORRUPT: Errno = Errno(libc::EUCLEAN);
+
+    /// The symbolic name, for messages and test reports.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            libc::EPERM => "EPERM",
+            libc::ENOENT => "ENOENT",
+            libc::EIO => "EIO",
+            libc::EBADF => "EBADF",
+            libc::EAGAIN => "EAGAIN",
+            libc::ENOMEM => "ENOMEM",
+            libc::EACCES => "EACCES",
+            libc::EBUSY => "EBUSY",
+            libc::EEXIST => "EEXIST",
+            libc::EXDEV => "EXDEV",
+            libc::ENOTDIR => "ENOTDIR",
+            libc::EISDIR => "EISDIR",
+            libc::EINVAL => "EINVAL",
+            libc::EMFILE => "EMFILE",
+            libc::EFBIG => "EFBIG",
+            libc::ENOSPC => "ENOSPC",
+            libc::EROFS => "EROFS",
+            libc::EMLINK => "EMLINK",
+            libc::ERANGE => "ERANGE",
+            libc::ENAMETOOLONG => "ENAMETOOLONG",
+            libc::ENOTEMPTY => "ENOTEMPTY",
+            libc::ELOOP => "ELOOP",
+            libc::EOPNOTSUPP => "EOPNOTSUPP",
+            libc::EOVERFLOW => "EOVERFLOW",
+            libc::ENXIO => "ENXIO",
+            libc::EUCLEAN => "EUCLEAN(corrupt)",
+            _ => "E?",
+        }
+    }
+}
+
+impl fmt::Debug for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.name())
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({})",
+            self.name(),
+            std::io::Error::from_raw_os_error(self.0)
+        )
+    }
+}
+
+impl std::error::Error for Errno {}
+
+impl From<Errno> for std::io::Error {
+    fn from(e: Errno) -> Self {
+        std::io::Error::from_raw_os_error(e.0)
+    }
+}
+
+pub type FsResult<T> = Result<T, Errno>;
+
+/// Inode number. Inode 1 is the root directory; 0 is never a valid inode.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct InodeNo(pub u64);
+
+impl InodeNo {
+    pub const ROOT: InodeNo = InodeNo(1);
+}
+
+/// A file descriptor of the path-level API. Numbers are never reused while
+/// the file system is mounted, so a stale descriptor gives EBADF.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct Fd(pub u64);
+
+/// Kind of an inode, as stored on media and reported by stat and readdir.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[repr(u8)]
+pub enum FileType {
+    Regular = 1,
+    Directory = 2,
+    Symlink = 3,
+}
+
+impl FileType {
+    /// The S_IFMT bits of this type.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileType::Regular => libc::S_IFREG,
+            FileType::Directory => libc::S_IFDIR,
+            FileType::Symlink => libc::S_IFLNK,
+        }
+    }
+
+    /// The d_type value readdir reports.
+    pub fn dirent_type(self) -> u8 {
+        match self {
+            FileType::Regular => libc::DT_REG,
+            FileType::Directory => libc::DT_DIR,
+            FileType::Symlink => libc::DT_LNK,
+        }
+    }
+
+    pub fn from_u8(v: u8) -> Option<FileType> {
+        match v {
+            1 => Some(FileType::Regular),
+            2 => Some(FileType::Directory),
+            3 => Some(FileType::Symlink),
+            _ => None,
+        }
+    }
+}
+
+/// A point in time, nanoseconds since the Unix epoch (may be negative).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
+pub struct TimeSpec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl TimeSpec {
+    pub fn from_ns(ns: i64) -> TimeSpec {
+        TimeSpec {
+            sec: ns.div_euclid(1_000_000_000),
+            nsec: ns.rem_euclid(1_000_000_000) as u32,
+        }
+    }
+
+    pub fn as_ns(self) -> i64 {
+        self.sec
+            .saturating_mul(1_000_000_000)
+            .saturating_add(self.nsec as i64)
+    }
+}
+
+/// How utimens sets one timestamp.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TimeSet {
+    /// UTIME_OMIT: leave it unchanged.
+    Omit,
+    /// UTIME_NOW: the file system clock.
+    Now,
+    At(TimeSpec),
+}
+
+/// The attributes `stat` reports.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Stat {
+    pub ino: InodeNo,
+    pub kind: FileType,
+    /// Permission bits only (07777); the type is in `kind`.
+    pub perm: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// Allocated space in 512-byte units, as st_blocks.
+    pub blocks: u64,
+    pub atime: TimeSpec,
+    pub mtime: TimeSpec,
+    pub ctime: TimeSpec,
+    /// Preferred I/O size (st_blksize).
+    pub blksize: u32,
+}
+
+impl Stat {
+    /// st_mode: type bits and permission bits.
+    pub fn mode(&self) -> u32 {
+        self.kind.mode_bits() | self.perm
+    }
+}
+
+/// One directory entry as readdir returns it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: InodeNo,
+    pub kind: FileType,
+    /// The cookie to pass to continue reading after this entry. Cookies stay
+    /// valid across concurrent inserts and deletes: an entry present for the
+    /// whole listing is returned exactly once.
+    pub next_cookie: u64,
+}
+
+/// File-system wide figures, as statvfs reports them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u32,
+}
+
+/// Flags of `open`, a subset of the POSIX ones with the same meaning.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct OpenFlags {
+    pub read: bool,
+    pub write: bool,
+    pub create: bool,
+    pub excl: bool,
+    pub trunc: bool,
+    pub append: bool,
+    pub directory: bool,
+    pub nofollow: bool,
+}
+
+impl OpenFlags {
+    pub const RDONLY: OpenFlags = OpenFlags {
+        read: true,
+        write: false,
+        create: false,
+        excl: false,
+        trunc: false,
+        append: false,
+        directory: false,
+        nofollow: false,
+    };
+    pub const WRONLY: OpenFlags = OpenFlags {
+        read: false,
+        write: true,
+        ..OpenFlags::RDONLY
+    };
+    pub const RDWR: OpenFlags = OpenFlags {
+        read: true,
+        write: true,
+        ..OpenFlags::RDONLY
+    };
+
+    pub fn create(mut self) -> Self {
+        self.create = true;
+        self
+    }
+    pub fn excl(mut self) -> Self {
+        self.excl = true;
+        self
+    }
+    pub fn trunc(mut self) -> Self {
+        self.trunc = true;
+        self
+    }
+    pub fn append(mut self) -> Self {
+        self.append = true;
+        self
+    }
+    pub fn directory(mut self) -> Self {
+        self.directory = true;
+        self
+    }
+    pub fn nofollow(mut self) -> Self {
+        self.nofollow = true;
+        self
+    }
+
+    /// Decode the `flags` argument of open(2).
+    pub fn from_libc(flags: i32) -> OpenFlags {
+        let acc = flags & libc::O_ACCMODE;
+        OpenFlags {
+            read: acc == libc::O_RDONLY || acc == libc::O_RDWR,
+            write: acc == libc::O_WRONLY || acc == libc::O_RDWR,
+            create: flags & libc::O_CREAT != 0,
+            excl: flags & libc::O_EXCL != 0,
+            trunc: flags & libc::O_TRUNC != 0,
+            append: flags & libc::O_APPEND != 0,
+            directory: flags & libc::O_DIRECTORY != 0,
+            nofollow: flags & libc::O_NOFOLLOW != 0,
+        }
+    }
+}
+
+/// Flags of `rename`, as renameat2(2).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum RenameFlags {
+    #[default]
+    Replace,
+    /// RENAME_NOREPLACE: fail with EEXIST if the target exists.
+    NoReplace,
+    /// RENAME_EXCHANGE: swap the two names; both must exist.
+    Exchange,
+}
+
+/// Mode of `fallocate`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum FallocateMode {
+    /// Allocate and extend the size if the range ends past it.
+    Default,
+    /// FALLOC_FL_KEEP_SIZE: allocate, leave the size alone.
+    KeepSize,
+}
+
+/// `whence` of lseek.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Whence {
+    Set,
+    Cur,
+    End,
+    /// The next offset at or after the given one that holds data.
+    Data,
+    /// The next hole at or after the given one (the end of file counts).
+    Hole,
+}
+
+/// A change of attributes (setattr), each field optional.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct SetAttr {
+    pub perm: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+/// Source of timestamps. The default reads the real-time clock; tests
+/// install a manual clock so that the engine and the reference model agree.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> TimeSpec;
+}
+
+/// The real-time clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> TimeSpec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        TimeSpec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+}
+
+/// A clock that returns whatever it was last set to; for deterministic tests.
+#[derive(Default)]
+pub struct ManualClock {
+    ns: std::sync::atomic::AtomicI64,
+}
+
+impl ManualClock {
+    pub fn new(start: TimeSpec) -> ManualClock {
+        ManualClock {
+            ns: std::sync::atomic::AtomicI64::new(start.as_ns()),
+        }
+    }
+    pub fn set(&self, t: TimeSpec) {
+        self.ns
+            .store(t.as_ns(), std::sync::atomic::Ordering::SeqCst);
+    }
+    pub fn advance_ns(&self, d: i64) {
+        self.ns.fetch_add(d, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> TimeSpec {
+        TimeSpec::from_ns(self.ns.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+/// Limits every front end shares.
+pub mod limits {
+    /// Longest name of one directory entry, in bytes (NAME_MAX).
+    pub const NAME_MAX: usize = 255;
+    /// Longest path, in bytes, including the terminating NUL (PATH_MAX).
+    pub const PATH_MAX: usize = 4096;
+    /// Longest symlink target, in bytes.
+    pub const SYMLINK_MAX: usize = 4095;
+    /// How many symlinks one path resolution may follow (Linux: 40).
+    pub const SYMLOOP_MAX: usize = 40;
+    /// Largest file size: 2^44 bytes (16 TiB).
+    pub const FILE_SIZE_MAX: u64 = 1 << 44;
+    /// Most hard links to one inode.
+    pub const LINK_MAX: u32 = 65_000;
+}
+
+/// The path-and-descriptor interface a program sees (the shape of the POSIX
+/// calls). The engine implements it, and so does the in-memory reference
+/// model, so that one randomized workload can drive both and compare.
+///
+/// Paths are byte strings; relative paths are taken from the root. Symlinks
+/// are followed in every component but the last, and in the last too where
+/// POSIX says so (open without O_NOFOLLOW, stat, chmod, chown, utimens,
+/// truncate).
+pub trait PathFs: Send + Sync {
+    fn open(&self, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd>;
+    fn close(&self, fd: Fd) -> FsResult<()>;
+    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize>;
+    fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> FsResult<usize>;
+    /// Read at the descriptor's position and advance it.
+    fn read(&self, fd: Fd, buf: &mut [u8]) -> FsResult<usize>;
+    /// Write at the descriptor's position (at the end with O_APPEND) and advance it.
+    fn write(&self, fd: Fd, data: &[u8]) -> FsResult<usize>;
+    fn lseek(&self, fd: Fd, offset: i64, whence: Whence) -> FsResult<u64>;
+    fn ftruncate(&self, fd: Fd, size: u64) -> FsResult<()>;
+    fn fsync(&self, fd: Fd) -> FsResult<()>;
+    fn fdatasync(&self, fd: Fd) -> FsResult<()>;
+    fn fallocate(&self, fd: Fd, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()>;
+    fn fstat(&self, fd: Fd) -> FsResult<Stat>;
+    fn stat(&self, path: &[u8]) -> FsResult<Stat>;
+    fn lstat(&self, path: &[u8]) -> FsResult<Stat>;
+    fn truncate(&self, path: &[u8], size: u64) -> FsResult<()>;
+    fn chmod(&self, path: &[u8], perm: u32) -> FsResult<()>;
+    fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<()>;
+    fn utimens(&self, path: &[u8], atime: TimeSet, mtime: TimeSet) -> FsResult<()>;
+    fn mkdir(&self, path: &[u8], perm: u32) -> FsResult<()>;
+    fn rmdir(&self, path: &[u8]) -> FsResult<()>;
+    fn unlink(&self, path: &[u8]) -> FsResult<()>;
+    fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> FsResult<()>;
+    fn link(&self, existing: &[u8], new: &[u8]) -> FsResult<()>;
+    fn symlink(&self, target: &[u8], linkpath: &[u8]) -> FsResult<()>;
+    fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>>;
+    /// Read up to `max` entries of an open directory, starting after the
+    /// entry whose `next_cookie` was `cookie` (0 for the start). `.` and `..`
+    /// are not returned.
+    fn readdir(&self, fd: Fd, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>>;
+    fn statfs(&self) -> FsResult<StatFs>;
+}

@@ -1,0 +1,1258 @@
+//! The whole state of the reference model and every operation on it.
+//!
+//! Every operation takes the time `now` as an argument (read once per
+//! operation by [`crate::ModelFs`]), so that the state is a pure function of
+//! the operation history and the clock readings.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use ferrite::limits::{FILE_SIZE_MAX, LINK_MAX, NAME_MAX, PATH_MAX, SYMLINK_MAX, SYMLOOP_MAX};
+use ferrite::{
+    DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, RenameFlags, Stat,
+    StatFs, TimeSet, TimeSpec, Whence,
+};
+
+/// Page size of the allocation rule, and the reported block size.
+pub const PAGE: u64 = 4096;
+const PAGE_US: usize = PAGE as usize;
+/// Inode number of the root directory.
+pub(crate) const ROOT: u64 = 1;
+/// Largest offset accepted by pread/pwrite/truncate (loff_t is signed).
+const LOFF_MAX: u64 = i64::MAX as u64;
+
+/// One allocated 4 KiB page of file data. Shared between snapshots until
+/// written (copy on write), so that cloning a state is cheap.
+#[derive(Clone, PartialEq, Eq)]
+struct Page(Arc<[u8; PAGE_US]>);
+
+impl Page {
+    fn zeroed() -> Page {
+        Page(Arc::new([0u8; PAGE_US]))
+    }
+}
+
+impl fmt::Debug for Page {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // FNV-1a: a short fingerprint instead of 4096 bytes.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in self.0.iter() {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+        let nonzero = self.0.iter().filter(|&&b| b != 0).count();
+        write!(f, "Page(nonzero={nonzero}, fnv={h:016x})")
+    }
+}
+
+/// A regular file: its size and its allocated pages (index -> content).
+/// Invariant: every byte of an allocated page at or beyond `size` is zero.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+struct FileData {
+    size: u64,
+    pages: BTreeMap<u64, Page>,
+}
+
+/// Index range of the pages overlapping [off, off + len), len > 0.
+fn page_span(off: u64, len: u64) -> std::ops::RangeInclusive<u64> {
+    (off / PAGE)..=((off + len - 1) / PAGE)
+}
+
+impl FileData {
+    /// How many pages of [off, off + len) are not allocated yet.
+    fn missing_pages(&self, off: u64, len: u64) -> u64 {
+        let span = page_span(off, len);
+        let total = span.end() - span.start() + 1;
+        total - self.pages.range(span).count() as u64
+    }
+
+    fn allocate(&mut self, off: u64, len: u64) {
+        for p in page_span(off, len) {
+            self.pages.entry(p).or_insert_with(Page::zeroed);
+        }
+    }
+
+    fn read(&self, off: u64, buf: &mut [u8]) -> usize {
+        if off >= self.size {
+            return 0;
+        }
+        let n = (buf.len() as u64).min(self.size - off) as usize;
+        let mut done = 0usize;
+        while done < n {
+            let pos = off + done as u64;
+            let (p, in_page) = (pos / PAGE, (pos % PAGE) as usize);
+            let chunk = (PAGE_US - in_page).min(n - done);
+            match self.pages.get(&p) {
+                Some(page) => {
+                    buf[done..done + chunk].copy_from_slice(&page.0[in_page..in_page + chunk])
+                }
+                None => buf[done..done + chunk].fill(0),
+            }
+            done += chunk;
+        }
+        n
+    }
+
+    /// Store `data` at `off` (pages must have been checked for space).
+    fn write(&mut self, off: u64, data: &[u8]) {
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = off + done as u64;
+            let (p, in_page) = (pos / PAGE, (pos % PAGE) as usize);
+            let chunk = (PAGE_US - in_page).min(data.len() - done);
+            let page = self.pages.entry(p).or_insert_with(Page::zeroed);
+            Arc::make_mut(&mut page.0)[in_page..in_page + chunk]
+                .copy_from_slice(&data[done..done + chunk]);
+            done += chunk;
+        }
+        self.size = self.size.max(off + data.len() as u64);
+    }
+
+    /// Set the size: free the pages wholly beyond it, zero the tail of the
+    /// last partial page. Growing allocates nothing.
+    fn truncate(&mut self, size: u64) {
+        let keep = size.div_ceil(PAGE);
+        self.pages.split_off(&keep);
+        if size % PAGE != 0 {
+            if let Some(page) = self.pages.get_mut(&(size / PAGE)) {
+                let from = (size % PAGE) as usize;
+                if page.0[from..].iter().any(|&b| b != 0) {
+                    Arc::make_mut(&mut page.0)[from..].fill(0);
+                }
+            }
+        }
+        self.size = size;
+    }
+
+    fn content(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.size as usize];
+        self.read(0, &mut v);
+        v
+    }
+}
+
+/// One directory entry: the inode and its insertion sequence number, which
+/// is the readdir cookie.
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct Slot {
+    ino: u64,
+    seq: u64,
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct DirData {
+    entries: BTreeMap<Vec<u8>, Slot>,
+    /// The next insertion sequence number (cookies start at 1; 0 = start).
+    next_seq: u64,
+    /// The parent directory (the root is its own parent).
+    parent: u64,
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+enum Body {
+    File(FileData),
+    Dir(DirData),
+    Symlink(Vec<u8>),
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct Inode {
+    body: Body,
+    perm: u32,
+    uid: u32,
+    gid: u32,
+    /// Number of names: for a directory 1 while linked, 0 once removed.
+    links: u32,
+    atime: TimeSpec,
+    mtime: TimeSpec,
+    ctime: TimeSpec,
+}
+
+impl Inode {
+    fn kind(&self) -> FileType {
+        match self.body {
+            Body::File(_) => FileType::Regular,
+            Body::Dir(_) => FileType::Directory,
+            Body::Symlink(_) => FileType::Symlink,
+        }
+    }
+    fn touch_mc(&mut self, now: TimeSpec) {
+        self.mtime = now;
+        self.ctime = now;
+    }
+}
+
+/// An open file description.
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct OpenFile {
+    ino: u64,
+    flags: OpenFlags,
+    pos: u64,
+}
+
+/// The complete state of the model: inodes, directory trees, open files and
+/// counters. Cloning is cheap (file pages are shared until written) and
+/// comparison is exact (inode numbers, cookies and descriptors included).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ModelState {
+    inodes: BTreeMap<u64, Inode>,
+    next_ino: u64,
+    fds: BTreeMap<u64, OpenFile>,
+    next_fd: u64,
+    total_pages: u64,
+    total_inodes: u64,
+}
+
+/// The last component of a path, as Linux classifies it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+enum Last {
+    /// The path is made of slashes only.
+    Root,
+    Dot,
+    DotDot,
+    Name(Vec<u8>),
+}
+
+/// The end of a resolution: whether the path (or the last symlink body
+/// followed) ended with a slash, and the inode it names if any.
+struct Final {
+    slash: bool,
+    ino: Option<u64>,
+}
+
+fn check_path(path: &[u8]) -> FsResult<()> {
+    if path.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    if path.len() >= PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.len() > NAME_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+fn bump(count: &mut usize) -> FsResult<()> {
+    *count += 1;
+    if *count > SYMLOOP_MAX {
+        return Err(Errno::ELOOP);
+    }
+    Ok(())
+}
+
+fn classify(c: &[u8]) -> Last {
+    match c {
+        b"." => Last::Dot,
+        b".." => Last::DotDot,
+        n => Last::Name(n.to_vec()),
+    }
+}
+
+fn valid_time(t: TimeSet) -> bool {
+    match t {
+        TimeSet::At(ts) => ts.nsec < 1_000_000_000,
+        _ => true,
+    }
+}
+
+impl ModelState {
+    /// An empty file system: the root directory (inode 1, 0755, owned by
+    /// 0:0, all times `now`).
+    pub fn new(now: TimeSpec, total_pages: u64, total_inodes: u64) -> ModelState {
+        let root = Inode {
+            body: Body::Dir(DirData {
+                entries: BTreeMap::new(),
+                next_seq: 1,
+                parent: ROOT,
+            }),
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+            links: 1,
+            atime: now,
+            mtime: now,
+            ctime: now,
+        };
+        ModelState {
+            inodes: BTreeMap::from([(ROOT, root)]),
+            next_ino: ROOT + 1,
+            fds: BTreeMap::new(),
+            next_fd: 3,
+            total_pages,
+            total_inodes,
+        }
+    }
+
+    /// The state a clean remount (or a crash) leaves: every descriptor
+    /// closed, so unlinked-but-open inodes are gone. Counters are kept.
+    pub fn without_open_files(&self) -> ModelState {
+        let mut s = self.clone();
+        let open: Vec<u64> = s.fds.keys().copied().collect();
+        for fd in open {
+            let _ = s.close(Fd(fd));
+        }
+        s
+    }
+
+    /// Descriptors currently open, in increasing order.
+    pub fn open_fds(&self) -> Vec<Fd> {
+        self.fds.keys().map(|&f| Fd(f)).collect()
+    }
+
+    /// Pages used: allocated pages of live regular files + 1 per symlink.
+    pub fn used_pages(&self) -> u64 {
+        self.inodes
+            .values()
+            .map(|i| match &i.body {
+                Body::File(f) => f.pages.len() as u64,
+                Body::Symlink(_) => 1,
+                Body::Dir(_) => 0,
+            })
+            .sum()
+    }
+
+    /// Live inodes (linked or open), the root included.
+    pub fn live_inodes(&self) -> u64 {
+        self.inodes.len() as u64
+    }
+
+    fn free_pages(&self) -> u64 {
+        self.total_pages.saturating_sub(self.used_pages())
+    }
+
+    fn free_inodes(&self) -> u64 {
+        self.total_inodes.saturating_sub(self.live_inodes())
+    }
+
+    // ----- inode helpers -------------------------------------------------
+
+    fn inode(&self, ino: u64) -> &Inode {
+        self.inodes
+            .get(&ino)
+            .expect("model: dangling inode reference")
+    }
+
+    fn inode_mut(&mut self, ino: u64) -> &mut Inode {
+        self.inodes
+            .get_mut(&ino)
+            .expect("model: dangling inode reference")
+    }
+
+    fn is_dir(&self, ino: u64) -> bool {
+        matches!(self.inode(ino).body, Body::Dir(_))
+    }
+
+    fn dir(&self, ino: u64) -> &DirData {
+        match &self.inode(ino).body {
+            Body::Dir(d) => d,
+            _ => panic!("model: inode {ino} is not a directory"),
+        }
+    }
+
+    fn dir_mut(&mut self, ino: u64) -> &mut DirData {
+        match &mut self.inode_mut(ino).body {
+            Body::Dir(d) => d,
+            _ => panic!("model: inode {ino} is not a directory"),
+        }
+    }
+
+    fn file_mut(&mut self, ino: u64) -> &mut FileData {
+        match &mut self.inode_mut(ino).body {
+            Body::File(f) => f,
+            _ => panic!("model: inode {ino} is not a regular file"),
+        }
+    }
+
+    fn lookup(&self, dir: u64, name: &[u8]) -> Option<u64> {
+        self.dir(dir).entries.get(name).map(|s| s.ino)
+    }
+
+    fn parent_of(&self, dir: u64) -> u64 {
+        self.dir(dir).parent
+    }
+
+    fn is_empty_dir(&self, ino: u64) -> bool {
+        self.dir(ino).entries.is_empty()
+    }
+
+    /// Is `anc` the directory `d` itself or one of its ancestors?
+    fn is_ancestor_or_self(&self, anc: u64, mut d: u64) -> bool {
+        loop {
+            if d == anc {
+                return true;
+            }
+            if d == ROOT {
+                return false;
+            }
+            d = self.parent_of(d);
+        }
+    }
+
+    fn nlink(&self, ino: u64) -> u32 {
+        let i = self.inode(ino);
+        match &i.body {
+            Body::Dir(d) if i.links > 0 => {
+                2 + d.entries.values().filter(|s| self.is_dir(s.ino)).count() as u32
+            }
+            _ => i.links,
+        }
+    }
+
+    pub(crate) fn stat_of(&self, ino: u64) -> Stat {
+        let i = self.inode(ino);
+        let (size, blocks) = match &i.body {
+            Body::File(f) => (f.size, 8 * f.pages.len() as u64),
+            Body::Dir(_) => (PAGE, 8),
+            Body::Symlink(t) => (t.len() as u64, 8),
+        };
+        Stat {
+            ino: InodeNo(ino),
+            kind: i.kind(),
+            perm: i.perm,
+            nlink: self.nlink(ino),
+            uid: i.uid,
+            gid: i.gid,
+            size,
+            blocks,
+            atime: i.atime,
+            mtime: i.mtime,
+            ctime: i.ctime,
+            blksize: PAGE as u32,
+        }
+    }
+
+    fn open_count(&self, ino: u64) -> usize {
+        self.fds.values().filter(|f| f.ino == ino).count()
+    }
+
+    /// Forget an inode that has neither a name nor an open descriptor.
+    fn maybe_drop(&mut self, ino: u64) {
+        if self.inode(ino).links == 0 && self.open_count(ino) == 0 {
+            self.inodes.remove(&ino);
+        }
+    }
+
+    fn new_inode(&mut self, body: Body, perm: u32, now: TimeSpec) -> u64 {
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        let inode = Inode {
+            body,
+            perm,
+            uid: 0,
+            gid: 0,
+            links: 1,
+            atime: now,
+            mtime: now,
+            ctime: now,
+        };
+        self.inodes.insert(ino, inode);
+        ino
+    }
+
+    /// Add a name to a directory with a fresh cookie.
+    fn insert_entry(&mut self, dir: u64, name: Vec<u8>, ino: u64) {
+        let d = self.dir_mut(dir);
+        let seq = d.next_seq;
+        d.next_seq += 1;
+        d.entries.insert(name, Slot { ino, seq });
+    }
+
+    fn remove_entry(&mut self, dir: u64, name: &[u8]) -> u64 {
+        self.dir_mut(dir)
+            .entries
+            .remove(name)
+            .expect("model: removing a missing entry")
+            .ino
+    }
+
+    /// Take one name away from an inode (unlink, rmdir, replaced by rename).
+    fn drop_link(&mut self, ino: u64, now: TimeSpec) {
+        let i = self.inode_mut(ino);
+        i.links -= 1;
+        i.ctime = now;
+        self.maybe_drop(ino);
+    }
+
+    // ----- path resolution -----------------------------------------------
+
+    /// Walk every component but the last, starting at `start` for a
+    /// relative path. Returns the directory holding the last component, the
+    /// component, and whether the path ends with a slash.
+    fn walk(&self, start: u64, path: &[u8], count: &mut usize) -> FsResult<(u64, Last, bool)> {
+        let abs = path.first() == Some(&b'/');
+        let comps: Vec<&[u8]> = path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .collect();
+        let mut dir = if abs { ROOT } else { start };
+        let Some((last, mids)) = comps.split_last() else {
+            return Ok((ROOT, Last::Root, false));
+        };
+        for c in mids {
+            dir = self.step(dir, c, count)?;
+        }
+        Ok((dir, classify(last), path.last() == Some(&b'/')))
+    }
+
+    /// Go from directory `dir` through the intermediate component `c`,
+    /// following a symlink; the result must be a directory.
+    fn step(&self, dir: u64, c: &[u8], count: &mut usize) -> FsResult<u64> {
+        match c {
+            b"." => Ok(dir),
+            b".." => Ok(self.parent_of(dir)),
+            name => {
+                check_name(name)?;
+                let mut ino = self.lookup(dir, name).ok_or(Errno::ENOENT)?;
+                if let Body::Symlink(target) = &self.inode(ino).body {
+                    bump(count)?;
+                    let (d, l, s) = self.walk(dir, target, count)?;
+                    ino = self
+                        .lookup_last(d, l, s, true, count)?
+                        .ino
+                        .ok_or(Errno::ENOENT)?;
+                }
+                if !self.is_dir(ino) {
+                    return Err(Errno::ENOTDIR);
+                }
+                Ok(ino)
+            }
+        }
+    }
+
+    /// Look the last component up, following symlinks when `follow` or when
+    /// a trailing slash asks for a directory.
+    fn lookup_last(
+        &self,
+        mut dir: u64,
+        mut last: Last,
+        mut slash: bool,
+        mut follow: bool,
+        count: &mut usize,
+    ) -> FsResult<Final> {
+        loop {
+            let ino = match &last {
+                Last::Root => Some(ROOT),
+                Last::Dot => Some(dir),
+                Last::DotDot => Some(self.parent_of(dir)),
+                Last::Name(n) => {
+                    check_name(n)?;
+                    self.lookup(dir, n)
+                }
+            };
+            if let Some(i) = ino {
+                if let Body::Symlink(target) = &self.inode(i).body {
+                    if follow || slash {
+                        bump(count)?;
+                        let (d, l, s) = self.walk(dir, target, count)?;
+                        (dir, last, slash, follow) = (d, l, slash || s, true);
+                        continue;
+                    }
+                }
+            }
+            return Ok(Final { slash, ino });
+        }
+    }
+
+    /// Resolve a whole path to an existing inode (stat, lstat, chmod, ...).
+    fn resolve(&self, path: &[u8], follow: bool) -> FsResult<u64> {
+        check_path(path)?;
+        let mut count = 0;
+        let (d, l, s) = self.walk(ROOT, path, &mut count)?;
+        let f = self.lookup_last(d, l, s, follow, &mut count)?;
+        let ino = f.ino.ok_or(Errno::ENOENT)?;
+        if f.slash && !self.is_dir(ino) {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(ino)
+    }
+
+    /// Resolve the parent of a path that names something to create (mkdir,
+    /// symlink, link): the name must be an ordinary one that does not exist.
+    /// A trailing slash on a missing name is ENOENT unless `dir_ok` (mkdir).
+    fn create_target(&self, path: &[u8], dir_ok: bool) -> FsResult<(u64, Vec<u8>)> {
+        check_path(path)?;
+        let (dir, last, slash) = self.walk(ROOT, path, &mut 0)?;
+        let Last::Name(name) = last else {
+            return Err(Errno::EEXIST);
+        };
+        check_name(&name)?;
+        if self.lookup(dir, &name).is_some() {
+            return Err(Errno::EEXIST);
+        }
+        if slash && !dir_ok {
+            return Err(Errno::ENOENT);
+        }
+        Ok((dir, name))
+    }
+
+    // ----- descriptors ---------------------------------------------------
+
+    fn file_of(&self, fd: Fd) -> FsResult<&OpenFile> {
+        self.fds.get(&fd.0).ok_or(Errno::EBADF)
+    }
+
+    pub(crate) fn open(
+        &mut self,
+        now: TimeSpec,
+        path: &[u8],
+        flags: OpenFlags,
+        perm: u32,
+    ) -> FsResult<Fd> {
+        check_path(path)?;
+        if flags.create && flags.directory {
+            // Linux >= 6.4 rejects O_CREAT | O_DIRECTORY.
+            return Err(Errno::EINVAL);
+        }
+        let mut count = 0;
+        let (mut dir, mut last, mut slash) = self.walk(ROOT, path, &mut count)?;
+        let mut created = false;
+        let ino = if flags.create {
+            loop {
+                let name = match &last {
+                    Last::Root => break ROOT,
+                    Last::Dot => break dir,
+                    Last::DotDot => break self.parent_of(dir),
+                    Last::Name(n) => n.clone(),
+                };
+                if slash {
+                    return Err(Errno::EISDIR);
+                }
+                check_name(&name)?;
+                match self.lookup(dir, &name) {
+                    None => {
+                        if self.free_inodes() == 0 {
+                            return Err(Errno::ENOSPC);
+                        }
+                        let ino =
+                            self.new_inode(Body::File(FileData::default()), perm & 0o7777, now);
+                        self.insert_entry(dir, name, ino);
+                        self.inode_mut(dir).touch_mc(now);
+                        created = true;
+                        break ino;
+                    }
+                    Some(i) => {
+                        if flags.excl {
+                            return Err(Errno::EEXIST);
+                        }
+                        match &self.inode(i).body {
+                            Body::Symlink(target) if !flags.nofollow => {
+                                bump(&mut count)?;
+                                let (d, l, s) = self.walk(dir, target, &mut count)?;
+                                (dir, last, slash) = (d, l, s);
+                            }
+                            _ => break i,
+                        }
+                    }
+                }
+            }
+        } else {
+            let f = self.lookup_last(dir, last, slash, !flags.nofollow, &mut count)?;
+            slash = f.slash;
+            f.ino.ok_or(Errno::ENOENT)?
+        };
+        let kind = self.inode(ino).kind();
+        if flags.create && !created {
+            if flags.excl {
+                return Err(Errno::EEXIST);
+            }
+            if kind == FileType::Directory {
+                return Err(Errno::EISDIR);
+            }
+        }
+        if (flags.directory || slash) && kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        if kind == FileType::Symlink {
+            return Err(Errno::ELOOP);
+        }
+        if kind == FileType::Directory && flags.write {
+            return Err(Errno::EISDIR);
+        }
+        if flags.trunc && flags.write && kind == FileType::Regular && !created {
+            self.file_mut(ino).truncate(0);
+            self.inode_mut(ino).touch_mc(now);
+        }
+        let fd = self.next_fd;
+        self.next_fd += 1;
+        self.fds.insert(fd, OpenFile { ino, flags, pos: 0 });
+        Ok(Fd(fd))
+    }
+
+    pub(crate) fn close(&mut self, fd: Fd) -> FsResult<()> {
+        let of = self.fds.remove(&fd.0).ok_or(Errno::EBADF)?;
+        self.maybe_drop(of.ino);
+        Ok(())
+    }
+
+    /// Checks shared by read and pread; returns the inode.
+    fn readable(&self, fd: Fd) -> FsResult<u64> {
+        let of = self.file_of(fd)?;
+        if !of.flags.read {
+            return Err(Errno::EBADF);
+        }
+        if self.is_dir(of.ino) {
+            return Err(Errno::EISDIR);
+        }
+        Ok(of.ino)
+    }
+
+    fn read_at(&self, ino: u64, buf: &mut [u8], offset: u64) -> usize {
+        match &self.inode(ino).body {
+            Body::File(f) => f.read(offset, buf),
+            _ => unreachable!("model: reading a non-file"),
+        }
+    }
+
+    pub(crate) fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize> {
+        let ino = self.readable(fd)?;
+        if offset > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        Ok(self.read_at(ino, buf, offset))
+    }
+
+    pub(crate) fn read(&mut self, fd: Fd, buf: &mut [u8]) -> FsResult<usize> {
+        let ino = self.readable(fd)?;
+        let pos = self.fds[&fd.0].pos;
+        let n = self.read_at(ino, buf, pos);
+        self.fds.get_mut(&fd.0).unwrap().pos = pos + n as u64;
+        Ok(n)
+    }
+
+    /// Write `data` at `offset` (or at the end with O_APPEND). Returns the
+    /// offset just past the data written.
+    fn write_common(
+        &mut self,
+        now: TimeSpec,
+        fd: Fd,
+        data: &[u8],
+        offset: Option<u64>,
+    ) -> FsResult<u64> {
+        let of = self.file_of(fd)?.clone();
+        if !of.flags.write {
+            return Err(Errno::EBADF);
+        }
+        if let Some(o) = offset {
+            if o > LOFF_MAX {
+                return Err(Errno::EINVAL);
+            }
+        }
+        if data.is_empty() {
+            return Ok(offset.unwrap_or(of.pos));
+        }
+        let ino = of.ino;
+        let Body::File(f) = &self.inode(ino).body else {
+            unreachable!("model: a writable descriptor on a non-file");
+        };
+        let off = if of.flags.append {
+            f.size
+        } else {
+            offset.unwrap_or(of.pos)
+        };
+        let len = data.len() as u64;
+        if off
+            .checked_add(len)
+            .filter(|&end| end <= FILE_SIZE_MAX)
+            .is_none()
+        {
+            return Err(Errno::EFBIG);
+        }
+        if f.missing_pages(off, len) > self.free_pages() {
+            return Err(Errno::ENOSPC);
+        }
+        self.file_mut(ino).write(off, data);
+        self.inode_mut(ino).touch_mc(now);
+        Ok(off + len)
+    }
+
+    pub(crate) fn pwrite(
+        &mut self,
+        now: TimeSpec,
+        fd: Fd,
+        data: &[u8],
+        offset: u64,
+    ) -> FsResult<usize> {
+        self.write_common(now, fd, data, Some(offset))?;
+        Ok(data.len())
+    }
+
+    pub(crate) fn write(&mut self, now: TimeSpec, fd: Fd, data: &[u8]) -> FsResult<usize> {
+        let end = self.write_common(now, fd, data, None)?;
+        if !data.is_empty() {
+            self.fds.get_mut(&fd.0).unwrap().pos = end;
+        }
+        Ok(data.len())
+    }
+
+    pub(crate) fn lseek(&mut self, fd: Fd, offset: i64, whence: Whence) -> FsResult<u64> {
+        let of = self.file_of(fd)?;
+        let ino = of.ino;
+        let pos = of.pos;
+        let new = match &self.inode(ino).body {
+            Body::File(f) => {
+                let target: i128 = match whence {
+                    Whence::Set => offset as i128,
+                    Whence::Cur => pos as i128 + offset as i128,
+                    Whence::End => f.size as i128 + offset as i128,
+                    Whence::Data | Whence::Hole => {
+                        if offset < 0 || offset as u64 >= f.size {
+                            return Err(Errno::ENXIO);
+                        }
+                        let off = offset as u64;
+                        let first = off / PAGE;
+                        if whence == Whence::Data {
+                            match f.pages.range(first..).next() {
+                                Some((&p, _)) if p == first => off as i128,
+                                Some((&p, _)) if p * PAGE < f.size => (p * PAGE) as i128,
+                                _ => return Err(Errno::ENXIO),
+                            }
+                        } else {
+                            let mut q = first;
+                            for (&p, _) in f.pages.range(first..) {
+                                if p != q {
+                                    break;
+                                }
+                                q += 1;
+                            }
+                            if q == first {
+                                off as i128
+                            } else {
+                                (q * PAGE).min(f.size) as i128
+                            }
+                        }
+                    }
+                };
+                if target < 0 || target > FILE_SIZE_MAX as i128 {
+                    return Err(Errno::EINVAL);
+                }
+                target as u64
+            }
+            Body::Dir(_) => {
+                let target: i128 = match whence {
+                    Whence::Set => offset as i128,
+                    Whence::Cur => pos as i128 + offset as i128,
+                    _ => return Err(Errno::EINVAL),
+                };
+                if target < 0 || target > i64::MAX as i128 {
+                    return Err(Errno::EINVAL);
+                }
+                target as u64
+            }
+            Body::Symlink(_) => unreachable!("model: a descriptor on a symlink"),
+        };
+        self.fds.get_mut(&fd.0).unwrap().pos = new;
+        Ok(new)
+    }
+
+    /// Truncate a regular file (size already validated).
+    fn set_size(&mut self, now: TimeSpec, ino: u64, size: u64) -> FsResult<()> {
+        if size > FILE_SIZE_MAX {
+            return Err(Errno::EFBIG);
+        }
+        self.file_mut(ino).truncate(size);
+        self.inode_mut(ino).touch_mc(now);
+        Ok(())
+    }
+
+    pub(crate) fn ftruncate(&mut self, now: TimeSpec, fd: Fd, size: u64) -> FsResult<()> {
+        if size > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let of = self.file_of(fd)?;
+        let ino = of.ino;
+        if !of.flags.write || self.inode(ino).kind() != FileType::Regular {
+            return Err(Errno::EINVAL);
+        }
+        self.set_size(now, ino, size)
+    }
+
+    pub(crate) fn fsync(&self, fd: Fd) -> FsResult<()> {
+        self.file_of(fd).map(|_| ())
+    }
+
+    pub(crate) fn fallocate(
+        &mut self,
+        now: TimeSpec,
+        fd: Fd,
+        mode: FallocateMode,
+        offset: u64,
+        len: u64,
+    ) -> FsResult<()> {
+        let of = self.file_of(fd)?.clone();
+        if len == 0 || offset > LOFF_MAX || len > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        if !of.flags.write {
+            return Err(Errno::EBADF);
+        }
+        let ino = of.ino;
+        let Body::File(f) = &self.inode(ino).body else {
+            return Err(Errno::EISDIR);
+        };
+        if offset
+            .checked_add(len)
+            .filter(|&end| end <= FILE_SIZE_MAX)
+            .is_none()
+        {
+            return Err(Errno::EFBIG);
+        }
+        if f.missing_pages(offset, len) > self.free_pages() {
+            return Err(Errno::ENOSPC);
+        }
+        let f = self.file_mut(ino);
+        f.allocate(offset, len);
+        if mode == FallocateMode::Default {
+            f.size = f.size.max(offset + len);
+        }
+        self.inode_mut(ino).touch_mc(now);
+        Ok(())
+    }
+
+    pub(crate) fn fstat(&self, fd: Fd) -> FsResult<Stat> {
+        Ok(self.stat_of(self.file_of(fd)?.ino))
+    }
+
+    pub(crate) fn stat(&self, path: &[u8]) -> FsResult<Stat> {
+        Ok(self.stat_of(self.resolve(path, true)?))
+    }
+
+    pub(crate) fn lstat(&self, path: &[u8]) -> FsResult<Stat> {
+        Ok(self.stat_of(self.resolve(path, false)?))
+    }
+
+    pub(crate) fn truncate(&mut self, now: TimeSpec, path: &[u8], size: u64) -> FsResult<()> {
+        if size > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let ino = self.resolve(path, true)?;
+        if self.is_dir(ino) {
+            return Err(Errno::EISDIR);
+        }
+        self.set_size(now, ino, size)
+    }
+
+    pub(crate) fn chmod(&mut self, now: TimeSpec, path: &[u8], perm: u32) -> FsResult<()> {
+        let ino = self.resolve(path, true)?;
+        let i = self.inode_mut(ino);
+        i.perm = perm & 0o7777;
+        i.ctime = now;
+        Ok(())
+    }
+
+    pub(crate) fn chown(
+        &mut self,
+        now: TimeSpec,
+        path: &[u8],
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> FsResult<()> {
+        let ino = self.resolve(path, true)?;
+        let i = self.inode_mut(ino);
+        if let Some(u) = uid {
+            i.uid = u;
+        }
+        if let Some(g) = gid {
+            i.gid = g;
+        }
+        i.ctime = now;
+        Ok(())
+    }
+
+    pub(crate) fn utimens(
+        &mut self,
+        now: TimeSpec,
+        path: &[u8],
+        atime: TimeSet,
+        mtime: TimeSet,
+    ) -> FsResult<()> {
+        if atime == TimeSet::Omit && mtime == TimeSet::Omit {
+            // Linux utimensat: "nothing to do, we must not even check the path".
+            return Ok(());
+        }
+        let ino = self.resolve(path, true)?;
+        if !valid_time(atime) || !valid_time(mtime) {
+            return Err(Errno::EINVAL);
+        }
+        let pick = |t: TimeSet, old: TimeSpec| match t {
+            TimeSet::Omit => old,
+            TimeSet::Now => now,
+            TimeSet::At(ts) => ts,
+        };
+        let i = self.inode_mut(ino);
+        i.atime = pick(atime, i.atime);
+        i.mtime = pick(mtime, i.mtime);
+        i.ctime = now;
+        Ok(())
+    }
+
+    pub(crate) fn mkdir(&mut self, now: TimeSpec, path: &[u8], perm: u32) -> FsResult<()> {
+        let (dir, name) = self.create_target(path, true)?;
+        if self.free_inodes() == 0 {
+            return Err(Errno::ENOSPC);
+        }
+        let body = Body::Dir(DirData {
+            entries: BTreeMap::new(),
+            next_seq: 1,
+            parent: dir,
+        });
+        // vfs_mkdir keeps only the permission and sticky bits.
+        let ino = self.new_inode(body, perm & 0o1777, now);
+        self.insert_entry(dir, name, ino);
+        self.inode_mut(dir).touch_mc(now);
+        Ok(())
+    }
+
+    pub(crate) fn rmdir(&mut self, now: TimeSpec, path: &[u8]) -> FsResult<()> {
+        check_path(path)?;
+        let (dir, last, _slash) = self.walk(ROOT, path, &mut 0)?;
+        let name = match last {
+            Last::DotDot => return Err(Errno::ENOTEMPTY),
+            Last::Dot => return Err(Errno::EINVAL),
+            Last::Root => return Err(Errno::EBUSY),
+            Last::Name(n) => n,
+        };
+        check_name(&name)?;
+        let ino = self.lookup(dir, &name).ok_or(Errno::ENOENT)?;
+        if !self.is_dir(ino) {
+            return Err(Errno::ENOTDIR);
+        }
+        if !self.is_empty_dir(ino) {
+            return Err(Errno::ENOTEMPTY);
+        }
+        self.remove_entry(dir, &name);
+        self.inode_mut(dir).touch_mc(now);
+        self.drop_link(ino, now);
+        Ok(())
+    }
+
+    pub(crate) fn unlink(&mut self, now: TimeSpec, path: &[u8]) -> FsResult<()> {
+        check_path(path)?;
+        let (dir, last, slash) = self.walk(ROOT, path, &mut 0)?;
+        let Last::Name(name) = last else {
+            return Err(Errno::EISDIR);
+        };
+        check_name(&name)?;
+        let ino = self.lookup(dir, &name).ok_or(Errno::ENOENT)?;
+        if self.is_dir(ino) {
+            return Err(Errno::EISDIR);
+        }
+        if slash {
+            return Err(Errno::ENOTDIR);
+        }
+        self.remove_entry(dir, &name);
+        self.inode_mut(dir).touch_mc(now);
+        self.drop_link(ino, now);
+        Ok(())
+    }
+
+    pub(crate) fn rename(
+        &mut self,
+        now: TimeSpec,
+        from: &[u8],
+        to: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
+        check_path(from)?;
+        check_path(to)?;
+        let (odir, olast, oslash) = self.walk(ROOT, from, &mut 0)?;
+        let (ndir, nlast, nslash) = self.walk(ROOT, to, &mut 0)?;
+        // The source must exist (checked before the "." / ".." / root rule).
+        if let Last::Name(n) = &olast {
+            check_name(n)?;
+            self.lookup(odir, n).ok_or(Errno::ENOENT)?;
+        }
+        let (Last::Name(oname), Last::Name(nname)) = (olast, nlast) else {
+            return Err(Errno::EBUSY);
+        };
+        let src = self.lookup(odir, &oname).expect("checked above");
+        check_name(&nname)?;
+        let tgt = self.lookup(ndir, &nname);
+        let exchange = flags == RenameFlags::Exchange;
+        if flags == RenameFlags::NoReplace && tgt.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        if exchange {
+            let Some(t) = tgt else {
+                return Err(Errno::ENOENT);
+            };
+            if !self.is_dir(t) && nslash {
+                return Err(Errno::ENOTDIR);
+            }
+        }
+        let src_dir = self.is_dir(src);
+        if !src_dir && (oslash || (!exchange && nslash)) {
+            return Err(Errno::ENOTDIR);
+        }
+        // The source may not be an ancestor of the target...
+        if src_dir && self.is_ancestor_or_self(src, ndir) {
+            return Err(Errno::EINVAL);
+        }
+        // ... nor the target an ancestor of the source.
+        if let Some(t) = tgt {
+            if self.is_dir(t) && self.is_ancestor_or_self(t, odir) {
+                return Err(if exchange {
+                    Errno::EINVAL
+                } else {
+                    Errno::ENOTEMPTY
+                });
+            }
+        }
+        if tgt == Some(src) {
+            return Ok(());
+        }
+        if exchange {
+            let t = tgt.expect("checked above");
+            self.dir_mut(odir).entries.get_mut(&oname).unwrap().ino = t;
+            self.dir_mut(ndir).entries.get_mut(&nname).unwrap().ino = src;
+            if src_dir {
+                self.dir_mut(src).parent = ndir;
+            }
+            if self.is_dir(t) {
+                self.dir_mut(t).parent = odir;
+            }
+            self.inode_mut(src).ctime = now;
+            self.inode_mut(t).ctime = now;
+        } else {
+            if let Some(t) = tgt {
+                let tgt_dir = self.is_dir(t);
+                if src_dir && !tgt_dir {
+                    return Err(Errno::ENOTDIR);
+                }
+                if !src_dir && tgt_dir {
+                    return Err(Errno::EISDIR);
+                }
+                if tgt_dir && !self.is_empty_dir(t) {
+                    return Err(Errno::ENOTEMPTY);
+                }
+                self.remove_entry(ndir, &nname);
+                self.drop_link(t, now);
+            }
+            self.remove_entry(odir, &oname);
+            self.insert_entry(ndir, nname, src);
+            if src_dir {
+                self.dir_mut(src).parent = ndir;
+            }
+            self.inode_mut(src).ctime = now;
+        }
+        self.inode_mut(odir).touch_mc(now);
+        self.inode_mut(ndir).touch_mc(now);
+        Ok(())
+    }
+
+    pub(crate) fn link(&mut self, now: TimeSpec, existing: &[u8], new: &[u8]) -> FsResult<()> {
+        check_path(existing)?;
+        check_path(new)?;
+        let ino = self.resolve(existing, false)?;
+        let (dir, name) = self.create_target(new, false)?;
+        if self.is_dir(ino) {
+            return Err(Errno::EPERM);
+        }
+        if self.inode(ino).links >= LINK_MAX {
+            return Err(Errno::EMLINK);
+        }
+        self.insert_entry(dir, name, ino);
+        self.inode_mut(dir).touch_mc(now);
+        let i = self.inode_mut(ino);
+        i.links += 1;
+        i.ctime = now;
+        Ok(())
+    }
+
+    pub(crate) fn symlink(
+        &mut self,
+        now: TimeSpec,
+        target: &[u8],
+        linkpath: &[u8],
+    ) -> FsResult<()> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let (dir, name) = self.create_target(linkpath, false)?;
+        if self.free_inodes() == 0 || self.free_pages() == 0 {
+            return Err(Errno::ENOSPC);
+        }
+        let ino = self.new_inode(Body::Symlink(target.to_vec()), 0o777, now);
+        self.insert_entry(dir, name, ino);
+        self.inode_mut(dir).touch_mc(now);
+        Ok(())
+    }
+
+    pub(crate) fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {
+        let ino = self.resolve(path, false)?;
+        match &self.inode(ino).body {
+            Body::Symlink(t) => Ok(t.clone()),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    pub(crate) fn readdir(&self, fd: Fd, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+        let ino = self.file_of(fd)?.ino;
+        let Body::Dir(d) = &self.inode(ino).body else {
+            return Err(Errno::ENOTDIR);
+        };
+        let mut slots: Vec<(&Vec<u8>, &Slot)> =
+            d.entries.iter().filter(|(_, s)| s.seq > cookie).collect();
+        slots.sort_by_key(|(_, s)| s.seq);
+        Ok(slots
+            .into_iter()
+            .take(max)
+            .map(|(name, s)| DirEntry {
+                name: name.clone(),
+                ino: InodeNo(s.ino),
+                kind: self.inode(s.ino).kind(),
+                next_cookie: s.seq,
+            })
+            .collect())
+    }
+
+    pub(crate) fn statfs(&self) -> StatFs {
+        StatFs {
+            block_size: PAGE as u32,
+            blocks: self.total_pages,
+            blocks_free: self.free_pages(),
+            files: self.total_inodes,
+            files_free: self.free_inodes(),
+            name_max: NAME_MAX as u32,
+        }
+    }
+
+    // ----- whole-tree view -----------------------------------------------
+
+    /// Every path reachable from the root with its inode, in path order.
+    pub(crate) fn paths(&self) -> Vec<(Vec<u8>, u64)> {
+        let mut out = Vec::new();
+        let mut stack = vec![(b"/".to_vec(), ROOT)];
+        while let Some((path, ino)) = stack.pop() {
+            if let Body::Dir(d) = &self.inode(ino).body {
+                for (name, slot) in &d.entries {
+                    let mut p = path.clone();
+                    if p != b"/" {
+                        p.push(b'/');
+                    }
+                    p.extend_from_slice(name);
+                    stack.push((p, slot.ino));
+                }
+            }
+            out.push((path, ino));
+        }
+        out.sort();
+        out
+    }
+
+    /// File content (regular files) or target (symlinks) of an inode.
+    pub(crate) fn data_of(&self, ino: u64) -> (Vec<u8>, Vec<u8>) {
+        match &self.inode(ino).body {
+            Body::File(f) => (f.content(), Vec::new()),
+            Body::Symlink(t) => (Vec::new(), t.clone()),
+            Body::Dir(_) => (Vec::new(), Vec::new()),
+        }
+    }
+}

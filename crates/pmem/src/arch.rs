@@ -1,0 +1,385 @@
+//! CPU-specific primitives: cache-line write-back, store fence, and
+//! non-temporal (streaming) copies, plus the one-time choice of which
+//! instruction to use.
+//!
+//! This module and `mapping` are the only places with `unsafe`. Everything
+//! here works on raw pointers that `mapping::Region` has already checked
+//! against the bounds of the pool, so the functions taking pointers are
+//! `unsafe fn` with their contract written down, and the safe wrappers live
+//! in `Region`.
+
+use crate::{FlushKind, NtKind};
+use std::sync::OnceLock;
+
+/// The instruction choice for this process: detected from cpuid once, then
+/// narrowed by the `FERRITE_FLUSH` / `FERRITE_NT` environment overrides.
+#[derive(Clone, Copy, Debug)]
+struct Choice {
+    flush: FlushKind,
+    nt: NtKind,
+}
+
+static CHOICE: OnceLock<Choice> = OnceLock::new();
+
+fn choice() -> Choice {
+    *CHOICE.get_or_init(|| {
+        let flush = pick_flush(std::env::var("FERRITE_FLUSH").ok().as_deref());
+        let nt = pick_nt(std::env::var("FERRITE_NT").ok().as_deref());
+        Choice { flush, nt }
+    })
+}
+
+/// The flush instruction every new pool uses (cpuid, then `FERRITE_FLUSH`).
+pub fn detected_flush_kind() -> FlushKind {
+    choice().flush
+}
+
+/// The non-temporal copy routine every new pool uses (cpuid, then `FERRITE_NT`).
+pub fn detected_nt_kind() -> NtKind {
+    choice().nt
+}
+
+/// Applies an override to the detected flush kind. An override naming an
+/// instruction this CPU lacks is refused with a warning, because executing
+/// it would kill the process with SIGILL at the first flush.
+fn pick_flush(env: Option<&str>) -> FlushKind {
+    let best = best_flush_kind();
+    let Some(name) = env else { return best };
+    let wanted = match name.trim().to_ascii_lowercase().as_str() {
+        "clwb" => FlushKind::Clwb,
+        "clflushopt" => FlushKind::ClflushOpt,
+        "clflush" => FlushKind::Clflush,
+        "none" | "noflush" => FlushKind::NoFlush,
+        "" => return best,
+        other => {
+            eprintln!(
+                "ferrite-pmem: ignoring FERRITE_FLUSH={other:?} (expected clwb, clflushopt, clflush or none); using {best:?}"
+            );
+            return best;
+        }
+    };
+    if wanted.is_supported() {
+        wanted
+    } else {
+        eprintln!(
+            "ferrite-pmem: ignoring FERRITE_FLUSH={name:?}: this CPU does not support it; using {best:?}"
+        );
+        best
+    }
+}
+
+/// Applies an override to the detected non-temporal copy routine, refusing
+/// (with a warning) one the CPU cannot run, for the same reason as above.
+fn pick_nt(env: Option<&str>) -> NtKind {
+    let best = best_nt_kind();
+    let Some(name) = env else { return best };
+    let wanted = match name.trim().to_ascii_lowercase().as_str() {
+        "avx2" => NtKind::Avx2,
+        "sse2" => NtKind::Sse2,
+        "" => return best,
+        other => {
+            eprintln!(
+                "ferrite-pmem: ignoring FERRITE_NT={other:?} (expected avx2 or sse2); using {best:?}"
+            );
+            return best;
+        }
+    };
+    if wanted.is_supported() {
+        wanted
+    } else {
+        eprintln!(
+            "ferrite-pmem: ignoring FERRITE_NT={name:?}: this CPU does not support it; using {best:?}"
+        );
+        best
+    }
+}
+
+/// The cheapest write-back this CPU offers: clwb may leave the line cached
+/// (some CPUs, this project's Zen 4 among them, evict it anyway), clflushopt
+/// always evicts but is weakly ordered, and clflush is the serialising
+/// fallback that every x86_64 CPU has.
+fn best_flush_kind() -> FlushKind {
+    [FlushKind::Clwb, FlushKind::ClflushOpt, FlushKind::Clflush]
+        .into_iter()
+        .find(|k| k.is_supported())
+        .unwrap_or(FlushKind::NoFlush)
+}
+
+fn best_nt_kind() -> NtKind {
+    if NtKind::Avx2.is_supported() {
+        NtKind::Avx2
+    } else {
+        NtKind::Sse2
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod imp {
+    use crate::{FlushKind, NtKind};
+    use std::arch::asm;
+    use std::arch::x86_64::{
+        __cpuid, __cpuid_count, __m128i, __m256i, _mm256_loadu_si256, _mm256_set1_epi8,
+        _mm256_stream_si256, _mm_clflush, _mm_loadu_si128, _mm_set1_epi8, _mm_sfence,
+        _mm_stream_si128,
+    };
+
+    /// cpuid leaf 7 subleaf 0, EBX bit 24.
+    const CPUID7_EBX_CLWB: u32 = 1 << 24;
+    /// cpuid leaf 7 subleaf 0, EBX bit 23.
+    const CPUID7_EBX_CLFLUSHOPT: u32 = 1 << 23;
+    /// cpuid leaf 1, EDX bit 19.
+    const CPUID1_EDX_CLFLUSH: u32 = 1 << 19;
+
+    #[allow(unused_unsafe)] // `__cpuid*` became safe in recent Rust; older ones need the block.
+    pub fn flush_supported(kind: FlushKind) -> bool {
+        // SAFETY: cpuid exists on every x86_64 CPU; leaf 0 gives the highest
+        // basic leaf, and we only ask for leaves up to it.
+        let max_leaf = unsafe { __cpuid(0) }.eax;
+        match kind {
+            FlushKind::NoFlush => true,
+            FlushKind::Clflush => {
+                // SAFETY: leaf 1 exists on every x86_64 CPU.
+                let edx = unsafe { __cpuid(1) }.edx;
+                edx & CPUID1_EDX_CLFLUSH != 0
+            }
+            FlushKind::Clwb | FlushKind::ClflushOpt => {
+                if max_leaf < 7 {
+                    return false;
+                }
+                // SAFETY: leaf 7 is within the supported range checked above.
+                let ebx = unsafe { __cpuid_count(7, 0) }.ebx;
+                let bit = if kind == FlushKind::Clwb {
+                    CPUID7_EBX_CLWB
+                } else {
+                    CPUID7_EBX_CLFLUSHOPT
+                };
+                ebx & bit != 0
+            }
+        }
+    }
+
+    pub fn nt_supported(kind: NtKind) -> bool {
+        match kind {
+            NtKind::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            NtKind::Sse2 => std::arch::is_x86_feature_detected!("sse2"),
+        }
+    }
+
+    /// Writes back the cache line holding `p`.
+    ///
+    /// # Safety
+    /// `p` must point into memory mapped in this process (a flush of an
+    /// unmapped address faults), and `kind` must be supported by this CPU
+    /// (checked when the pool chose it).
+    #[inline(always)]
+    pub unsafe fn flush_line(kind: FlushKind, p: *const u8) {
+        match kind {
+            // SAFETY: the caller guarantees `p` is mapped and that the CPU
+            // has clwb; clwb only writes back a line, it changes no memory
+            // contents and no flags.
+            FlushKind::Clwb => unsafe {
+                asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags));
+            },
+            // SAFETY: as for clwb, with clflushopt support guaranteed by the
+            // caller.
+            FlushKind::ClflushOpt => unsafe {
+                asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags));
+            },
+            // SAFETY: clflush is baseline on x86_64 (SSE2); `p` is mapped.
+            FlushKind::Clflush => unsafe { _mm_clflush(p) },
+            FlushKind::NoFlush => {}
+        }
+    }
+
+    /// sfence: orders and completes earlier clwb/clflushopt and streaming
+    /// stores.
+    #[inline(always)]
+    #[allow(unused_unsafe)] // `_mm_sfence` is safe in newer Rust (SSE is baseline).
+    pub fn sfence() {
+        // SAFETY: SSE is part of the x86_64 baseline, so sfence always exists.
+        unsafe { _mm_sfence() }
+    }
+
+    /// Streams `len` bytes from `src` to `dst` with non-temporal stores.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes and 64-byte aligned,
+    /// `src` valid for reads of `len` bytes (any alignment), the ranges must
+    /// not overlap, `len` must be a multiple of 64, and `kind` supported.
+    #[inline]
+    pub unsafe fn nt_copy(kind: NtKind, dst: *mut u8, src: *const u8, len: usize) {
+        match kind {
+            // SAFETY: the caller's contract is exactly this function's, and
+            // avx2 support was checked when the pool chose `kind`.
+            NtKind::Avx2 => unsafe { nt_copy_avx2(dst, src, len) },
+            // SAFETY: as above; SSE2 is baseline on x86_64.
+            NtKind::Sse2 => unsafe { nt_copy_sse2(dst, src, len) },
+        }
+    }
+
+    /// Streams `len` copies of `byte` to `dst` with non-temporal stores.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes and 64-byte aligned,
+    /// `len` a multiple of 64, and `kind` supported.
+    #[inline]
+    pub unsafe fn nt_fill(kind: NtKind, dst: *mut u8, byte: u8, len: usize) {
+        match kind {
+            // SAFETY: the caller's contract is this function's; avx2 checked.
+            NtKind::Avx2 => unsafe { nt_fill_avx2(dst, byte, len) },
+            // SAFETY: as above; SSE2 is baseline.
+            NtKind::Sse2 => unsafe { nt_fill_sse2(dst, byte, len) },
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn nt_copy_avx2(dst: *mut u8, src: *const u8, len: usize) {
+        let mut i = 0;
+        while i < len {
+            // SAFETY: `i + 64 <= len` because len is a multiple of 64, so both
+            // 32-byte halves are inside the caller's ranges; loads are
+            // unaligned (loadu) and stores aligned because `dst` is 64-aligned.
+            unsafe {
+                let a = _mm256_loadu_si256(src.add(i).cast::<__m256i>());
+                let b = _mm256_loadu_si256(src.add(i + 32).cast::<__m256i>());
+                _mm256_stream_si256(dst.add(i).cast::<__m256i>(), a);
+                _mm256_stream_si256(dst.add(i + 32).cast::<__m256i>(), b);
+            }
+            i += 64;
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn nt_fill_avx2(dst: *mut u8, byte: u8, len: usize) {
+        let v = _mm256_set1_epi8(byte as i8);
+        let mut i = 0;
+        while i < len {
+            // SAFETY: as in `nt_copy_avx2`: in bounds and 32-aligned.
+            unsafe {
+                _mm256_stream_si256(dst.add(i).cast::<__m256i>(), v);
+                _mm256_stream_si256(dst.add(i + 32).cast::<__m256i>(), v);
+            }
+            i += 64;
+        }
+    }
+
+    #[target_feature(enable = "sse2")]
+    unsafe fn nt_copy_sse2(dst: *mut u8, src: *const u8, len: usize) {
+        let mut i = 0;
+        while i < len {
+            // SAFETY: `i + 64 <= len`, so the four 16-byte pieces are inside
+            // the caller's ranges; loads unaligned, stores 16-aligned.
+            unsafe {
+                let a = _mm_loadu_si128(src.add(i).cast::<__m128i>());
+                let b = _mm_loadu_si128(src.add(i + 16).cast::<__m128i>());
+                let c = _mm_loadu_si128(src.add(i + 32).cast::<__m128i>());
+                let d = _mm_loadu_si128(src.add(i + 48).cast::<__m128i>());
+                _mm_stream_si128(dst.add(i).cast::<__m128i>(), a);
+                _mm_stream_si128(dst.add(i + 16).cast::<__m128i>(), b);
+                _mm_stream_si128(dst.add(i + 32).cast::<__m128i>(), c);
+                _mm_stream_si128(dst.add(i + 48).cast::<__m128i>(), d);
+            }
+            i += 64;
+        }
+    }
+
+    #[target_feature(enable = "sse2")]
+    unsafe fn nt_fill_sse2(dst: *mut u8, byte: u8, len: usize) {
+        let v = _mm_set1_epi8(byte as i8);
+        let mut i = 0;
+        while i < len {
+            // SAFETY: as in `nt_copy_sse2`.
+            unsafe {
+                _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
+                _mm_stream_si128(dst.add(i + 16).cast::<__m128i>(), v);
+                _mm_stream_si128(dst.add(i + 32).cast::<__m128i>(), v);
+                _mm_stream_si128(dst.add(i + 48).cast::<__m128i>(), v);
+            }
+            i += 64;
+        }
+    }
+}
+
+/// Portable fallback for other architectures: no flush instruction is
+/// emitted (the pool reports `FlushKind::NoFlush`), a sequentially consistent
+/// fence stands in for sfence, and the "non-temporal" copy is a plain copy.
+/// This keeps the crate building and testable everywhere; real persistent
+/// memory on such machines would need its own flush instruction here.
+#[cfg(not(target_arch = "x86_64"))]
+mod imp {
+    use crate::{FlushKind, NtKind};
+
+    pub fn flush_supported(kind: FlushKind) -> bool {
+        kind == FlushKind::NoFlush
+    }
+
+    pub fn nt_supported(_kind: NtKind) -> bool {
+        // Both routines fall back to the same plain copy, so either name runs.
+        true
+    }
+
+    /// # Safety
+    /// Nothing is dereferenced; the contract matches the x86_64 version.
+    #[inline(always)]
+    pub unsafe fn flush_line(_kind: FlushKind, _p: *const u8) {}
+
+    #[inline(always)]
+    pub fn sfence() {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// # Safety
+    /// `dst` valid for `len` writes, `src` for `len` reads, no overlap.
+    #[inline]
+    pub unsafe fn nt_copy(_kind: NtKind, dst: *mut u8, src: *const u8, len: usize) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
+    }
+
+    /// # Safety
+    /// `dst` valid for `len` writes.
+    #[inline]
+    pub unsafe fn nt_fill(_kind: NtKind, dst: *mut u8, byte: u8, len: usize) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { std::ptr::write_bytes(dst, byte, len) }
+    }
+}
+
+pub(crate) use imp::{flush_line, nt_copy, nt_fill, sfence};
+
+impl FlushKind {
+    /// Whether this CPU can execute the instruction (`NoFlush` always can).
+    pub fn is_supported(self) -> bool {
+        imp::flush_supported(self)
+    }
+}
+
+impl NtKind {
+    /// Whether this CPU can run the copy routine.
+    pub fn is_supported(self) -> bool {
+        imp::nt_supported(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Proves the environment overrides are parsed, and that an override
+    // naming something unknown falls back to the detected choice.
+    use super::*;
+
+    #[test]
+    fn overrides_parse_and_unknown_falls_back() {
+        assert_eq!(pick_flush(Some("none")), FlushKind::NoFlush);
+        assert_eq!(pick_flush(Some("NONE")), FlushKind::NoFlush);
+        assert_eq!(pick_flush(Some("bogus")), best_flush_kind());
+        assert_eq!(pick_flush(None), best_flush_kind());
+        assert_eq!(pick_nt(Some("bogus")), best_nt_kind());
+        assert_eq!(pick_nt(None), best_nt_kind());
+        if FlushKind::Clflush.is_supported() {
+            assert_eq!(pick_flush(Some("clflush")), FlushKind::Clflush);
+        }
+        if NtKind::Sse2.is_supported() {
+            assert_eq!(pick_nt(Some("sse2")), NtKind::Sse2);
+        }
+    }
+}

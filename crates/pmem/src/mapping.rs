@@ -1,0 +1,519 @@
+//! The pool's memory: a heap allocation or a shared mapping of a pool file,
+//! and the raw loads, stores, flushes and streaming copies on it.
+//!
+//! Together with `arch` this is the only module with `unsafe`. Every method
+//! of [`Region`] checks its range against the region's length before it
+//! touches memory, so the rest of the crate (and every caller) stays safe
+//! even if a check higher up were forgotten.
+
+use crate::arch;
+use crate::{FlushKind, NtKind, PersistenceDomain, PmemError, CACHE_LINE};
+use std::alloc::Layout;
+#[cfg(unix)]
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The page size pool lengths are multiples of.
+pub(crate) const PAGE: u64 = 4096;
+
+const LINE: usize = CACHE_LINE as usize;
+
+/// What owns the memory, and so what `Drop` must release.
+enum Backing {
+    /// `std::alloc` memory allocated with this layout.
+    Heap { layout: Layout },
+    /// A `MAP_SHARED` mapping of `file`, which also holds the advisory lock.
+    #[cfg(unix)]
+    File { file: File },
+}
+
+/// A contiguous range of pool memory.
+pub(crate) struct Region {
+    base: NonNull<u8>,
+    len: usize,
+    backing: Backing,
+}
+
+// SAFETY: `Region` owns its memory (a private heap allocation or a mapping
+// that lives until `Drop`), so moving it to another thread is sound. Sharing
+// it between threads is sound for what this crate itself does: every access
+// goes through a raw pointer (no references into the pool are ever handed
+// out), and 8-byte commit words are accessed atomically. Plain copies to the
+// same bytes from two threads at once would race; the file-system engine
+// prevents that with its own locks, as documented on `Pmem`, exactly as a
+// kernel file system coordinates access to its persistent memory.
+unsafe impl Send for Region {}
+// SAFETY: see the `Send` impl above.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// A zeroed heap region of `len` bytes, 4096-aligned. The allocation is
+    /// rounded up to whole pages so that flushing the line holding the last
+    /// byte never touches memory outside it.
+    pub(crate) fn heap(len: usize) -> Region {
+        let alloc_len = len
+            .max(1)
+            .checked_next_multiple_of(PAGE as usize)
+            .expect("ferrite-pmem: heap pool length overflows usize");
+        let layout = Layout::from_size_align(alloc_len, PAGE as usize)
+            .expect("ferrite-pmem: heap pool length too large for an allocation");
+        // SAFETY: `layout` has a non-zero size (at least one page).
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(base) = NonNull::new(raw) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        Region {
+            base,
+            len,
+            backing: Backing::Heap { layout },
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Returns the address of `off` after checking that `[off, off + len)` is
+    /// inside the region. This check is what makes every method sound.
+    #[inline]
+    fn at(&self, off: usize, len: usize) -> *mut u8 {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => {}
+            _ => panic!(
+                "ferrite-pmem: access of {len} bytes at offset {off} is outside the pool of {} bytes",
+                self.len
+            ),
+        }
+        // SAFETY: `off <= self.len`, and the allocation or mapping is at
+        // least `self.len` bytes long, so the result stays inside it (or one
+        // past its end when `len` is 0).
+        unsafe { self.base.as_ptr().add(off) }
+    }
+
+    /// Copies `buf.len()` bytes at `off` out of the pool.
+    #[inline]
+    pub(crate) fn copy_out(&self, off: usize, buf: &mut [u8]) {
+        let src = self.at(off, buf.len());
+        // SAFETY: `src` is valid for `buf.len()` bytes (checked by `at`);
+        // `buf` is a Rust slice and cannot overlap the pool, because this
+        // crate never hands out references into pool memory.
+        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) }
+    }
+
+    /// Copies `data` into the pool at `off` with ordinary (cached) stores.
+    #[inline]
+    pub(crate) fn copy_in(&self, off: usize, data: &[u8]) {
+        let dst = self.at(off, data.len());
+        // SAFETY: `dst` is valid for `data.len()` bytes (checked by `at`);
+        // `data` cannot overlap the pool (see `copy_out`).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
+    }
+
+    /// Sets `len` bytes at `off` to `byte` with ordinary stores.
+    #[inline]
+    pub(crate) fn fill(&self, off: usize, len: usize, byte: u8) {
+        let dst = self.at(off, len);
+        // SAFETY: `dst` is valid for `len` bytes (checked by `at`).
+        unsafe { std::ptr::write_bytes(dst, byte, len) }
+    }
+
+    /// The 8-byte word at `off` as an atomic. `off` must be 8-aligned.
+    #[inline]
+    fn word(&self, off: usize) -> &AtomicU64 {
+        assert!(
+            off % 8 == 0,
+            "ferrite-pmem: 8-byte atomic access at offset {off} is not 8-aligned"
+        );
+        let p = self.at(off, 8);
+        // SAFETY: `p` is in bounds for 8 bytes and 8-aligned (the base is
+        // page-aligned and `off` is a multiple of 8); pool memory is only
+        // ever accessed through raw pointers and atomics, so no `&mut`
+        // aliases it; the reference lives no longer than `&self`, during
+        // which the memory stays allocated or mapped.
+        unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }
+    }
+
+    #[inline]
+    pub(crate) fn load_u64(&self, off: usize) -> u64 {
+        self.word(off).load(Ordering::Acquire)
+    }
+
+    #[inline]
+    pub(crate) fn store_u64(&self, off: usize, value: u64) {
+        self.word(off).store(value, Ordering::Release)
+    }
+
+    /// Writes back every cache line that overlaps `[off, off + len)` with
+    /// `kind`, and returns how many lines were written back (0 for
+    /// `NoFlush` or an empty range).
+    #[inline]
+    pub(crate) fn flush(&self, kind: FlushKind, off: usize, len: usize) -> u64 {
+        // Checking the range first also proves every line start below is
+        // inside the region: it lies in [off rounded down, off + len).
+        self.at(off, len);
+        if len == 0 || kind == FlushKind::NoFlush {
+            return 0;
+        }
+        let first = off & !(LINE - 1);
+        let end = off + len;
+        let mut line = first;
+        let mut n = 0;
+        while line < end {
+            // SAFETY: `line < end <= self.len`, so the address is inside the
+            // region's memory, which is mapped; `kind` was checked to be
+            // supported when the pool chose it.
+            unsafe { arch::flush_line(kind, self.base.as_ptr().add(line)) };
+            line += LINE;
+            n += 1;
+        }
+        n
+    }
+
+    /// Streams `src` into whole cache lines starting at `off` with
+    /// non-temporal stores. `off` and `src.len()` must be multiples of 64.
+    #[inline]
+    pub(crate) fn nt_copy(&self, kind: NtKind, off: usize, src: &[u8]) {
+        assert!(
+            off % LINE == 0 && src.len() % LINE == 0,
+            "ferrite-pmem: non-temporal copy of {} bytes at {off} is not whole cache lines",
+            src.len()
+        );
+        let dst = self.at(off, src.len());
+        // SAFETY: `dst` is valid for `src.len()` bytes and 64-aligned (the
+        // base is page-aligned, `off` a multiple of 64); `src` is a slice that
+        // cannot overlap the pool; the length is whole lines; `kind` was
+        // checked to be supported when the pool chose it.
+        unsafe { arch::nt_copy(kind, dst, src.as_ptr(), src.len()) }
+    }
+
+    /// Streams `len` copies of `byte` into whole cache lines at `off`.
+    #[inline]
+    pub(crate) fn nt_fill(&self, kind: NtKind, off: usize, len: usize, byte: u8) {
+        assert!(
+            off % LINE == 0 && len % LINE == 0,
+            "ferrite-pmem: non-temporal fill of {len} bytes at {off} is not whole cache lines"
+        );
+        let dst = self.at(off, len);
+        // SAFETY: as in `nt_copy`, without a source.
+        unsafe { arch::nt_fill(kind, dst, byte, len) }
+    }
+
+    /// A copy of the whole region.
+    pub(crate) fn snapshot(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len];
+        self.copy_out(0, &mut v);
+        v
+    }
+
+    /// msync of a file mapping (MS_SYNC); nothing for heap memory.
+    pub(crate) fn msync(&self) -> io::Result<()> {
+        match &self.backing {
+            Backing::Heap { .. } => Ok(()),
+            #[cfg(unix)]
+            Backing::File { .. } => {
+                if self.len == 0 {
+                    return Ok(());
+                }
+                // SAFETY: `base`/`len` describe exactly the mapping this
+                // region owns; msync does not change memory contents.
+                let rc = unsafe { libc::msync(self.base.as_ptr().cast(), self.len, libc::MS_SYNC) };
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    let e = io::Error::last_os_error();
+                    Err(io::Error::new(e.kind(), format!("msync of the pool: {e}")))
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        match &self.backing {
+            Backing::Heap { layout } => {
+                // SAFETY: `base` was returned by `alloc_zeroed(*layout)` and is
+                // freed only here, once.
+                unsafe { std::alloc::dealloc(self.base.as_ptr(), *layout) }
+            }
+            #[cfg(unix)]
+            Backing::File { file } => {
+                use std::os::fd::AsRawFd;
+                // Unmap first, then unlock; the file (and so the descriptor)
+                // is closed when the field is dropped right after this.
+                // SAFETY: `base`/`len` describe exactly the mapping this region
+                // created; no reference into it can outlive `self`.
+                unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+                // SAFETY: flock on a descriptor we own; unlocking cannot fail
+                // in a way that matters (close would release the lock anyway).
+                unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+            }
+        }
+    }
+}
+
+/// A mapped pool file and what is known about its durability.
+pub(crate) struct FileMapping {
+    pub(crate) region: Region,
+    pub(crate) map_sync: bool,
+    pub(crate) domain: PersistenceDomain,
+}
+
+/// Wraps an I/O error with what was being done and to which file, keeping its
+/// kind so callers can still match on it.
+fn ctx(e: io::Error, what: &str, path: &Path) -> PmemError {
+    PmemError::Io(io::Error::new(
+        e.kind(),
+        format!("{what} {}: {e}", path.display()),
+    ))
+}
+
+/// Checks a pool length. `bad_kind` is the error kind for a length that is
+/// not whole pages: `InvalidInput` when the caller asked for it,
+/// `InvalidData` when it was found on an existing file.
+fn check_len(len: u64, min_len: u64, bad_kind: io::ErrorKind) -> Result<(), PmemError> {
+    if len == 0 || len < min_len {
+        return Err(PmemError::TooSmall {
+            len,
+            min: min_len.max(PAGE),
+        });
+    }
+    if len % PAGE != 0 {
+        return Err(PmemError::Io(io::Error::new(
+            bad_kind,
+            format!("pool length {len} is not a multiple of {PAGE}"),
+        )));
+    }
+    if usize::try_from(len).is_err() || isize::try_from(len).is_err() {
+        return Err(PmemError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("pool length {len} does not fit in this machine's address space"),
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+mod file_impl {
+    use super::*;
+    use std::fs::OpenOptions;
+    use std::os::fd::AsRawFd;
+
+    /// `MAP_SYNC` from the Linux UAPI headers (not exported by libc on every
+    /// architecture).
+    #[cfg(target_os = "linux")]
+    const MAP_SYNC: libc::c_int = 0x80000;
+    #[cfg(target_os = "linux")]
+    const MAP_SHARED_VALIDATE: libc::c_int = 0x03;
+    #[cfg(target_os = "linux")]
+    const TMPFS_MAGIC: u32 = 0x0102_1994;
+    #[cfg(target_os = "linux")]
+    const RAMFS_MAGIC: u32 = 0x8584_58f6;
+
+    /// Takes the exclusive advisory lock without waiting. flock locks belong
+    /// to the open file description, so a second open of the same file, even
+    /// in this process, conflicts: that is what stops two mounts of a pool.
+    fn lock(file: &File, path: &Path) -> Result<(), PmemError> {
+        loop {
+            // SAFETY: flock on a descriptor we own; no memory is involved.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(code) if code == libc::EWOULDBLOCK || code == libc::EAGAIN => {
+                    return Err(PmemError::AlreadyOpen)
+                }
+                _ => return Err(ctx(e, "lock pool file", path)),
+            }
+        }
+    }
+
+    fn mmap(file: &File, len: usize, flags: libc::c_int) -> io::Result<NonNull<u8>> {
+        // SAFETY: a fresh mapping chosen by the kernel (null hint) of a file
+        // we hold open; it overlaps no Rust object.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))
+    }
+
+    /// Maps the file, MAP_SYNC first where the kernel knows it, and says
+    /// which one worked.
+    fn map(file: &File, len: usize, path: &Path) -> Result<(NonNull<u8>, bool), PmemError> {
+        #[cfg(target_os = "linux")]
+        {
+            match mmap(file, len, MAP_SHARED_VALIDATE | MAP_SYNC) {
+                Ok(p) => return Ok((p, true)),
+                // EOPNOTSUPP: the file system is not DAX. EINVAL: a kernel too
+                // old for MAP_SHARED_VALIDATE. Either way, plain MAP_SHARED.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+                    ) => {}
+                Err(e) => return Err(ctx(e, "map pool file (MAP_SYNC)", path)),
+            }
+        }
+        mmap(file, len, libc::MAP_SHARED)
+            .map(|p| (p, false))
+            .map_err(|e| ctx(e, "map pool file", path))
+    }
+
+    fn domain(file: &File, map_sync: bool) -> PersistenceDomain {
+        if map_sync {
+            return PersistenceDomain::DaxMapSync;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: `statfs` is plain old data, so all-zero is a valid value
+            // for fstatfs to overwrite.
+            let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+            // SAFETY: fstatfs writes only into `st`, which we own.
+            if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } == 0 {
+                // Magic numbers are 32-bit; f_type's width varies by target.
+                let t = st.f_type as u32;
+                if t == TMPFS_MAGIC || t == RAMFS_MAGIC {
+                    return PersistenceDomain::SharedMemory;
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = file;
+        PersistenceDomain::PageCache
+    }
+
+    fn finish(file: File, len: u64, path: &Path) -> Result<FileMapping, PmemError> {
+        // check_len guaranteed that len fits in usize.
+        let len = len as usize;
+        let (base, map_sync) = map(&file, len, path)?;
+        let domain = domain(&file, map_sync);
+        Ok(FileMapping {
+            region: Region {
+                base,
+                len,
+                backing: Backing::File { file },
+            },
+            map_sync,
+            domain,
+        })
+    }
+
+    /// Reserves the file's blocks so that a store into the mapping cannot
+    /// fail later with SIGBUS for lack of space (tmpfs, DAX). File systems
+    /// without fallocate just skip this.
+    fn reserve(file: &File, len: u64, path: &Path) -> Result<(), PmemError> {
+        #[cfg(target_os = "linux")]
+        {
+            let Ok(l) = libc::off_t::try_from(len) else {
+                return Ok(());
+            };
+            // SAFETY: fallocate on a descriptor we own; no memory is involved.
+            let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, l) };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL) => {}
+                    _ => return Err(ctx(e, "reserve space for pool file", path)),
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (file, len, path);
+        Ok(())
+    }
+
+    pub(crate) fn create_file(
+        path: &Path,
+        len: u64,
+        min_len: u64,
+    ) -> Result<FileMapping, PmemError> {
+        check_len(len, min_len, io::ErrorKind::InvalidInput)?;
+        // No O_TRUNC: the file must not change until we hold the lock.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| ctx(e, "create pool file", path))?;
+        lock(&file, path)?;
+        // Truncating to zero first discards any old contents, so a new pool
+        // always starts all zero.
+        file.set_len(0)
+            .and_then(|()| file.set_len(len))
+            .map_err(|e| ctx(e, "set length of pool file", path))?;
+        reserve(&file, len, path)?;
+        // Make the file's existence and size durable; on tmpfs this is free.
+        file.sync_all()
+            .map_err(|e| ctx(e, "sync pool file", path))?;
+        if let Some(dir) = path.parent() {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            // Best effort: some file systems refuse fsync on a directory, and
+            // the pool is usable either way.
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        finish(file, len, path)
+    }
+
+    pub(crate) fn open_file(path: &Path, min_len: u64) -> Result<FileMapping, PmemError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| ctx(e, "open pool file", path))?;
+        lock(&file, path)?;
+        let len = file
+            .metadata()
+            .map_err(|e| ctx(e, "stat pool file", path))?
+            .len();
+        check_len(len, min_len, io::ErrorKind::InvalidData).map_err(|e| match e {
+            PmemError::Io(e) => ctx(e, "check pool file", path),
+            other => other,
+        })?;
+        finish(file, len, path)
+    }
+}
+
+#[cfg(unix)]
+pub(crate) use file_impl::{create_file, open_file};
+
+#[cfg(not(unix))]
+pub(crate) fn create_file(path: &Path, len: u64, min_len: u64) -> Result<FileMapping, PmemError> {
+    check_len(len, min_len, io::ErrorKind::InvalidInput)?;
+    Err(ctx(
+        io::Error::from(io::ErrorKind::Unsupported),
+        "file pools need a Unix system; cannot create",
+        path,
+    ))
+}
+
+#[cfg(not(unix))]
+pub(crate) fn open_file(path: &Path, _min_len: u64) -> Result<FileMapping, PmemError> {
+    Err(ctx(
+        io::Error::from(io::ErrorKind::Unsupported),
+        "file pools need a Unix system; cannot open",
+        path,
+    ))
+}
