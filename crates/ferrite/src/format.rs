@@ -72,9 +72,6 @@ pub fn crc(bytes: &[u8]) -> u32 {
 // Little-endian field access on byte buffers. Callers pass buffers of the
 // structure's fixed size, so the slices below are always in range.
 
-pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
 pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
@@ -83,9 +80,6 @@ pub(crate) fn get_u64(b: &[u8], at: usize) -> u64 {
 }
 pub(crate) fn get_i64(b: &[u8], at: usize) -> i64 {
     get_u64(b, at) as i64
-}
-pub(crate) fn put_u16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
 pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());

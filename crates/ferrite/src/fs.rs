@@ -335,13 +335,6 @@ impl Ferrite {
         self.shard(ino).lock().remove(&ino);
     }
 
-    pub(crate) fn cached_inodes(&self) -> Vec<Arc<Inode>> {
-        self.inodes
-            .iter()
-            .flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>())
-            .collect()
-    }
-
     /// The inode, rebuilt from its log at the first access (lazy rebuild).
     pub(crate) fn inode(&self, ino: InodeNo) -> FsResult<Arc<Inode>> {
         let mut shard = self.shard(ino).lock();

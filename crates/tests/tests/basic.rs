@@ -20,12 +20,16 @@ fn remount_clean(fs: Ferrite) -> Ferrite {
     let pmem = fs.pmem().clone();
     fs.unmount().unwrap();
     let image = pmem.image();
+    let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
+    assert!(report.is_clean(), "{report}");
     Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap()
 }
 
 fn remount_crash(fs: Ferrite) -> Ferrite {
     let image = fs.pmem().image();
     drop(fs);
+    let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
+    assert!(report.is_clean(), "{report}");
     Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap()
 }
 
