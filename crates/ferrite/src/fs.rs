@@ -393,6 +393,50 @@ impl Ferrite {
             let n = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino));
             self.gc_pages.fetch_add(n as u64, Ordering::Relaxed);
         }
+        if extended && d.compaction_due() {
+            self.compact_log(inode, d);
+        }
+    }
+
+    /// Thorough GC: rewrite the log with only the entries that must
+    /// survive, switch head and tail together in one journal transaction,
+    /// free the old pages and rebuild the DRAM state from the new log. Skipped
+    /// (harmlessly) when there is no space for the new copy.
+    fn compact_log(&self, inode: &Inode, d: &mut InodeData) {
+        let Ok(staged) = d.stage_compaction(&self.media, &self.pages, inode.ino, inode.generation)
+        else {
+            return;
+        };
+        let slot = self.media.slot_offset(inode.ino);
+        let head = staged.new_pages[0].offset();
+        let mut tx = Transaction::default();
+        tx.set(slot + format::INODE_HEAD_OFFSET, head);
+        tx.set(slot + INODE_TAIL_OFFSET, staged.new_tail);
+        self.journals.run(&self.media, &tx);
+        let old_pages = d.log.pages.len() as u64;
+        for &p in &d.log.pages {
+            self.pages.free(p, 1);
+        }
+        let mut fresh = InodeData::load(
+            &self.media,
+            inode.ino,
+            inode.kind,
+            inode.generation,
+            head,
+            staged.new_tail,
+        )
+        .unwrap_or_else(|c| {
+            panic!(
+                "compacted log of inode {} does not replay: {}",
+                inode.ino.0, c.0
+            )
+        });
+        fresh.open_count = d.open_count;
+        *d = fresh;
+        self.gc_pages.fetch_add(
+            old_pages.saturating_sub(d.log.pages.len() as u64),
+            Ordering::Relaxed,
+        );
     }
 
     /// Free the pages an aborted stage allocated.

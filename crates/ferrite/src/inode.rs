@@ -459,11 +459,8 @@ impl InodeData {
         };
         let mut data = InodeData::new_empty(kind, attrs);
         let head_page = media.check_log_pointer(head, "log head")?;
-        if tail <= head_page.offset() || tail - 1 < LOG_PAGE_HEADER_SIZE {
-            return Err(corrupt!(
-                "inode {}: log tail {tail:#x} before its head",
-                ino.0
-            ));
+        if tail < LOG_PAGE_HEADER_SIZE + LOG_UNIT {
+            return Err(corrupt!("inode {}: log tail {tail:#x} invalid", ino.0));
         }
         let tail_page = PageNo((tail - 1) >> PAGE_SHIFT);
         media.check_data_page(tail_page, "log tail")?;
@@ -541,73 +538,155 @@ impl InodeData {
         generation: u32,
         entries: Vec<Entry>,
     ) -> FsResult<Staged> {
-        let mut pos = self.log.tail;
-        let mut new_pages = Vec::new();
-        let mut locs = Vec::with_capacity(entries.len());
-        let mut seq = self.log.next_seq;
-        let mut buf = Vec::with_capacity(LOG_UNIT as usize);
-        // Plan first so that allocation failure changes nothing: which
-        // entries open a fresh page.
-        let mut plan = Vec::with_capacity(entries.len());
-        let mut need_pages = 0u64;
-        let mut room = if pos == 0 {
-            0
-        } else {
-            (((pos - 1) | (PAGE_SIZE - 1)) + 1) - pos
-        };
-        for e in &entries {
-            let len = e.size_bytes() as u64;
-            let fresh = len > room;
-            if fresh {
-                need_pages += 1;
-                room = PAGE_SIZE - LOG_PAGE_HEADER_SIZE;
-            }
-            plan.push(fresh);
-            room -= len;
-        }
-        let runs = if need_pages > 0 {
-            alloc.alloc(need_pages)?
-        } else {
-            Vec::new()
-        };
-        let mut fresh = runs
-            .iter()
-            .flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i)));
-        let mut prev_page = if pos == 0 {
-            None
-        } else {
-            Some(PageNo((pos - 1) >> PAGE_SHIFT))
-        };
-        for (e, &needs_new) in entries.iter().zip(&plan) {
-            let len = e.size_bytes() as u64;
-            if needs_new {
-                let page = fresh.next().expect("planned page count");
-                let mut init = vec![0u8; PAGE_SIZE as usize];
-                init[..64].copy_from_slice(&format::encode_log_page_header(owner, generation));
-                media.write_nt(page.offset(), &init);
-                if let Some(prev) = prev_page {
-                    media.store_u64(prev.offset() + LOG_NEXT_OFFSET, page.offset());
-                    media.flush(prev.offset() + LOG_NEXT_OFFSET, 8);
-                }
-                new_pages.push(page);
-                prev_page = Some(page);
-                pos = page.offset() + LOG_PAGE_HEADER_SIZE;
-            }
-            e.encode(seq, &mut buf);
-            media.write(pos, &buf);
-            media.flush(pos, len);
-            locs.push((pos, seq));
-            seq += 1;
-            pos += len;
-        }
-        Ok(Staged {
-            new_tail: pos,
-            new_pages,
-            locs,
+        let seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
+        write_log_entries(
+            media,
+            alloc,
+            owner,
+            generation,
+            self.log.tail,
             entries,
-        })
+            seqs,
+        )
     }
 
+    /// Is the log worth compacting (thorough GC)? Its live entries would
+    /// fill at most half of its pages even if each were of the largest size.
+    pub fn compaction_due(&self) -> bool {
+        let pages = self.log.pages.len() as u64;
+        let live = self.log.live.live_entries() as u64;
+        pages >= 4
+            && (live + 1) * format::ENTRY_UNITS_MAX as u64 * 2
+                <= (pages - 1) * format::LOG_UNITS_PER_PAGE
+    }
+
+    /// Thorough GC, first half: copy the entries that must survive into a
+    /// fresh chain of pages, followed by an Attr snapshot of the current
+    /// attributes (it carries the newest times, so the old newest entry need
+    /// not be copied). Every old page is dropped at once, so every pin is
+    /// released: an entry only pinned, or only the newest, is not copied.
+    /// Returns the new chain; the caller commits head and tail together
+    /// through the journal, frees the old pages and reloads the inode.
+    pub fn stage_compaction(
+        &self,
+        media: &Media,
+        alloc: &PageAllocator,
+        owner: InodeNo,
+        generation: u32,
+    ) -> FsResult<Staged> {
+        let live = &self.log.live;
+        let mut pinned: HashMap<u64, u32> = HashMap::new();
+        for locs in live.pins.values() {
+            for &l in locs {
+                *pinned.entry(l).or_insert(0) += 1;
+            }
+        }
+        let mut keep: Vec<(u64, Entry)> = Vec::new();
+        let mut buf = [0u8; format::ENTRY_UNITS_MAX as usize * LOG_UNIT as usize];
+        for (&loc, &refs) in &live.refs {
+            let mut r = refs - pinned.get(&loc).copied().unwrap_or(0);
+            if live.last_entry == Some(loc) {
+                r -= 1;
+            }
+            if live.last_attr == Some(loc) {
+                continue; // replaced by the fresh snapshot
+            }
+            if r == 0 {
+                continue;
+            }
+            let room = (PAGE_SIZE - (loc % PAGE_SIZE)) as usize;
+            let n = room.min(buf.len());
+            let b = &mut buf[..n];
+            media.read(loc, b);
+            let (e, seq, _) = Entry::decode(b).map_err(|_| crate::types::Errno::ECORRUPT)?;
+            keep.push((seq, e));
+        }
+        keep.sort_by_key(|k| k.0);
+        let (mut seqs, mut entries): (Vec<u64>, Vec<Entry>) = keep.into_iter().unzip();
+        seqs.push(self.log.next_seq);
+        entries.push(Entry::Attr(self.attrs.to_entry()));
+        write_log_entries(media, alloc, owner, generation, 0, entries, seqs)
+    }
+}
+
+/// Write `entries` (with their sequence numbers) after position `pos` (0:
+/// start a new chain), extending with fresh log pages as needed, and flush
+/// them. Nothing is committed. On ENOSPC nothing has changed.
+fn write_log_entries(
+    media: &Media,
+    alloc: &PageAllocator,
+    owner: InodeNo,
+    generation: u32,
+    pos: u64,
+    entries: Vec<Entry>,
+    seqs: Vec<u64>,
+) -> FsResult<Staged> {
+    let mut pos = pos;
+    let mut new_pages = Vec::new();
+    let mut locs = Vec::with_capacity(entries.len());
+    let mut buf = Vec::with_capacity(LOG_UNIT as usize);
+    // Plan first so that allocation failure changes nothing: which
+    // entries open a fresh page.
+    let mut plan = Vec::with_capacity(entries.len());
+    let mut need_pages = 0u64;
+    let mut room = if pos == 0 {
+        0
+    } else {
+        (((pos - 1) | (PAGE_SIZE - 1)) + 1) - pos
+    };
+    for e in &entries {
+        let len = e.size_bytes() as u64;
+        let fresh = len > room;
+        if fresh {
+            need_pages += 1;
+            room = PAGE_SIZE - LOG_PAGE_HEADER_SIZE;
+        }
+        plan.push(fresh);
+        room -= len;
+    }
+    let runs = if need_pages > 0 {
+        alloc.alloc(need_pages)?
+    } else {
+        Vec::new()
+    };
+    let mut fresh = runs
+        .iter()
+        .flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i)));
+    let mut prev_page = if pos == 0 {
+        None
+    } else {
+        Some(PageNo((pos - 1) >> PAGE_SHIFT))
+    };
+    for ((e, &needs_new), &seq) in entries.iter().zip(&plan).zip(&seqs) {
+        let len = e.size_bytes() as u64;
+        if needs_new {
+            let page = fresh.next().expect("planned page count");
+            let mut init = vec![0u8; PAGE_SIZE as usize];
+            init[..64].copy_from_slice(&format::encode_log_page_header(owner, generation));
+            media.write_nt(page.offset(), &init);
+            if let Some(prev) = prev_page {
+                media.store_u64(prev.offset() + LOG_NEXT_OFFSET, page.offset());
+                media.flush(prev.offset() + LOG_NEXT_OFFSET, 8);
+            }
+            new_pages.push(page);
+            prev_page = Some(page);
+            pos = page.offset() + LOG_PAGE_HEADER_SIZE;
+        }
+        e.encode(seq, &mut buf);
+        media.write(pos, &buf);
+        media.flush(pos, len);
+        locs.push((pos, seq));
+        pos += len;
+    }
+    Ok(Staged {
+        new_tail: pos,
+        new_pages,
+        locs,
+        entries,
+    })
+}
+
+impl InodeData {
     /// Bring the DRAM state forward after `staged` committed. Returns the
     /// data pages no longer referenced (to free once the caller is done).
     pub fn commit_staged(&mut self, kind: FileType, staged: Staged, freed: &mut Vec<PageNo>) {

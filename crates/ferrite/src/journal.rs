@@ -2,7 +2,8 @@
 //! (NOVA section 3): an undo log of 8-byte words, one journal page per lane.
 //!
 //! A transaction changes only 8-byte words: log tails of the inodes whose
-//! logs received entries, and inode state words (allocate or free a slot).
+//! logs received entries, inode state words (allocate or free a slot), and
+//! log heads (a compacted log replaces head and tail together).
 //! Its protocol, three fences in all:
 //! 1. the new log entries are already written and flushed (`InodeData::stage`);
 //!    write the journal records (offset, old value) and header with its
@@ -77,7 +78,7 @@ impl Journals {
 }
 
 /// A journal record may only name a word the engine journals: an inode
-/// state word or log tail inside the inode table.
+/// state word, log head or log tail inside the inode table.
 fn check_record(media: &Media, r: &JournalRecord) -> Result<(), Corrupt> {
     let l = &media.layout;
     let start = l.inode_table_start.offset();
@@ -85,7 +86,9 @@ fn check_record(media: &Media, r: &JournalRecord) -> Result<(), Corrupt> {
     let within = r.offset.wrapping_sub(start) % format::INODE_SLOT_SIZE;
     if r.offset < start + format::INODE_SLOT_SIZE
         || r.offset >= end
-        || !(within == format::INODE_STATE_OFFSET || within == format::INODE_TAIL_OFFSET)
+        || !(within == format::INODE_STATE_OFFSET
+            || within == format::INODE_HEAD_OFFSET
+            || within == format::INODE_TAIL_OFFSET)
     {
         return Err(corrupt!(
             "journal record names offset {:#x}, not an inode word",
