@@ -415,6 +415,22 @@ impl Ferrite {
         if is_dot(sname) || is_dot(dname) {
             return Err(Errno::EBUSY);
         }
+        self.rename_checked(sp, sname, false, dp, dname, false, flags)
+    }
+
+    /// rename with the checks in Linux's order; `sslash`/`dslash` say the
+    /// path named that side with a trailing slash.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rename_checked(
+        &self,
+        sp: InodeNo,
+        sname: &[u8],
+        sslash: bool,
+        dp: InodeNo,
+        dname: &[u8],
+        dslash: bool,
+        flags: RenameFlags,
+    ) -> FsResult<()> {
         let sdir = self.dir_inode(sp)?;
         let ddir = self.dir_inode(dp)?;
         let _cross = if sp != dp {
@@ -425,44 +441,43 @@ impl Ferrite {
         loop {
             let src = self.lookup_dentry(&sdir, sname)?.ok_or(Errno::ENOENT)?;
             let dst = self.lookup_dentry(&ddir, dname)?;
-            match (flags, &dst) {
-                (RenameFlags::Exchange, None) => return Err(Errno::ENOENT),
-                (RenameFlags::NoReplace, Some(_)) => return Err(Errno::EEXIST),
-                _ => {}
+            let exchange = flags == RenameFlags::Exchange;
+            if flags == RenameFlags::NoReplace && dst.is_some() {
+                return Err(Errno::EEXIST);
             }
+            if exchange {
+                let t = dst.as_ref().ok_or(Errno::ENOENT)?;
+                if t.kind != FileType::Directory && dslash {
+                    return Err(Errno::ENOTDIR);
+                }
+            }
+            let src_dir = src.kind == FileType::Directory;
+            if !src_dir && (sslash || (!exchange && dslash)) {
+                return Err(Errno::ENOTDIR);
+            }
+            // The source may not be the target's directory or above it ...
+            if src_dir && self.is_ancestor(src.ino, dp)? {
+                return Err(Errno::EINVAL);
+            }
+            // ... nor the target the source's directory or above it.
             if let Some(t) = &dst {
-                if t.ino == src.ino {
-                    return Ok(());
-                }
-                if flags == RenameFlags::Replace {
-                    match (
-                        src.kind == FileType::Directory,
-                        t.kind == FileType::Directory,
-                    ) {
-                        (true, false) => return Err(Errno::ENOTDIR),
-                        (false, true) => return Err(Errno::EISDIR),
-                        _ => {}
-                    }
-                }
-                // The target is the source's own directory: replacing it
-                // would need it empty (it holds the source), and exchanging
-                // would move it under itself.
-                if t.ino == sp {
-                    return Err(if flags == RenameFlags::Exchange {
+                if t.kind == FileType::Directory && self.is_ancestor(t.ino, sp)? {
+                    return Err(if exchange {
                         Errno::EINVAL
                     } else {
                         Errno::ENOTEMPTY
                     });
                 }
             }
-            if sp != dp {
-                if src.kind == FileType::Directory && self.is_ancestor(src.ino, dp)? {
-                    return Err(Errno::EINVAL);
+            if let Some(t) = &dst {
+                if t.ino == src.ino {
+                    return Ok(());
                 }
-                if flags == RenameFlags::Exchange {
-                    let t = dst.as_ref().expect("exchange target");
-                    if t.kind == FileType::Directory && self.is_ancestor(t.ino, sp)? {
-                        return Err(Errno::EINVAL);
+                if !exchange {
+                    match (src_dir, t.kind == FileType::Directory) {
+                        (true, false) => return Err(Errno::ENOTDIR),
+                        (false, true) => return Err(Errno::EISDIR),
+                        _ => {}
                     }
                 }
             }
@@ -694,17 +709,24 @@ impl Ferrite {
     /// Entries after `cookie` (0 = from the start), at most `max`.
     pub fn readdir_ino(&self, ino: InodeNo, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
         let dir = self.dir_inode(ino)?;
-        Ok(self.readdir_inode(&dir, cookie, max))
+        self.readdir_inode(&dir, cookie, max)
     }
 
     /// Readdir on an inode already held (an open directory, even removed).
-    pub(crate) fn readdir_inode(&self, dir: &Inode, cookie: u64, max: usize) -> Vec<DirEntry> {
+    pub(crate) fn readdir_inode(
+        &self,
+        dir: &Inode,
+        cookie: u64,
+        max: usize,
+    ) -> FsResult<Vec<DirEntry>> {
         let d = dir.data.read();
-        if !d.alive {
-            return Vec::new();
+        // A removed directory lists nothing: ENOENT, as Linux's IS_DEADDIR.
+        if !d.alive || d.attrs.nlink == 0 {
+            return Err(Errno::ENOENT);
         }
         let idx = d.dir();
-        idx.by_seq
+        Ok(idx
+            .by_seq
             .range(cookie.saturating_add(1)..)
             .take(max)
             .map(|(&seq, name)| {
@@ -716,7 +738,7 @@ impl Ferrite {
                     next_cookie: seq,
                 }
             })
-            .collect()
+            .collect())
     }
 
     pub fn read_ino(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> FsResult<usize> {

@@ -77,6 +77,17 @@ impl FdTable {
     }
 }
 
+/// The checks of a whole path that come before any lookup.
+fn check_path(path: &[u8]) -> FsResult<()> {
+    if path.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    if path.len() >= limits::PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
 /// What a path names.
 #[derive(Debug)]
 pub(crate) struct Resolved {
@@ -88,6 +99,11 @@ pub(crate) struct Resolved {
     pub last_dot: Option<&'static [u8]>,
     /// The inode named, if it exists.
     pub target: Option<(InodeNo, FileType)>,
+    /// The last component is longer than NAME_MAX (only from
+    /// `resolve_lenient`: the error belongs to the moment it is looked up).
+    pub too_long: bool,
+    /// The path (or the last symlink body followed) ended with a slash.
+    pub slash: bool,
 }
 
 impl Ferrite {
@@ -98,16 +114,20 @@ impl Ferrite {
     }
 
     /// Resolve a path. Symlinks are followed in every component but the
-    /// last, and in the last when `follow_last` (or when a trailing slash
-    /// asks for a directory).
+    /// last, and in the last when `follow_last`.
     pub(crate) fn resolve(&self, path: &[u8], follow_last: bool) -> FsResult<Resolved> {
-        if path.is_empty() {
-            return Err(Errno::ENOENT);
-        }
-        if path.len() >= limits::PATH_MAX {
+        let r = self.resolve_lenient(path, follow_last)?;
+        if r.too_long {
             return Err(Errno::ENAMETOOLONG);
         }
-        let trailing = path.ends_with(b"/");
+        Ok(r)
+    }
+
+    /// Like `resolve`, but a last component longer than NAME_MAX is
+    /// reported in `too_long` rather than as an error.
+    pub(crate) fn resolve_lenient(&self, path: &[u8], follow_last: bool) -> FsResult<Resolved> {
+        check_path(path)?;
+        let mut trailing = path.ends_with(b"/");
         let mut comps: VecDeque<Vec<u8>> = path
             .split(|&b| b == b'/')
             .filter(|c| !c.is_empty())
@@ -120,6 +140,8 @@ impl Ferrite {
             name: None,
             last_dot: None,
             target: Some((InodeNo::ROOT, FileType::Directory)),
+            too_long: false,
+            slash: trailing,
         };
         if comps.is_empty() {
             return Ok(root);
@@ -127,6 +149,16 @@ impl Ferrite {
         while let Some(c) = comps.pop_front() {
             let last = comps.is_empty();
             if c.len() > limits::NAME_MAX {
+                if last {
+                    return Ok(Resolved {
+                        parent: cur,
+                        name: Some(c),
+                        last_dot: None,
+                        target: None,
+                        too_long: true,
+                        slash: trailing,
+                    });
+                }
                 return Err(Errno::ENAMETOOLONG);
             }
             if c == b"." || c == b".." {
@@ -142,6 +174,8 @@ impl Ferrite {
                         name: None,
                         last_dot: Some(dot),
                         target: Some((next, FileType::Directory)),
+                        too_long: false,
+                        slash: trailing,
                     });
                 }
                 cur = next;
@@ -160,12 +194,14 @@ impl Ferrite {
                             name: Some(c),
                             last_dot: None,
                             target: None,
+                            too_long: false,
+                            slash: trailing,
                         });
                     }
                     return Err(Errno::ENOENT);
                 }
                 Some(de) => {
-                    if de.kind == FileType::Symlink && (!last || follow_last || trailing) {
+                    if de.kind == FileType::Symlink && (!last || follow_last) {
                         links += 1;
                         if links > limits::SYMLOOP_MAX {
                             return Err(Errno::ELOOP);
@@ -173,6 +209,10 @@ impl Ferrite {
                         let target = self.readlink_ino(de.ino)?;
                         if target.first() == Some(&b'/') {
                             cur = InodeNo::ROOT;
+                        }
+                        if last {
+                            // The body's own trailing slash now ends the path.
+                            trailing = trailing || target.ends_with(b"/");
                         }
                         for t in target.split(|&b| b == b'/').filter(|t| !t.is_empty()).rev() {
                             comps.push_front(t.to_vec());
@@ -184,19 +224,20 @@ impl Ferrite {
                                 name: None,
                                 last_dot: None,
                                 target: Some((cur, FileType::Directory)),
+                                too_long: false,
+                                slash: trailing,
                             });
                         }
                         continue;
                     }
                     if last {
-                        if trailing && de.kind != FileType::Directory {
-                            return Err(Errno::ENOTDIR);
-                        }
                         return Ok(Resolved {
                             parent: cur,
                             name: Some(c),
                             last_dot: None,
                             target: Some((de.ino, de.kind)),
+                            too_long: false,
+                            slash: trailing,
                         });
                     }
                     if de.kind != FileType::Directory {
@@ -209,9 +250,16 @@ impl Ferrite {
         unreachable!("the loop returns at the last component")
     }
 
+    /// Lookup-type resolution: the path must name something, and a
+    /// trailing slash requires a directory.
     fn existing(&self, path: &[u8], follow: bool) -> FsResult<InodeNo> {
-        let r = self.resolve(path, follow)?;
-        r.target.map(|t| t.0).ok_or(Errno::ENOENT)
+        // A trailing slash asks for a directory, so it follows a final symlink.
+        let r = self.resolve(path, follow || path.ends_with(b"/"))?;
+        let (ino, kind) = r.target.ok_or(Errno::ENOENT)?;
+        if r.slash && kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(ino)
     }
 
     pub fn open_file(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
@@ -272,21 +320,33 @@ impl Ferrite {
 
 impl PathFs for Ferrite {
     fn open(&self, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
-        let follow = !(flags.nofollow || (flags.create && flags.excl));
+        if flags.create && flags.directory {
+            return Err(Errno::EINVAL); // as Linux since 6.4
+        }
+        let follow = !(flags.nofollow || (flags.create && flags.excl))
+            || (!flags.create && path.ends_with(b"/"));
         let r = self.resolve(path, follow)?;
+        if flags.create && r.name.is_some() && r.slash {
+            return Err(Errno::EISDIR);
+        }
         let inode = match r.target {
             Some((ino, kind)) => {
-                if flags.create && flags.excl {
-                    return Err(Errno::EEXIST);
+                if flags.create {
+                    if flags.excl {
+                        return Err(Errno::EEXIST);
+                    }
+                    if kind == FileType::Directory {
+                        return Err(Errno::EISDIR);
+                    }
+                }
+                if (flags.directory || r.slash) && kind != FileType::Directory {
+                    return Err(Errno::ENOTDIR);
                 }
                 if kind == FileType::Symlink {
                     return Err(Errno::ELOOP);
                 }
-                if kind == FileType::Directory && (flags.write || flags.create) {
+                if kind == FileType::Directory && flags.write {
                     return Err(Errno::EISDIR);
-                }
-                if flags.directory && kind != FileType::Directory {
-                    return Err(Errno::ENOTDIR);
                 }
                 let inode = self.open_ino(ino)?;
                 if flags.trunc && flags.write && kind == FileType::Regular {
@@ -303,9 +363,6 @@ impl PathFs for Ferrite {
                 if !flags.create {
                     return Err(Errno::ENOENT);
                 }
-                if path.ends_with(b"/") {
-                    return Err(Errno::EISDIR);
-                }
                 let name = r.name.expect("a missing target has a name");
                 let st =
                     match self.create_node(r.parent, &name, FileType::Regular, perm, 0, 0, None) {
@@ -318,7 +375,7 @@ impl PathFs for Ferrite {
                                     ..flags
                                 },
                                 perm,
-                            )
+                            );
                         }
                         Err(e) => return Err(e),
                     };
@@ -477,6 +534,9 @@ impl PathFs for Ferrite {
     }
 
     fn utimens(&self, path: &[u8], atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
+        if atime == TimeSet::Omit && mtime == TimeSet::Omit {
+            return Ok(()); // Linux does not even resolve the path
+        }
         let ino = self.existing(path, true)?;
         self.setattr(
             ino,
@@ -518,6 +578,9 @@ impl PathFs for Ferrite {
         let r = self.resolve(path, false)?;
         let name = r.name.ok_or(Errno::EISDIR)?;
         let (_, kind) = r.target.ok_or(Errno::ENOENT)?;
+        if r.slash && kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
         if kind == FileType::Directory {
             return Err(Errno::EISDIR);
         }
@@ -525,18 +588,28 @@ impl PathFs for Ferrite {
     }
 
     fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> FsResult<()> {
-        let s = self.resolve(from, false)?;
-        let d = self.resolve(to, false)?;
-        let sname = s.name.ok_or(Errno::EBUSY)?;
-        let (_, skind) = s.target.ok_or(Errno::ENOENT)?;
-        let dname = d.name.ok_or(Errno::EBUSY)?;
-        if to.ends_with(b"/") && skind != FileType::Directory {
-            return Err(Errno::ENOTDIR);
+        check_path(from)?;
+        check_path(to)?;
+        let s = self.resolve_lenient(from, false)?;
+        let d = self.resolve_lenient(to, false)?;
+        if s.name.is_some() {
+            if s.too_long {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            s.target.ok_or(Errno::ENOENT)?;
         }
-        self.rename_at(s.parent, &sname, d.parent, &dname, flags)
+        let (Some(sname), Some(dname)) = (s.name, d.name) else {
+            return Err(Errno::EBUSY);
+        };
+        if d.too_long {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        self.rename_checked(s.parent, &sname, s.slash, d.parent, &dname, d.slash, flags)
     }
 
     fn link(&self, existing: &[u8], new: &[u8]) -> FsResult<()> {
+        check_path(existing)?;
+        check_path(new)?;
         let ino = self.existing(existing, false)?;
         let r = self.resolve(new, false)?;
         if r.target.is_some() {
@@ -585,7 +658,7 @@ impl PathFs for Ferrite {
         if f.inode.kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
-        Ok(self.readdir_inode(&f.inode, cookie, max))
+        self.readdir_inode(&f.inode, cookie, max)
     }
 
     fn statfs(&self) -> FsResult<StatFs> {

@@ -116,7 +116,7 @@ impl InodeNo {
 pub struct Fd(pub u64);
 
 /// Kind of an inode, as stored on media and reported by stat and readdir.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 #[repr(u8)]
 pub enum FileType {
     Regular = 1,

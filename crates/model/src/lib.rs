@@ -30,16 +30,26 @@
 //!
 //! # Decisions where the brief was silent or differs from Linux
 //!
+//! `tests/linux_diff.rs` runs random operation sequences on the model and on
+//! a tmpfs directory of the running kernel and requires identical results,
+//! except for the brief's choices marked "(brief)" below.
+//!
+//! * SEEK_DATA/SEEK_HOLE: every allocated page is data, including pages
+//!   that fallocate allocated and nothing wrote (brief; tmpfs and ext4
+//!   report those as holes). Truncate frees every page from ceil(s/4096) on
+//!   even when it grows the file, so KeepSize pages past the old end of file
+//!   go (brief; Linux keeps them when growing).
 //! * `open` with O_CREAT | O_DIRECTORY -> EINVAL (Linux >= 6.4).
-//! * `open` with O_TRUNC and read-only access: ignored (the brief's rule;
-//!   Linux would truncate). O_TRUNC of a file that open itself created does
+//! * `open` with O_TRUNC and read-only access: ignored (brief; Linux would
+//!   truncate a file, and refuse a directory with EISDIR). O_TRUNC of a file that open itself created does
 //!   nothing more.
 //! * `mkdir` keeps `perm & 0o1777` (vfs_mkdir drops set-uid/set-gid);
 //!   created files keep `perm & 0o7777`; chmod stores `perm & 0o7777`.
-//!   chown does not clear set-uid/set-gid bits (Linux would).
+//!   chown does not clear set-uid/set-gid bits (brief: chown only sets
+//!   ctime; Linux clears them on regular files).
 //! * `write`/`pwrite` whose end passes FILE_SIZE_MAX -> EFBIG with nothing
-//!   written (Linux would write a short prefix); not enough free pages ->
-//!   ENOSPC with nothing written. pread/pwrite offsets above i64::MAX ->
+//!   written (brief; Linux would write a short prefix); not enough free
+//!   pages -> ENOSPC with nothing written (brief). pread/pwrite offsets above i64::MAX ->
 //!   EINVAL. A zero-length write returns 0 before any EFBIG check.
 //! * `lseek`: a result above FILE_SIZE_MAX -> EINVAL (as s_maxbytes in
 //!   Linux). On a directory descriptor only Set and Cur are allowed (the
@@ -53,7 +63,8 @@
 //!   nsec >= 10^9 -> EINVAL after the path is resolved.
 //! * `rmdir`: the removed directory gets ctime = now and nlink 0 (visible
 //!   through an open descriptor). A removed or replaced directory that is
-//!   still open lives on, empty, until its last close.
+//!   still open lives on until its last close; readdir on it gives ENOENT
+//!   (Linux: getdents on a dead directory).
 //! * `symlink` needs a free inode and a free page (ENOSPC otherwise).
 //!   Hard links to symlinks are allowed (linkat without AT_SYMLINK_FOLLOW);
 //!   a symlink's nlink is its number of names (1 unless hard-linked).
@@ -62,9 +73,9 @@
 //!   a directory source, then EMLINK.
 //! * `rename` check order: both paths validated, source parent resolved,
 //!   target parent resolved, source exists (ENOENT), then "." / ".." / root
-//!   as either last component -> EBUSY (the brief's choice, also for
-//!   NoReplace where Linux says EEXIST; Linux checks this before the source
-//!   exists), then as Linux's do_renameat2/vfs_rename: NoReplace and target
+//!   as either last component -> EBUSY (brief; also for NoReplace where
+//!   Linux says EEXIST, and for "/" where Linux says EXDEV; Linux checks
+//!   this before the source exists), then as Linux's do_renameat2/vfs_rename: NoReplace and target
 //!   exists -> EEXIST; Exchange and target missing -> ENOENT; Exchange and a
 //!   trailing slash on a non-directory target -> ENOTDIR; a non-directory
 //!   source with a trailing slash on it (or, unless Exchange, on the target)
@@ -78,6 +89,8 @@
 //!   at 1; entries are returned in cookie order.
 //! * In [`NodeView`], `link_group` is 0 for an inode seen at a single path,
 //!   so that adding a file does not renumber every later path.
+//! * [`ModelFs::tree`] materializes the content of every file: keep sparse
+//!   files to sizes that fit in memory when comparing trees.
 
 mod state;
 mod tree;

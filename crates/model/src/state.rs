@@ -1195,9 +1195,14 @@ impl ModelState {
 
     pub(crate) fn readdir(&self, fd: Fd, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
         let ino = self.file_of(fd)?.ino;
-        let Body::Dir(d) = &self.inode(ino).body else {
+        let inode = self.inode(ino);
+        let Body::Dir(d) = &inode.body else {
             return Err(Errno::ENOTDIR);
         };
+        if inode.links == 0 {
+            // Linux: getdents on a removed directory (IS_DEADDIR).
+            return Err(Errno::ENOENT);
+        }
         let mut slots: Vec<(&Vec<u8>, &Slot)> =
             d.entries.iter().filter(|(_, s)| s.seq > cookie).collect();
         slots.sort_by_key(|(_, s)| s.seq);
