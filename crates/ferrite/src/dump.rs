@@ -34,7 +34,7 @@ pub fn dump(pmem: &Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
         w,
         "  total pages         {} ({} MiB)",
         sb.total_pages,
-        sb.total_pages * PAGE_SIZE >> 20
+        (sb.total_pages * PAGE_SIZE) >> 20
     );
     let _ = writeln!(w, "  lanes               {}", sb.lane_count);
     let _ = writeln!(

@@ -437,7 +437,7 @@ pub const INODE_HEAD_OFFSET: u64 = 8;
 pub const INODE_TAIL_OFFSET: u64 = 16;
 pub const INODE_LIVE_TAG: u64 = 0x4E4F_4445_0000_0000; // "NODE" in the high half.
 
-const _: () = assert!(INODE_SLOT_SIZE == 128 && PAGE_SIZE % INODE_SLOT_SIZE == 0);
+const _: () = assert!(INODE_SLOT_SIZE == 128 && PAGE_SIZE.is_multiple_of(INODE_SLOT_SIZE));
 
 pub fn inode_live_word(generation: u32) -> u64 {
     INODE_LIVE_TAG | generation as u64
@@ -808,7 +808,7 @@ mod tests {
 
     #[test]
     fn entries_round_trip_and_reject_flips() {
-        let entries = vec![
+        let entries = [
             Entry::Attr(AttrEntry {
                 perm: 0o644,
                 uid: 1,

@@ -48,7 +48,7 @@ pub struct Attrs {
 }
 
 impl Attrs {
-    pub fn to_entry(&self) -> AttrEntry {
+    pub fn to_entry(self) -> AttrEntry {
         AttrEntry {
             perm: self.perm,
             uid: self.uid,
@@ -465,9 +465,8 @@ impl InodeData {
         let tail_page = PageNo((tail - 1) >> PAGE_SHIFT);
         media.check_data_page(tail_page, "log tail")?;
         let tail_in_page = tail - tail_page.offset();
-        if tail_in_page < LOG_PAGE_HEADER_SIZE + LOG_UNIT
-            || tail_in_page > PAGE_SIZE
-            || tail_in_page % LOG_UNIT != 0
+        if !(LOG_PAGE_HEADER_SIZE + LOG_UNIT..=PAGE_SIZE).contains(&tail_in_page)
+            || !tail_in_page.is_multiple_of(LOG_UNIT)
         {
             return Err(corrupt!(
                 "inode {}: log tail {tail:#x} misplaced in its page",

@@ -31,7 +31,7 @@ pub struct Transaction {
 
 impl Transaction {
     pub fn set(&mut self, offset: u64, value: u64) {
-        assert!(offset % 8 == 0);
+        assert!(offset.is_multiple_of(8));
         assert!(
             !self.words.iter().any(|w| w.0 == offset),
             "word journaled twice"

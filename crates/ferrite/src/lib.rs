@@ -25,5 +25,6 @@ mod recovery;
 pub mod types;
 
 pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
+pub use ns::NodeSpec;
 pub use path::OpenFile;
 pub use types::*;

@@ -101,7 +101,7 @@ impl Media {
 
     /// A log page pointer read from media must be page-aligned and in the data region.
     pub fn check_log_pointer(&self, off: u64, what: &str) -> Result<PageNo, Corrupt> {
-        if off % PAGE_SIZE != 0 {
+        if !off.is_multiple_of(PAGE_SIZE) {
             return Err(corrupt!("{what} {off:#x} is not page aligned"));
         }
         let p = PageNo(off / PAGE_SIZE);

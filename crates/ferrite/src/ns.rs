@@ -39,6 +39,18 @@ fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
+/// What `create_node` makes.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeSpec<'a> {
+    pub kind: FileType,
+    /// Permission bits (07777).
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// The target, for a symlink (1..=4095 bytes).
+    pub symlink_target: Option<&'a [u8]>,
+}
+
 /// One inode's part of a multi-inode operation.
 struct Part<'a> {
     inode: &'a Arc<Inode>,
@@ -159,16 +171,14 @@ impl Ferrite {
     }
 
     /// Create a regular file, directory or symlink named `name` in `parent`.
-    pub fn create_node(
-        &self,
-        parent: InodeNo,
-        name: &[u8],
-        kind: FileType,
-        perm: u32,
-        uid: u32,
-        gid: u32,
-        symlink_target: Option<&[u8]>,
-    ) -> FsResult<Stat> {
+    pub fn create_node(&self, parent: InodeNo, name: &[u8], spec: &NodeSpec<'_>) -> FsResult<Stat> {
+        let NodeSpec {
+            kind,
+            perm,
+            uid,
+            gid,
+            symlink_target,
+        } = *spec;
         check_name(name)?;
         if is_dot(name) {
             return Err(Errno::EEXIST);

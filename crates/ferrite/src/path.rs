@@ -5,6 +5,7 @@
 
 use crate::fs::Ferrite;
 use crate::inode::Inode;
+use crate::ns::NodeSpec;
 use crate::types::{
     limits, DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, PathFs,
     RenameFlags, SetAttr, Stat, StatFs, TimeSet, Whence,
@@ -364,21 +365,30 @@ impl PathFs for Ferrite {
                     return Err(Errno::ENOENT);
                 }
                 let name = r.name.expect("a missing target has a name");
-                let st =
-                    match self.create_node(r.parent, &name, FileType::Regular, perm, 0, 0, None) {
-                        Ok(st) => st,
-                        Err(Errno::EEXIST) if !flags.excl => {
-                            return self.open(
-                                path,
-                                OpenFlags {
-                                    create: false,
-                                    ..flags
-                                },
-                                perm,
-                            );
-                        }
-                        Err(e) => return Err(e),
-                    };
+                let st = match self.create_node(
+                    r.parent,
+                    &name,
+                    &NodeSpec {
+                        kind: FileType::Regular,
+                        perm,
+                        uid: 0,
+                        gid: 0,
+                        symlink_target: None,
+                    },
+                ) {
+                    Ok(st) => st,
+                    Err(Errno::EEXIST) if !flags.excl => {
+                        return self.open(
+                            path,
+                            OpenFlags {
+                                create: false,
+                                ..flags
+                            },
+                            perm,
+                        );
+                    }
+                    Err(e) => return Err(e),
+                };
                 self.open_ino(st.ino)?
             }
         };
@@ -555,8 +565,18 @@ impl PathFs for Ferrite {
             return Err(Errno::EEXIST);
         }
         let name = r.name.ok_or(Errno::EEXIST)?;
-        self.create_node(r.parent, &name, FileType::Directory, perm, 0, 0, None)
-            .map(|_| ())
+        self.create_node(
+            r.parent,
+            &name,
+            &NodeSpec {
+                kind: FileType::Directory,
+                perm,
+                uid: 0,
+                gid: 0,
+                symlink_target: None,
+            },
+        )
+        .map(|_| ())
     }
 
     fn rmdir(&self, path: &[u8]) -> FsResult<()> {
@@ -640,11 +660,13 @@ impl PathFs for Ferrite {
         self.create_node(
             r.parent,
             &name,
-            FileType::Symlink,
-            0o777,
-            0,
-            0,
-            Some(target),
+            &NodeSpec {
+                kind: FileType::Symlink,
+                perm: 0o777,
+                uid: 0,
+                gid: 0,
+                symlink_target: Some(target),
+            },
         )
         .map(|_| ())
     }

@@ -15,6 +15,9 @@ use crate::types::{FileType, InodeNo};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// An inode rebuilt by the recovery scan: number, type, generation, state.
+type ScannedInode = (InodeNo, FileType, u32, InodeData);
+
 pub(crate) fn mount_existing(mut fs: Ferrite, threads: usize) -> Result<Ferrite, PoolError> {
     let started = Instant::now();
     let sb = fs.superblock();
@@ -97,39 +100,38 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
     let media = &fs.media;
     // Scan the inode table in parallel: each thread rebuilds the inodes of
     // its range and reports them.
-    let results: Vec<Result<Vec<(InodeNo, FileType, u32, InodeData)>, format::Corrupt>> =
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads as u64)
-                .map(|t| {
-                    s.spawn(move || {
-                        let mut out = Vec::new();
-                        let lo = (t * chunk).max(1);
-                        let hi = ((t + 1) * chunk).min(count);
-                        for i in lo..hi {
-                            let ino = InodeNo(i);
-                            if let format::InodeSlot::Live { header, head, tail } =
-                                media.read_slot(ino)?
-                            {
-                                let d = InodeData::load(
-                                    media,
-                                    ino,
-                                    header.kind,
-                                    header.generation,
-                                    head,
-                                    tail,
-                                )?;
-                                out.push((ino, header.kind, header.generation, d));
-                            }
+    let results: Vec<Result<Vec<ScannedInode>, format::Corrupt>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads as u64)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    let lo = (t * chunk).max(1);
+                    let hi = ((t + 1) * chunk).min(count);
+                    for i in lo..hi {
+                        let ino = InodeNo(i);
+                        if let format::InodeSlot::Live { header, head, tail } =
+                            media.read_slot(ino)?
+                        {
+                            let d = InodeData::load(
+                                media,
+                                ino,
+                                header.kind,
+                                header.generation,
+                                head,
+                                tail,
+                            )?;
+                            out.push((ino, header.kind, header.generation, d));
                         }
-                        Ok(out)
-                    })
+                    }
+                    Ok(out)
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("recovery thread panicked"))
-                .collect()
-        });
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("recovery thread panicked"))
+            .collect()
+    });
     let mut used = vec![0u8; format::bitmap_bytes(l.total_pages)];
     for p in 0..l.data_start.0 {
         bitmap_set(&mut used, p);

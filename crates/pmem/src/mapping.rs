@@ -124,7 +124,7 @@ impl Region {
     #[inline]
     fn word(&self, off: usize) -> &AtomicU64 {
         assert!(
-            off % 8 == 0,
+            off.is_multiple_of(8),
             "ferrite-pmem: 8-byte atomic access at offset {off} is not 8-aligned"
         );
         let p = self.at(off, 8);
@@ -177,7 +177,7 @@ impl Region {
     #[inline]
     pub(crate) fn nt_copy(&self, kind: NtKind, off: usize, src: &[u8]) {
         assert!(
-            off % LINE == 0 && src.len() % LINE == 0,
+            off.is_multiple_of(LINE) && src.len().is_multiple_of(LINE),
             "ferrite-pmem: non-temporal copy of {} bytes at {off} is not whole cache lines",
             src.len()
         );
@@ -193,7 +193,7 @@ impl Region {
     #[inline]
     pub(crate) fn nt_fill(&self, kind: NtKind, off: usize, len: usize, byte: u8) {
         assert!(
-            off % LINE == 0 && len % LINE == 0,
+            off.is_multiple_of(LINE) && len.is_multiple_of(LINE),
             "ferrite-pmem: non-temporal fill of {len} bytes at {off} is not whole cache lines"
         );
         let dst = self.at(off, len);
@@ -281,7 +281,7 @@ fn check_len(len: u64, min_len: u64, bad_kind: io::ErrorKind) -> Result<(), Pmem
             min: min_len.max(PAGE),
         });
     }
-    if len % PAGE != 0 {
+    if !len.is_multiple_of(PAGE) {
         return Err(PmemError::Io(io::Error::new(
             bad_kind,
             format!("pool length {len} is not a multiple of {PAGE}"),

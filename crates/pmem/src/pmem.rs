@@ -281,7 +281,7 @@ impl Pmem {
     /// misaligned.
     #[inline]
     pub fn read_u64_checked(&self, offset: PoolOffset) -> Option<u64> {
-        if offset.0 % 8 != 0 {
+        if !offset.0.is_multiple_of(8) {
             return None;
         }
         let off = self.range(offset, 8)?;
@@ -576,7 +576,7 @@ fn out_of_bounds(op: &str, offset: PoolOffset, len: u64, pool_len: u64) -> ! {
 #[inline]
 #[track_caller]
 fn check_aligned(op: &str, offset: PoolOffset) {
-    if offset.0 % 8 != 0 {
+    if !offset.0.is_multiple_of(8) {
         misaligned(op, offset)
     }
 }
