@@ -1031,9 +1031,9 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
     outln!("{:<22} {}", "unmount (clean)", human_duration(took));
 
     // ---- fsck ----------------------------------------------------------
-    let pmem = util::open_pool(path)?;
+    let pmem = util::open_pool_private(path, true)?;
     let t = Instant::now();
-    match ferrite::fsck::check(&pmem) {
+    match ferrite::fsck::check_private(pmem) {
         Ok(report) => {
             let took = t.elapsed();
             if report.is_clean() {
@@ -1056,7 +1056,6 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
             ok = false;
         }
     }
-    drop(pmem);
 
     outln!(
         "{} in {}. The pool is left at {} (try `ferrite fsck {}`)",

@@ -349,9 +349,9 @@ fn nt_name(k: NtKind) -> &'static str {
 }
 
 fn fsck(path: &Path) -> CliResult<u8> {
-    let pmem = util::open_pool(path)?;
+    let pmem = util::open_pool_private(path, true)?;
     let started = Instant::now();
-    let report = ferrite::fsck::check(&pmem)
+    let report = ferrite::fsck::check_private(pmem)
         .map_err(|e| CliError::pool(path, format!("cannot check: {}", pool_message(&e))))?;
     let elapsed = started.elapsed();
     outln!("{report}");
@@ -374,8 +374,8 @@ fn fsck(path: &Path) -> CliResult<u8> {
 }
 
 fn dump(path: &Path, inode: Option<u64>) -> CliResult<u8> {
-    let pmem = util::open_pool(path)?;
-    let text = ferrite::dump::dump(&pmem, inode.map(InodeNo))
+    let pmem = util::open_pool_private(path, false)?;
+    let text = ferrite::dump::dump(pmem, inode.map(InodeNo))
         .map_err(|e| CliError::pool(path, format!("cannot dump: {}", pool_message(&e))))?;
     outln!("{}", text.trim_end());
     Ok(EXIT_OK)

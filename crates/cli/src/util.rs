@@ -125,6 +125,17 @@ pub fn open_pool(path: &Path) -> CliResult<Pmem> {
     Pmem::open_file(path, MIN_POOL_BYTES).map_err(|e| CliError::pool(path, pmem_message(&e)))
 }
 
+/// Open an existing pool file as a private copy-on-write view (fsck, dump):
+/// nothing the caller does reaches the file. With `shared_lock`, a pool
+/// mounted by another process is refused with "already open".
+pub fn open_pool_private(path: &Path, shared_lock: bool) -> CliResult<Pmem> {
+    if path.is_dir() {
+        return Err(CliError::pool(path, "is a directory, not a pool file"));
+    }
+    Pmem::open_file_private(path, MIN_POOL_BYTES, shared_lock)
+        .map_err(|e| CliError::pool(path, pmem_message(&e)))
+}
+
 /// The message for a failure to create a pool file.
 pub fn create_message(e: &PmemError) -> String {
     match e {

@@ -19,9 +19,9 @@ fn ts(ns: i64) -> String {
 }
 
 /// Decode the superblock, the journals and inode `ino` (default: the root)
-/// with every entry of its log.
-pub fn dump(pmem: &Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
-    let sb = crate::fs::read_superblock(pmem)?;
+/// with every entry of its log. Only reads the pool.
+pub fn dump(pmem: Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
+    let sb = crate::fs::read_superblock(&pmem)?;
     let mut o = String::new();
     let w = &mut o;
     let _ = writeln!(

@@ -10,9 +10,9 @@ use crate::inode::{Attrs, Inode, InodeData, Staged};
 use crate::journal::{Journals, Transaction};
 use crate::media::Media;
 use crate::types::{Clock, Errno, FileType, FsResult, InodeNo, SystemClock};
+use crate::Map;
 use ferrite_pmem::{Pmem, PmemError, PoolOffset};
 use parking_lot::{Mutex, RwLockWriteGuard};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -123,7 +123,7 @@ pub struct Ferrite {
     pub(crate) pages: PageAllocator,
     pub(crate) inodes_free: InodeAllocator,
     pub(crate) journals: Journals,
-    inodes: Vec<Mutex<HashMap<InodeNo, Arc<Inode>>>>,
+    inodes: Vec<Mutex<Map<InodeNo, Arc<Inode>>>>,
     pub(crate) clock: Arc<dyn Clock>,
     /// Serializes renames across directories, so that the check "not into
     /// its own subtree" sees a stable tree (Linux's s_vfs_rename_mutex).
@@ -252,7 +252,7 @@ impl Ferrite {
             media,
             sb: Mutex::new(sb),
             inodes: (0..INODE_SHARDS)
-                .map(|_| Mutex::new(HashMap::new()))
+                .map(|_| Mutex::new(Map::default()))
                 .collect(),
             clock,
             rename_lock: Mutex::new(()),
@@ -323,7 +323,7 @@ impl Ferrite {
 
     // ---- inode cache -----------------------------------------------------
 
-    fn shard(&self, ino: InodeNo) -> &Mutex<HashMap<InodeNo, Arc<Inode>>> {
+    fn shard(&self, ino: InodeNo) -> &Mutex<Map<InodeNo, Arc<Inode>>> {
         &self.inodes[(ino.0 as usize) % INODE_SHARDS]
     }
 

@@ -93,7 +93,43 @@ impl fmt::Display for FsckReport {
 
 /// Check a pool. Returns Err only when the pool cannot be identified as a
 /// Ferrite pool of this version; every other finding is in the report.
+/// Works on a copy of the image, so `pmem` is never changed.
 pub fn check(pmem: &Pmem) -> Result<FsckReport, PoolError> {
+    check_inner(Source::Borrowed(pmem))
+}
+
+/// Check a pool given as a private view (`Pmem::open_file_private`, or a
+/// copy): recovery runs on it directly, so no second copy of the pool is
+/// made. The view is consumed because recovery changes it.
+pub fn check_private(pmem: Pmem) -> Result<FsckReport, PoolError> {
+    check_inner(Source::Owned(pmem))
+}
+
+enum Source<'a> {
+    Borrowed(&'a Pmem),
+    Owned(Pmem),
+}
+
+impl Source<'_> {
+    fn pmem(&self) -> &Pmem {
+        match self {
+            Source::Borrowed(p) => p,
+            Source::Owned(p) => p,
+        }
+    }
+
+    /// A pool recovery may change: a copy of a borrowed pool, or the
+    /// private view itself.
+    fn into_private(self) -> Pmem {
+        match self {
+            Source::Borrowed(p) => Pmem::from_image(&p.image()),
+            Source::Owned(p) => p,
+        }
+    }
+}
+
+fn check_inner(source: Source<'_>) -> Result<FsckReport, PoolError> {
+    let pmem = source.pmem();
     let mut r = FsckReport::default();
     // Look at both superblock copies individually.
     let mut copies = Vec::new();
@@ -146,7 +182,7 @@ pub fn check(pmem: &Pmem) -> Result<FsckReport, PoolError> {
             "the pool was not cleanly unmounted; checked after recovery on a private copy".into(),
         );
     }
-    let copy = Pmem::from_image(&pmem.image());
+    let copy = source.into_private();
     let fs = match Ferrite::mount(
         copy,
         &MountOptions {

@@ -28,8 +28,9 @@ use crate::format::{
 };
 use crate::media::Media;
 use crate::types::{FileType, FsResult, InodeNo, Stat, TimeSpec};
+use crate::Map;
 use parking_lot::RwLock;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Attributes of an inode, as the log gives them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -81,7 +82,7 @@ pub struct Dentry {
 
 #[derive(Default)]
 pub struct DirIndex {
-    pub names: HashMap<Box<[u8]>, Dentry>,
+    pub names: Map<Box<[u8]>, Dentry>,
     /// Names in cookie order, for readdir.
     pub by_seq: BTreeMap<u64, Box<[u8]>>,
     pub subdirs: u32,
@@ -96,10 +97,10 @@ pub enum Body {
 /// Liveness accounting for log GC (see the module comment).
 #[derive(Default)]
 pub struct Liveness {
-    refs: HashMap<u64, u32>,
-    page_live: HashMap<u64, u32>,
-    pins: HashMap<u64, Vec<u64>>,
-    page_max_file_end: HashMap<u64, u64>,
+    refs: Map<u64, u32>,
+    page_live: Map<u64, u32>,
+    pins: Map<u64, Vec<u64>>,
+    page_max_file_end: Map<u64, u64>,
     dead_pages: BTreeSet<u64>,
     last_attr: Option<u64>,
     last_size: Option<u64>,
@@ -477,7 +478,7 @@ impl InodeData {
         let mut buf = vec![0u8; PAGE_SIZE as usize];
         let mut freed = Vec::new();
         let max_pages = media.layout.total_pages;
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = crate::Set::default();
         loop {
             if !seen.insert(page.0) || seen.len() as u64 > max_pages {
                 return Err(corrupt!("inode {}: log pages form a cycle", ino.0));
@@ -574,7 +575,7 @@ impl InodeData {
         generation: u32,
     ) -> FsResult<Staged> {
         let live = &self.log.live;
-        let mut pinned: HashMap<u64, u32> = HashMap::new();
+        let mut pinned: Map<u64, u32> = Map::default();
         for locs in live.pins.values() {
             for &l in locs {
                 *pinned.entry(l).or_insert(0) += 1;
@@ -720,7 +721,7 @@ impl InodeData {
         if dead.is_empty() {
             return 0;
         }
-        let dead_set: std::collections::HashSet<u64> = dead.iter().copied().collect();
+        let dead_set: crate::Set<u64> = dead.iter().copied().collect();
         // Relink around each run of dead pages with one 8-byte store.
         let old_pages = std::mem::take(&mut self.log.pages);
         let mut kept: Vec<PageNo> = Vec::with_capacity(old_pages.len());

@@ -24,6 +24,11 @@ mod path;
 mod recovery;
 pub mod types;
 
+/// The hash map of DRAM indexes: foldhash is several times faster than
+/// SipHash on the short keys used here (page numbers, inode numbers, names).
+pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
 pub use ns::NodeSpec;
 pub use path::OpenFile;

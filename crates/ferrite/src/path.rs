@@ -10,8 +10,9 @@ use crate::types::{
     limits, DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, PathFs,
     RenameFlags, SetAttr, Stat, StatFs, TimeSet, Whence,
 };
+use crate::Map;
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -27,14 +28,14 @@ const FD_SHARDS: usize = 16;
 /// Descriptor numbers start at 3 and are never reused while mounted.
 pub struct FdTable {
     next: AtomicU64,
-    shards: Vec<Mutex<HashMap<u64, Arc<OpenFile>>>>,
+    shards: Vec<Mutex<Map<u64, Arc<OpenFile>>>>,
 }
 
 impl Default for FdTable {
     fn default() -> Self {
         FdTable {
             next: AtomicU64::new(3),
-            shards: (0..FD_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..FD_SHARDS).map(|_| Mutex::new(Map::default())).collect(),
         }
     }
 }

@@ -134,6 +134,25 @@ impl Pmem {
         ))
     }
 
+    /// Opens a pool file as a private copy-on-write view: reads see the
+    /// file, stores stay private to this `Pmem` and never reach the file
+    /// (fsck and dump recover and inspect such a view without changing the
+    /// pool). With `shared_lock`, fails with `AlreadyOpen` while another
+    /// process has the pool open for writing.
+    pub fn open_file_private(
+        path: &Path,
+        min_len: u64,
+        shared_lock: bool,
+    ) -> Result<Pmem, PmemError> {
+        let m = mapping::open_file_private(path, min_len, shared_lock)?;
+        Ok(Pmem::with_region(
+            m.region,
+            m.domain,
+            m.map_sync,
+            Some(path.to_path_buf()),
+        ))
+    }
+
     /// A zeroed heap pool of `len` bytes, 4096-aligned, using the detected
     /// flush and copy instructions so tests run the real code path.
     pub fn heap(len: u64) -> Pmem {
