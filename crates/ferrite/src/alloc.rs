@@ -11,9 +11,14 @@
 use crate::format::PageNo;
 use crate::types::{Errno, FsResult, InodeNo};
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Runs of consecutive pages (start, length) handed out by one allocation;
+/// most allocations are one or two runs, kept off the heap.
+pub type Runs = SmallVec<[(PageNo, u32); 2]>;
 
 thread_local! {
     static LANE: Cell<Option<usize>> = const { Cell::new(None) };
@@ -71,7 +76,7 @@ impl FreeList {
     }
 
     /// Take up to `want` pages as runs, lowest addresses first.
-    fn take(&mut self, want: u64, out: &mut Vec<(PageNo, u32)>) -> u64 {
+    fn take(&mut self, want: u64, out: &mut Runs) -> u64 {
         let mut got = 0;
         while got < want {
             let Some((&s, &l)) = self.extents.iter().next() else {
@@ -149,7 +154,7 @@ impl PageAllocator {
 
     /// Allocate `count` pages, as few contiguous runs as the free lists
     /// allow. All or nothing: ENOSPC leaves the lists unchanged.
-    pub fn alloc(&self, count: u64) -> FsResult<Vec<(PageNo, u32)>> {
+    pub fn alloc(&self, count: u64) -> FsResult<Runs> {
         assert!(count > 0);
         // Reserve first, so concurrent allocations cannot both succeed past
         // the end of space.
@@ -168,7 +173,7 @@ impl PageAllocator {
                 Err(v) => cur = v,
             }
         }
-        let mut out = Vec::with_capacity(1);
+        let mut out = Runs::new();
         let home = thread_lane(self.lanes.len());
         let mut got = self.lanes[home].lock().take(count, &mut out);
         let mut round = 0;

@@ -11,6 +11,7 @@ use crate::format::{Entry, PageNo, TruncateEntry, WriteEntry, PAGE_SHIFT, PAGE_S
 use crate::fs::Ferrite;
 use crate::inode::{Inode, InodeData};
 use crate::types::{limits, Errno, FallocateMode, FileType, FsResult};
+use smallvec::SmallVec;
 
 const PAGE: usize = PAGE_SIZE as usize;
 
@@ -103,7 +104,7 @@ impl Ferrite {
         let runs = self.pages.alloc(count)?;
         let fresh = flatten(&runs);
         let mut page_buf = [0u8; PAGE];
-        let mut pairs = Vec::with_capacity(count as usize);
+        let mut pairs: SmallVec<[(u64, PageNo); 4]> = SmallVec::new();
         for (i, p) in (first..=last).enumerate() {
             let dest = fresh[i];
             let page_start = p << PAGE_SHIFT;
@@ -266,7 +267,7 @@ impl Ferrite {
                 ctime_ns: now,
                 size_only: true,
             };
-            (vec![Entry::Truncate(t)], Vec::new())
+            (vec![Entry::Truncate(t)], crate::alloc::Runs::new())
         } else {
             let runs = self.pages.alloc(holes.len() as u64)?;
             for &(s, n) in &runs {

@@ -627,7 +627,7 @@ fn write_log_entries(
     let mut buf = Vec::with_capacity(LOG_UNIT as usize);
     // Plan first so that allocation failure changes nothing: which
     // entries open a fresh page.
-    let mut plan = Vec::with_capacity(entries.len());
+    let mut plan: smallvec::SmallVec<[bool; 8]> = smallvec::SmallVec::new();
     let mut need_pages = 0u64;
     let mut room = if pos == 0 {
         0
@@ -647,7 +647,7 @@ fn write_log_entries(
     let runs = if need_pages > 0 {
         alloc.alloc(need_pages)?
     } else {
-        Vec::new()
+        crate::alloc::Runs::new()
     };
     let mut fresh = runs
         .iter()
