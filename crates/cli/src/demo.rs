@@ -6,8 +6,8 @@
 //! a file system. Everything else goes through the engine's public API.
 
 use crate::util::{
-    self, human_bytes, human_duration, outln, pool_message, throughput, CliError, CliResult,
-    Existing, EXIT_DAMAGED, EXIT_OK,
+    self, human_bytes, human_duration, outln, pool_message, throughput, CliError, CliResult, Existing, EXIT_DAMAGED,
+    EXIT_OK,
 };
 use ferrite::{Errno, Fd, Ferrite, FileType, FormatOptions, MountOptions, OpenFlags, PathFs};
 use ferrite::{FsResult, RenameFlags};
@@ -51,9 +51,7 @@ impl Rng {
 
 /// FNV-1a of a path: the content key of a file, fixed at its creation.
 fn key_of(path: &str) -> u64 {
-    path.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
+    path.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Fill `buf` with the bytes at `[offset, offset + len)` of pattern
@@ -62,8 +60,7 @@ fn pattern(key: u64, gen: u32, offset: u64, buf: &mut [u8]) {
     let mut done = 0usize;
     while done < buf.len() {
         let o = offset + done as u64;
-        let word =
-            splitmix(key ^ ((gen as u64) << 56) ^ (o / 8).wrapping_mul(0x2545_F491_4F6C_DD1D));
+        let word = splitmix(key ^ ((gen as u64) << 56) ^ (o / 8).wrapping_mul(0x2545_F491_4F6C_DD1D));
         let bytes = word.to_le_bytes();
         let from = (o % 8) as usize;
         let n = (8 - from).min(buf.len() - done);
@@ -147,11 +144,7 @@ impl Model {
     }
 
     fn children(&self, dir: &str) -> Vec<(String, Node)> {
-        let prefix = if dir == "/" {
-            "/".to_string()
-        } else {
-            format!("{dir}/")
-        };
+        let prefix = if dir == "/" { "/".to_string() } else { format!("{dir}/") };
         self.nodes
             .range(prefix.clone()..)
             .take_while(|(k, _)| k.starts_with(&prefix))
@@ -163,12 +156,7 @@ impl Model {
     /// Move `from` and everything under it to `to`.
     fn rename_tree(&mut self, from: &str, to: &str) {
         let sub = format!("{from}/");
-        let moved: Vec<String> = self
-            .nodes
-            .keys()
-            .filter(|k| *k == from || k.starts_with(&sub))
-            .cloned()
-            .collect();
+        let moved: Vec<String> = self.nodes.keys().filter(|k| *k == from || k.starts_with(&sub)).cloned().collect();
         for k in moved {
             let v = self.nodes.remove(&k).expect("listed");
             self.nodes.insert(format!("{to}{}", &k[from.len()..]), v);
@@ -178,11 +166,7 @@ impl Model {
     /// The path a name resolves to, following every symlink, or the error
     /// a resolution must give (ENOENT: dangles, ELOOP, ENOTDIR).
     fn resolve(&self, path: &str) -> Result<String, Errno> {
-        let mut todo: VecDeque<String> = path
-            .split('/')
-            .filter(|c| !c.is_empty())
-            .map(String::from)
-            .collect();
+        let mut todo: VecDeque<String> = path.split('/').filter(|c| !c.is_empty()).map(String::from).collect();
         let mut cur: Vec<String> = Vec::new();
         let mut hops = 0;
         while let Some(c) = todo.pop_front() {
@@ -272,9 +256,7 @@ struct Demo {
 impl Demo {
     fn mkdir(&mut self, path: &str) -> CliResult<()> {
         let fs = &self.fs;
-        self.meter
-            .time(|| fs.mkdir(path.as_bytes(), 0o755))
-            .map_err(|e| op_err("mkdir", path, e))?;
+        self.meter.time(|| fs.mkdir(path.as_bytes(), 0o755)).map_err(|e| op_err("mkdir", path, e))?;
         self.model.nodes.insert(path.into(), Node::Dir);
         Ok(())
     }
@@ -300,10 +282,7 @@ impl Demo {
             .map_err(|e| op_err("create", path, e))?;
         for (i, chunk) in data.chunks(WRITE_CHUNK).enumerate() {
             let off = (i * WRITE_CHUNK) as u64;
-            let n = self
-                .meter
-                .time(|| fs.pwrite(fd, chunk, off))
-                .map_err(|e| op_err("write", path, e))?;
+            let n = self.meter.time(|| fs.pwrite(fd, chunk, off)).map_err(|e| op_err("write", path, e))?;
             if n != chunk.len() {
                 return Err(CliError::new(
                     EXIT_DAMAGED,
@@ -312,37 +291,22 @@ impl Demo {
             }
             self.meter.bytes += n as u64;
         }
-        self.meter
-            .time(|| fs.close(fd))
-            .map_err(|e| op_err("close", path, e))?;
-        self.model.files.push(FileModel {
-            key,
-            size,
-            overlays: Vec::new(),
-            nlink: 1,
-        });
-        self.model
-            .nodes
-            .insert(path.into(), Node::File(self.model.files.len() - 1));
+        self.meter.time(|| fs.close(fd)).map_err(|e| op_err("close", path, e))?;
+        self.model.files.push(FileModel { key, size, overlays: Vec::new(), nlink: 1 });
+        self.model.nodes.insert(path.into(), Node::File(self.model.files.len() - 1));
         Ok(())
     }
 
     fn symlink(&mut self, target: &str, path: &str) -> CliResult<()> {
         let fs = &self.fs;
-        self.meter
-            .time(|| fs.symlink(target.as_bytes(), path.as_bytes()))
-            .map_err(|e| op_err("symlink", path, e))?;
-        self.model
-            .nodes
-            .insert(path.into(), Node::Symlink(target.into()));
+        self.meter.time(|| fs.symlink(target.as_bytes(), path.as_bytes())).map_err(|e| op_err("symlink", path, e))?;
+        self.model.nodes.insert(path.into(), Node::Symlink(target.into()));
         Ok(())
     }
 
     fn link(&mut self, existing: &str, path: &str) -> CliResult<()> {
         let fs = &self.fs;
-        self.meter
-            .time(|| fs.link(existing.as_bytes(), path.as_bytes()))
-            .map_err(|e| op_err("link", path, e))?;
+        self.meter.time(|| fs.link(existing.as_bytes(), path.as_bytes())).map_err(|e| op_err("link", path, e))?;
         let node = self.model.nodes[existing].clone();
         if let Node::File(id) = node {
             self.model.files[id].nlink += 1;
@@ -362,9 +326,7 @@ impl Demo {
 
     fn unlink(&mut self, path: &str) -> CliResult<()> {
         let fs = &self.fs;
-        self.meter
-            .time(|| fs.unlink(path.as_bytes()))
-            .map_err(|e| op_err("unlink", path, e))?;
+        self.meter.time(|| fs.unlink(path.as_bytes())).map_err(|e| op_err("unlink", path, e))?;
         if let Some(Node::File(id)) = self.model.nodes.remove(path) {
             self.model.files[id].nlink -= 1;
         }
@@ -373,56 +335,31 @@ impl Demo {
 
     fn open(&mut self, path: &str, flags: OpenFlags) -> CliResult<Fd> {
         let fs = &self.fs;
-        self.meter
-            .time(|| fs.open(path.as_bytes(), flags, 0o644))
-            .map_err(|e| op_err("open", path, e))
+        self.meter.time(|| fs.open(path.as_bytes(), flags, 0o644)).map_err(|e| op_err("open", path, e))
     }
 
     fn close(&mut self, path: &str, fd: Fd) -> CliResult<()> {
         let fs = &self.fs;
-        self.meter
-            .time(|| fs.close(fd))
-            .map_err(|e| op_err("close", path, e))
+        self.meter.time(|| fs.close(fd)).map_err(|e| op_err("close", path, e))
     }
 
     /// Write pattern `gen` of file `id` at `offset` (through `pwrite`, or
     /// the O_APPEND `write` when `append`).
-    fn write_pattern(
-        &mut self,
-        path: &str,
-        id: usize,
-        gen: u32,
-        offset: u64,
-        len: u64,
-        append: bool,
-    ) -> CliResult<()> {
+    fn write_pattern(&mut self, path: &str, id: usize, gen: u32, offset: u64, len: u64, append: bool) -> CliResult<()> {
         let key = self.model.files[id].key;
         let mut data = vec![0u8; len as usize];
         pattern(key, gen, offset, &mut data);
-        let flags = if append {
-            OpenFlags::WRONLY.append()
-        } else {
-            OpenFlags::RDWR
-        };
+        let flags = if append { OpenFlags::WRONLY.append() } else { OpenFlags::RDWR };
         let fd = self.open(path, flags)?;
         let fs = &self.fs;
         let n = self
             .meter
-            .time(|| {
-                if append {
-                    fs.write(fd, &data)
-                } else {
-                    fs.pwrite(fd, &data, offset)
-                }
-            })
+            .time(|| if append { fs.write(fd, &data) } else { fs.pwrite(fd, &data, offset) })
             .map_err(|e| op_err("write", path, e))?;
         self.meter.bytes += n as u64;
         self.close(path, fd)?;
         if n != data.len() {
-            return Err(CliError::new(
-                EXIT_DAMAGED,
-                format!("demo: write {path}: short write ({n} of {len})"),
-            ));
+            return Err(CliError::new(EXIT_DAMAGED, format!("demo: write {path}: short write ({n} of {len})")));
         }
         let f = &mut self.model.files[id];
         f.overlays.push((offset, offset + len, Fill::Pattern(gen)));
@@ -434,15 +371,11 @@ impl Demo {
         if by_fd {
             let fd = self.open(path, OpenFlags::WRONLY)?;
             let fs = &self.fs;
-            self.meter
-                .time(|| fs.ftruncate(fd, size))
-                .map_err(|e| op_err("ftruncate", path, e))?;
+            self.meter.time(|| fs.ftruncate(fd, size)).map_err(|e| op_err("ftruncate", path, e))?;
             self.close(path, fd)?;
         } else {
             let fs = &self.fs;
-            self.meter
-                .time(|| fs.truncate(path.as_bytes(), size))
-                .map_err(|e| op_err("truncate", path, e))?;
+            self.meter.time(|| fs.truncate(path.as_bytes(), size)).map_err(|e| op_err("truncate", path, e))?;
         }
         let f = &mut self.model.files[id];
         // Whatever lies past the new size reads as zeros if the file grows
@@ -572,17 +505,10 @@ fn verify(fs: &Ferrite, model: &Model) -> (Vec<String>, Verified) {
         match node {
             Node::Dir => {
                 if st.kind != FileType::Directory {
-                    problems.push(format!(
-                        "{path}: is a {}, not a directory",
-                        lstat_kind(st.kind)
-                    ));
+                    problems.push(format!("{path}: is a {}, not a directory", lstat_kind(st.kind)));
                     continue;
                 }
-                let subdirs = model
-                    .children(path)
-                    .iter()
-                    .filter(|(_, n)| matches!(n, Node::Dir))
-                    .count() as u32;
+                let subdirs = model.children(path).iter().filter(|(_, n)| matches!(n, Node::Dir)).count() as u32;
                 if st.nlink != 2 + subdirs {
                     problems.push(format!(
                         "{path}: directory link count {}, expected {} (2 + {subdirs} subdirectories)",
@@ -599,19 +525,13 @@ fn verify(fs: &Ferrite, model: &Model) -> (Vec<String>, Verified) {
                 }
                 if let Some((first, ino)) = inos.get(id) {
                     if *ino != st.ino.0 {
-                        problems.push(format!(
-                            "{path}: hard link of {first} but has inode {} (not {ino})",
-                            st.ino.0
-                        ));
+                        problems.push(format!("{path}: hard link of {first} but has inode {} (not {ino})", st.ino.0));
                     }
                 } else {
                     inos.insert(*id, (path.clone(), st.ino.0));
                 }
                 if st.nlink != f.nlink {
-                    problems.push(format!(
-                        "{path}: link count {}, expected {}",
-                        st.nlink, f.nlink
-                    ));
+                    problems.push(format!("{path}: link count {}, expected {}", st.nlink, f.nlink));
                 }
                 if st.size != f.size {
                     problems.push(format!("{path}: size {}, expected {}", st.size, f.size));
@@ -633,26 +553,17 @@ fn verify(fs: &Ferrite, model: &Model) -> (Vec<String>, Verified) {
             }
             Node::Symlink(target) => {
                 if st.kind != FileType::Symlink {
-                    problems.push(format!(
-                        "{path}: is a {}, not a symlink",
-                        lstat_kind(st.kind)
-                    ));
+                    problems.push(format!("{path}: is a {}, not a symlink", lstat_kind(st.kind)));
                     continue;
                 }
                 match fs.readlink(path.as_bytes()) {
                     Ok(t) if t == target.as_bytes() => {}
-                    Ok(t) => problems.push(format!(
-                        "{path}: symlink target {:?}, expected {target:?}",
-                        String::from_utf8_lossy(&t)
-                    )),
+                    Ok(t) => problems
+                        .push(format!("{path}: symlink target {:?}, expected {target:?}", String::from_utf8_lossy(&t))),
                     Err(e) => problems.push(format!("{path}: readlink failed: {e}")),
                 }
                 if st.size != target.len() as u64 {
-                    problems.push(format!(
-                        "{path}: symlink size {}, expected {}",
-                        st.size,
-                        target.len()
-                    ));
+                    problems.push(format!("{path}: symlink size {}, expected {}", st.size, target.len()));
                 }
                 // Following the link must land where the model says.
                 let followed = fs.stat(path.as_bytes());
@@ -662,18 +573,14 @@ fn verify(fs: &Ferrite, model: &Model) -> (Vec<String>, Verified) {
                         "{path}: symlink to {target:?} should give {want:?} but leads to inode {}",
                         s.ino.0
                     )),
-                    (Err(want), Err(e)) => problems.push(format!(
-                        "{path}: symlink to {target:?}: stat gives {e:?}, expected {want:?}"
-                    )),
-                    (Ok(p), Err(e)) => {
-                        problems.push(format!("{path}: stat through symlink to {p} failed: {e}"))
+                    (Err(want), Err(e)) => {
+                        problems.push(format!("{path}: symlink to {target:?}: stat gives {e:?}, expected {want:?}"))
                     }
+                    (Ok(p), Err(e)) => problems.push(format!("{path}: stat through symlink to {p} failed: {e}")),
                     (Ok(p), Ok(s)) => match fs.lstat(p.as_bytes()) {
                         Ok(t) if t.ino == s.ino => {}
-                        Ok(t) => problems.push(format!(
-                            "{path}: symlink leads to inode {}, but {p} is inode {}",
-                            s.ino.0, t.ino.0
-                        )),
+                        Ok(t) => problems
+                            .push(format!("{path}: symlink leads to inode {}, but {p} is inode {}", s.ino.0, t.ino.0)),
                         Err(e) => problems.push(format!("{path}: lstat of target {p}: {e}")),
                     },
                 }
@@ -684,18 +591,10 @@ fn verify(fs: &Ferrite, model: &Model) -> (Vec<String>, Verified) {
 }
 
 fn describe_mismatch(path: &str, got: &[u8], expect: &[u8]) -> String {
-    let first = got
-        .iter()
-        .zip(expect)
-        .position(|(a, b)| a != b)
-        .unwrap_or(got.len().min(expect.len()));
+    let first = got.iter().zip(expect).position(|(a, b)| a != b).unwrap_or(got.len().min(expect.len()));
     let differ = got.iter().zip(expect).filter(|(a, b)| a != b).count();
     if first >= got.len() || first >= expect.len() {
-        format!(
-            "{path}: read {} bytes, expected {} (the common prefix matches)",
-            got.len(),
-            expect.len()
-        )
+        format!("{path}: read {} bytes, expected {} (the common prefix matches)", got.len(), expect.len())
     } else {
         format!(
             "{path}: content differs: first at byte {first} ({:#04x}, expected {:#04x}); {differ} bytes differ",
@@ -715,10 +614,7 @@ fn report_verify(label: &str, problems: &[String], v: &Verified, elapsed: Durati
         throughput(v.bytes, v.read_time)
     );
     if problems.is_empty() {
-        outln!(
-            "{:<22} every name, size, link count, symlink and byte matches",
-            ""
-        );
+        outln!("{:<22} every name, size, link count, symlink and byte matches", "");
         return true;
     }
     outln!("{:<22} {} MISMATCH(ES):", "", problems.len());
@@ -737,23 +633,14 @@ fn report_verify(label: &str, problems: &[String], v: &Verified, elapsed: Durati
 fn mount(path: &Path) -> CliResult<(Ferrite, Duration)> {
     let pmem = util::open_pool(path)?;
     let t = Instant::now();
-    let fs = Ferrite::mount(pmem, &MountOptions::default()).map_err(|e| {
-        CliError::new(
-            EXIT_DAMAGED,
-            format!("{}: mount failed: {}", path.display(), pool_message(&e)),
-        )
-    })?;
+    let fs = Ferrite::mount(pmem, &MountOptions::default())
+        .map_err(|e| CliError::new(EXIT_DAMAGED, format!("{}: mount failed: {}", path.display(), pool_message(&e))))?;
     Ok((fs, t.elapsed()))
 }
 
 fn unmount(fs: Ferrite, path: &Path) -> CliResult<Duration> {
     let t = Instant::now();
-    fs.unmount().map_err(|e| {
-        CliError::new(
-            EXIT_DAMAGED,
-            format!("{}: unmount failed: {e}", path.display()),
-        )
-    })?;
+    fs.unmount().map_err(|e| CliError::new(EXIT_DAMAGED, format!("{}: unmount failed: {e}", path.display())))?;
     Ok(t.elapsed())
 }
 
@@ -775,9 +662,7 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
         Existing::Other(what) => {
             return Err(CliError::pool(
                 path,
-                format!(
-                    "{what}; the demo only replaces a Ferrite pool or makes a new file (pick another path)"
-                ),
+                format!("{what}; the demo only replaces a Ferrite pool or makes a new file (pick another path)"),
             ))
         }
     }
@@ -799,12 +684,7 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
     outln!("{:<22} {}", "format", human_duration(t.elapsed()));
 
     // ---- round 1: build the tree -----------------------------------------
-    let mut d = Demo {
-        fs,
-        model: Model::new(),
-        rng: Rng(0),
-        meter: Meter::default(),
-    };
+    let mut d = Demo { fs, model: Model::new(), rng: Rng(0), meter: Meter::default() };
     let t = Instant::now();
     for k in 0..DIRS {
         d.mkdir(&format!("/d{k}"))?;
@@ -814,11 +694,7 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
     let mut names = Vec::with_capacity(files);
     for i in 0..files {
         let dir = i % DIRS;
-        let p = if (i / DIRS) % 4 == 3 {
-            format!("/d{dir}/sub/f{i:05}")
-        } else {
-            format!("/d{dir}/f{i:05}")
-        };
+        let p = if (i / DIRS) % 4 == 3 { format!("/d{dir}/sub/f{i:05}") } else { format!("/d{dir}/f{i:05}") };
         let size = d.random_size();
         d.create_file(&p, size)?;
         names.push(p);
@@ -830,11 +706,7 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
         let target = names[k].clone();
         d.symlink(&target, &format!("/links/s{k}"))?;
         let name = &target[target.rfind('/').map_or(0, |i| i + 1)..];
-        let rel = if target.contains("/sub/") {
-            name.to_string()
-        } else {
-            format!("../{name}")
-        };
+        let rel = if target.contains("/sub/") { name.to_string() } else { format!("../{name}") };
         d.symlink(&rel, &format!("/d{k}/sub/up-{name}"))?;
         symlinks += 2;
         if k + DIRS < files {
@@ -881,11 +753,7 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
         "{:<22} {}; recovery ran: {}",
         "remount",
         human_duration(took),
-        if recovered {
-            "YES (WRONG: the pool was unmounted cleanly)"
-        } else {
-            "no (right: clean unmount)"
-        }
+        if recovered { "YES (WRONG: the pool was unmounted cleanly)" } else { "no (right: clean unmount)" }
     );
     ok &= !recovered;
     let t = Instant::now();
@@ -893,12 +761,7 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
     ok &= report_verify("verify", &problems, &v, t.elapsed());
 
     // ---- round 2: change things, then crash -------------------------------
-    let mut d = Demo {
-        fs,
-        model,
-        rng,
-        meter: Meter::default(),
-    };
+    let mut d = Demo { fs, model, rng, meter: Meter::default() };
     let t = Instant::now();
     let mut counts = BTreeMap::<&str, u64>::new();
     let mut changed = HashSet::new();
@@ -954,9 +817,7 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
     d.mkdir("/gone")?;
     {
         let fs = &d.fs;
-        d.meter
-            .time(|| fs.rmdir(b"/gone"))
-            .map_err(|e| op_err("rmdir", "/gone", e))?;
+        d.meter.time(|| fs.rmdir(b"/gone")).map_err(|e| op_err("rmdir", "/gone", e))?;
         d.model.nodes.remove("/gone");
     }
     d.mkdir("/new")?;
@@ -974,10 +835,7 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
     let round2 = t.elapsed();
     let summary: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
     outln!("{:<22} files: {}", "round 2: change", summary.join(", "));
-    outln!(
-        "{:<22} 1 directory moved to another parent, 1 made and removed, 1 open file unlinked",
-        ""
-    );
+    outln!("{:<22} 1 directory moved to another parent, 1 made and removed, 1 open file unlinked", "");
     outln!(
         "{:<22} {} in {} engine calls ({} written)",
         "",
@@ -991,21 +849,14 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
     let Demo { fs, model, .. } = d;
     let _still_open = orphan_fd;
     drop(fs);
-    outln!(
-        "{:<22} dropped the mounted file system without unmount (1 file still open)",
-        "crash (simulated)"
-    );
+    outln!("{:<22} dropped the mounted file system without unmount (1 file still open)", "crash (simulated)");
     let (fs, took) = mount(path)?;
     let r = fs.mount_report().clone();
     outln!(
         "{:<22} {}; recovery ran: {}",
         "remount",
         human_duration(took),
-        if r.recovered {
-            "yes (right: the pool was not unmounted)"
-        } else {
-            "NO (WRONG: the pool was not unmounted)"
-        }
+        if r.recovered { "yes (right: the pool was not unmounted)" } else { "NO (WRONG: the pool was not unmounted)" }
     );
     outln!(
         "{:<22} {} journals rolled back, {} inodes scanned, {} orphans freed, recovery took {}",
@@ -1017,10 +868,7 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
     );
     ok &= r.recovered;
     if r.orphans_freed == 0 {
-        outln!(
-            "{:<22} WRONG: the file unlinked while open was not freed",
-            ""
-        );
+        outln!("{:<22} WRONG: the file unlinked while open was not freed", "");
         ok = false;
     }
     outln!("{:<22} {}", "", space(&fs));
@@ -1039,12 +887,7 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
             if report.is_clean() {
                 outln!("{:<22} clean ({})", "fsck", human_duration(took));
             } else {
-                outln!(
-                    "{:<22} DAMAGED: {} problem(s) ({})",
-                    "fsck",
-                    report.problems.len(),
-                    human_duration(took)
-                );
+                outln!("{:<22} DAMAGED: {} problem(s) ({})", "fsck", report.problems.len(), human_duration(took));
                 for p in report.problems.iter().take(SHOW_PROBLEMS) {
                     outln!("{:<24} {p}", "");
                 }

@@ -42,17 +42,11 @@ pub struct CliError {
 impl CliError {
     /// A user-facing error (exit 2) about `pool`.
     pub fn pool(pool: &Path, msg: impl fmt::Display) -> CliError {
-        CliError {
-            code: EXIT_ERROR,
-            msg: format!("{}: {msg}", pool.display()),
-        }
+        CliError { code: EXIT_ERROR, msg: format!("{}: {msg}", pool.display()) }
     }
 
     pub fn new(code: u8, msg: impl fmt::Display) -> CliError {
-        CliError {
-            code,
-            msg: msg.to_string(),
-        }
+        CliError { code, msg: msg.to_string() }
     }
 }
 
@@ -60,20 +54,14 @@ pub type CliResult<T> = Result<T, CliError>;
 
 /// The pool to use: the argument, else `$FERRITE_POOL`, else the default.
 pub fn pool_path(arg: Option<PathBuf>) -> PathBuf {
-    arg.or_else(|| {
-        std::env::var_os(POOL_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    })
-    .unwrap_or_else(|| PathBuf::from(DEFAULT_POOL))
+    arg.or_else(|| std::env::var_os(POOL_ENV).filter(|v| !v.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_POOL))
 }
 
 /// The message for a failure to open or create the pool file.
 pub fn pmem_message(e: &PmemError) -> String {
     match e {
-        PmemError::AlreadyOpen => {
-            "already open by another process (is it mounted?); nothing was changed".into()
-        }
+        PmemError::AlreadyOpen => "already open by another process (is it mounted?); nothing was changed".into(),
         PmemError::TooSmall { len, min } => {
             if *len < MIN_POOL_BYTES {
                 format!("not a Ferrite pool (the file is {len} bytes; a pool is at least {min})")
@@ -82,12 +70,8 @@ pub fn pmem_message(e: &PmemError) -> String {
             }
         }
         PmemError::Io(io) => match io.kind() {
-            io::ErrorKind::NotFound => {
-                "no such file (make a pool with `ferrite mkfs` or `ferrite demo`)".into()
-            }
-            io::ErrorKind::PermissionDenied => {
-                "permission denied (a pool is opened for reading and writing)".into()
-            }
+            io::ErrorKind::NotFound => "no such file (make a pool with `ferrite mkfs` or `ferrite demo`)".into(),
+            io::ErrorKind::PermissionDenied => "permission denied (a pool is opened for reading and writing)".into(),
             io::ErrorKind::InvalidData => {
                 format!("not a Ferrite pool ({})", inner_message(io))
             }
@@ -132,8 +116,7 @@ pub fn open_pool_private(path: &Path, shared_lock: bool) -> CliResult<Pmem> {
     if path.is_dir() {
         return Err(CliError::pool(path, "is a directory, not a pool file"));
     }
-    Pmem::open_file_private(path, MIN_POOL_BYTES, shared_lock)
-        .map_err(|e| CliError::pool(path, pmem_message(&e)))
+    Pmem::open_file_private(path, MIN_POOL_BYTES, shared_lock).map_err(|e| CliError::pool(path, pmem_message(&e)))
 }
 
 /// The message for a failure to create a pool file.
@@ -171,9 +154,7 @@ pub fn probe(path: &Path) -> CliResult<Existing> {
     }
     let pmem = match Pmem::open_file(path, MIN_POOL_BYTES) {
         Ok(p) => p,
-        Err(PmemError::AlreadyOpen) => {
-            return Err(CliError::pool(path, pmem_message(&PmemError::AlreadyOpen)))
-        }
+        Err(PmemError::AlreadyOpen) => return Err(CliError::pool(path, pmem_message(&PmemError::AlreadyOpen))),
         Err(e @ PmemError::TooSmall { .. }) => return Ok(Existing::Other(pmem_message(&e))),
         Err(PmemError::Io(e)) if e.kind() == io::ErrorKind::InvalidData => {
             return Ok(Existing::Other(inner_message(&e)))
@@ -181,10 +162,9 @@ pub fn probe(path: &Path) -> CliResult<Existing> {
         Err(e) => return Err(CliError::pool(path, pmem_message(&e))),
     };
     Ok(match ferrite::read_superblock(&pmem) {
-        Ok(sb) => Existing::Ferrite(format!(
-            "holds a Ferrite pool ({} pages, {} mounts)",
-            sb.total_pages, sb.mount_count
-        )),
+        Ok(sb) => {
+            Existing::Ferrite(format!("holds a Ferrite pool ({} pages, {} mounts)", sb.total_pages, sb.mount_count))
+        }
         Err(PoolError::NotFerrite) => Existing::Other("not a Ferrite pool".into()),
         Err(e) => Existing::Ferrite(format!("holds a Ferrite superblock: {e}")),
     })
@@ -197,34 +177,22 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
     if num.is_empty() {
-        return Err(format!(
-            "`{s}` is not a size (examples: 4096, 64K, 256M, 1G)"
-        ));
+        return Err(format!("`{s}` is not a size (examples: 4096, 64K, 256M, 1G)"));
     }
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}`: number too large"))?;
+    let n: u64 = num.parse().map_err(|_| format!("`{s}`: number too large"))?;
     let shift = match suffix.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
         "m" | "mb" | "mib" => 20,
         "g" | "gb" | "gib" => 30,
         "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(format!(
-                "`{s}`: unknown suffix `{suffix}` (use K, M, G or T, binary units)"
-            ))
-        }
+        _ => return Err(format!("`{s}`: unknown suffix `{suffix}` (use K, M, G or T, binary units)")),
     };
-    let bytes = n
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("`{s}`: size too large"))?;
+    let bytes = n.checked_mul(1u64 << shift).ok_or_else(|| format!("`{s}`: size too large"))?;
     if bytes == 0 {
         return Err("size must not be zero".into());
     }
-    bytes
-        .checked_next_multiple_of(4096)
-        .ok_or_else(|| format!("`{s}`: size too large"))
+    bytes.checked_next_multiple_of(4096).ok_or_else(|| format!("`{s}`: size too large"))
 }
 
 /// Bytes in the most readable binary unit: "256 MiB", "1.50 GiB", "812 B".
@@ -284,12 +252,7 @@ pub fn utc_time(ns: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -320,10 +283,7 @@ mod tests {
     #[test]
     fn dates() {
         assert_eq!(utc_time(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(
-            utc_time(1_700_000_000_000_000_000),
-            "2023-11-14 22:13:20 UTC"
-        );
+        assert_eq!(utc_time(1_700_000_000_000_000_000), "2023-11-14 22:13:20 UTC");
     }
 
     #[test]

@@ -51,10 +51,7 @@ impl FreeList {
         let mut start = start;
         let mut len = len;
         if let Some((&ps, &pl)) = self.extents.range(..start).next_back() {
-            assert!(
-                ps + pl <= start,
-                "double free of page {start} (extent {ps}+{pl})"
-            );
+            assert!(ps + pl <= start, "double free of page {start} (extent {ps}+{pl})");
             if ps + pl == start {
                 self.extents.remove(&ps);
                 start = ps;
@@ -62,10 +59,7 @@ impl FreeList {
             }
         }
         if let Some((&ns, &nl)) = self.extents.range(start..).next() {
-            assert!(
-                start + len <= ns,
-                "double free of pages {start}+{len} (extent {ns}+{nl})"
-            );
+            assert!(start + len <= ns, "double free of pages {start}+{len} (extent {ns}+{nl})");
             if start + len == ns {
                 self.extents.remove(&ns);
                 len += nl;
@@ -95,8 +89,69 @@ impl FreeList {
     }
 }
 
+/// What each data page is, two bits a page. Besides catching engine bugs
+/// (a double free), it stops a corrupt pool from making the engine free a
+/// page twice: after a clean mount the pages of inodes not yet rebuilt are
+/// `USED`, and an inode rebuilt lazily must claim each of its pages from
+/// `USED` to `CLAIMED`; a page that is free, or claimed by another inode,
+/// makes the rebuild fail as corruption.
+const PAGE_FREE: u64 = 0;
+const PAGE_USED: u64 = 1;
+const PAGE_CLAIMED: u64 = 2;
+
+struct PageStates {
+    words: Vec<AtomicU64>,
+    base: u64,
+}
+
+impl PageStates {
+    fn new(base: u64, pages: u64) -> PageStates {
+        PageStates { words: (0..pages.div_ceil(32)).map(|_| AtomicU64::new(0)).collect(), base }
+    }
+
+    fn slot(&self, page: u64) -> (&AtomicU64, u32) {
+        let i = page - self.base;
+        (&self.words[(i / 32) as usize], ((i % 32) * 2) as u32)
+    }
+
+    fn get(&self, page: u64) -> u64 {
+        let (w, shift) = self.slot(page);
+        (w.load(Ordering::Acquire) >> shift) & 3
+    }
+
+    /// Change one page from `from` to `to`; false (and no change) if it
+    /// was not in `from`.
+    fn swap(&self, page: u64, from: u64, to: u64) -> bool {
+        let (w, shift) = self.slot(page);
+        let mut cur = w.load(Ordering::Acquire);
+        loop {
+            if (cur >> shift) & 3 != from {
+                return false;
+            }
+            let new = (cur & !(3 << shift)) | (to << shift);
+            match w.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    fn set(&self, page: u64, to: u64) {
+        let (w, shift) = self.slot(page);
+        let mut cur = w.load(Ordering::Acquire);
+        loop {
+            let new = (cur & !(3 << shift)) | (to << shift);
+            match w.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(v) => cur = v,
+            }
+        }
+    }
+}
+
 /// The page allocator of the data region.
 pub struct PageAllocator {
+    states: PageStates,
     lanes: Vec<Mutex<FreeList>>,
     data_start: u64,
     total_pages: u64,
@@ -109,9 +164,8 @@ impl PageAllocator {
         let data = total_pages - data_start.0;
         let span = data.div_ceil(lane_count as u64).max(1);
         PageAllocator {
-            lanes: (0..lane_count)
-                .map(|_| Mutex::new(FreeList::default()))
-                .collect(),
+            states: PageStates::new(data_start.0, data),
+            lanes: (0..lane_count).map(|_| Mutex::new(FreeList::default())).collect(),
             data_start: data_start.0,
             total_pages,
             span,
@@ -128,13 +182,69 @@ impl PageAllocator {
     }
 
     /// Return `len` pages from `start` to the free lists. Freeing a page
-    /// that is already free is a bug and panics.
+    /// that no rebuilt inode owns (a double free) is a bug and panics.
     pub fn free(&self, start: PageNo, len: u64) {
+        self.check_range(start, len);
+        for p in start.0..start.0 + len {
+            assert!(self.states.swap(p, PAGE_CLAIMED, PAGE_FREE), "double free of page {p}");
+        }
+        self.insert_free(start, len);
+    }
+
+    /// Seed the free lists (format, mount): pages that were not handed out.
+    pub fn init_free(&self, start: PageNo, len: u64) {
+        self.check_range(start, len);
+        for p in start.0..start.0 + len {
+            self.states.set(p, PAGE_FREE);
+        }
+        self.insert_free(start, len);
+    }
+
+    /// Mark pages in use by inodes not rebuilt yet (clean mount).
+    pub fn init_used(&self, start: PageNo, len: u64) {
+        self.check_range(start, len);
+        for p in start.0..start.0 + len {
+            self.states.set(p, PAGE_USED);
+        }
+    }
+
+    /// Mark a page owned by an inode already rebuilt (crash recovery).
+    pub fn init_claimed(&self, page: PageNo) {
+        self.check_range(page, 1);
+        self.states.set(page.0, PAGE_CLAIMED);
+    }
+
+    /// An inode rebuilt lazily claims its pages: each must be in use and
+    /// not claimed by another inode. All or nothing.
+    pub fn claim(&self, pages: &[PageNo]) -> Result<(), crate::format::Corrupt> {
+        for (i, p) in pages.iter().enumerate() {
+            let inside = p.0 >= self.data_start && p.0 < self.total_pages;
+            if !inside || !self.states.swap(p.0, PAGE_USED, PAGE_CLAIMED) {
+                for q in &pages[..i] {
+                    self.states.swap(q.0, PAGE_CLAIMED, PAGE_USED);
+                }
+                let what = if !inside {
+                    "outside the data region"
+                } else if self.states.get(p.0) == PAGE_FREE {
+                    "free in the allocator"
+                } else {
+                    "owned twice"
+                };
+                return Err(crate::format::corrupt!("page {} is {what}", p.0));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_range(&self, start: PageNo, len: u64) {
         assert!(
-            start.0 >= self.data_start && start.0 + len <= self.total_pages,
-            "free of pages {}+{len} outside the data region",
+            start.0 >= self.data_start && start.0.checked_add(len).is_some_and(|e| e <= self.total_pages),
+            "pages {}+{len} outside the data region",
             start.0
         );
+    }
+
+    fn insert_free(&self, start: PageNo, len: u64) {
         let mut s = start.0;
         let end = start.0 + len;
         // An extent may straddle lane partitions; split it at the borders.
@@ -163,12 +273,7 @@ impl PageAllocator {
             if cur < count {
                 return Err(Errno::ENOSPC);
             }
-            match self.free_total.compare_exchange_weak(
-                cur,
-                cur - count,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match self.free_total.compare_exchange_weak(cur, cur - count, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(v) => cur = v,
             }
@@ -179,15 +284,16 @@ impl PageAllocator {
         let mut round = 0;
         while got < count {
             // Steal from the lane with the most free pages.
-            let lane = (0..self.lanes.len())
-                .max_by_key(|&i| self.lanes[i].lock().free_pages)
-                .expect("at least one lane");
+            let lane =
+                (0..self.lanes.len()).max_by_key(|&i| self.lanes[i].lock().free_pages).expect("at least one lane");
             got += self.lanes[lane].lock().take(count - got, &mut out);
             round += 1;
-            assert!(
-                round <= 4 * self.lanes.len() + 4,
-                "allocator accounting lost pages"
-            );
+            assert!(round <= 4 * self.lanes.len() + 4, "allocator accounting lost pages");
+        }
+        for &(s, n) in &out {
+            for p in s.0..s.0 + n as u64 {
+                assert!(self.states.swap(p, PAGE_FREE, PAGE_CLAIMED), "allocated page {p} was not free");
+            }
         }
         Ok(out)
     }
@@ -274,7 +380,7 @@ mod tests {
     #[test]
     fn alloc_free_merge_and_enospc() {
         let a = PageAllocator::new(3, PageNo(10), 110);
-        a.free(PageNo(10), 100);
+        a.init_free(PageNo(10), 100);
         assert_eq!(a.free_pages(), 100);
         let runs = a.alloc(100).unwrap();
         assert_eq!(runs.iter().map(|r| r.1 as u64).sum::<u64>(), 100);
@@ -283,17 +389,14 @@ mod tests {
             a.free(p, n as u64);
         }
         assert_eq!(a.free_extents().iter().map(|e| e.1).sum::<u64>(), 100);
-        assert!(
-            a.free_extents().len() <= 3,
-            "extents merge within each lane"
-        );
+        assert!(a.free_extents().len() <= 3, "extents merge within each lane");
     }
 
     #[test]
     #[should_panic(expected = "double free")]
     fn double_free_is_caught() {
         let a = PageAllocator::new(1, PageNo(10), 110);
-        a.free(PageNo(10), 5);
+        a.init_free(PageNo(10), 5);
         a.free(PageNo(12), 1);
     }
 }

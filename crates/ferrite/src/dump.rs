@@ -3,8 +3,7 @@
 //! corrupt structures are shown as such, never trusted.
 
 use crate::format::{
-    self, Entry, InodeSlot, JournalState, MountState, PageNo, LOG_PAGE_HEADER_SIZE, LOG_UNIT,
-    PAGE_SIZE,
+    self, Entry, InodeSlot, JournalState, MountState, PageNo, LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SIZE,
 };
 use crate::fs::PoolError;
 use crate::media::Media;
@@ -24,18 +23,9 @@ pub fn dump(pmem: Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
     let sb = crate::fs::read_superblock(&pmem)?;
     let mut o = String::new();
     let w = &mut o;
-    let _ = writeln!(
-        w,
-        "== superblock (generation {}, two copies at pages 0 and 1)",
-        sb.generation
-    );
+    let _ = writeln!(w, "== superblock (generation {}, two copies at pages 0 and 1)", sb.generation);
     let _ = writeln!(w, "  format version      {}", format::FORMAT_VERSION);
-    let _ = writeln!(
-        w,
-        "  total pages         {} ({} MiB)",
-        sb.total_pages,
-        (sb.total_pages * PAGE_SIZE) >> 20
-    );
+    let _ = writeln!(w, "  total pages         {} ({} MiB)", sb.total_pages, (sb.total_pages * PAGE_SIZE) >> 20);
     let _ = writeln!(w, "  lanes               {}", sb.lane_count);
     let _ = writeln!(
         w,
@@ -51,17 +41,8 @@ pub fn dump(pmem: Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
         sb.inode_count,
         format::INODE_SLOT_SIZE
     );
-    let _ = writeln!(
-        w,
-        "  allocator save area pages {}..{}",
-        sb.save_start.0,
-        sb.save_start.0 + sb.save_pages
-    );
-    let _ = writeln!(
-        w,
-        "  data region         pages {}..{}",
-        sb.data_start.0, sb.total_pages
-    );
+    let _ = writeln!(w, "  allocator save area pages {}..{}", sb.save_start.0, sb.save_start.0 + sb.save_pages);
+    let _ = writeln!(w, "  data region         pages {}..{}", sb.data_start.0, sb.total_pages);
     let _ = writeln!(
         w,
         "  state               {}",
@@ -72,34 +53,19 @@ pub fn dump(pmem: Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
     );
     let _ = writeln!(w, "  mount count         {}", sb.mount_count);
     let _ = writeln!(w, "  created             {}", ts(sb.created_ns));
-    let _ = writeln!(
-        w,
-        "  saved free pages    {} / inodes {}",
-        sb.saved_free_pages, sb.saved_free_inodes
-    );
-    let layout = format::Layout::compute(sb.total_pages, sb.lane_count, sb.inode_count)
-        .map_err(PoolError::Invalid)?;
+    let _ = writeln!(w, "  saved free pages    {} / inodes {}", sb.saved_free_pages, sb.saved_free_inodes);
+    let layout = format::Layout::compute(sb.total_pages, sb.lane_count, sb.inode_count).map_err(PoolError::Invalid)?;
     let copy = Pmem::from_image(&pmem.image());
-    let media = Media {
-        pmem: Arc::new(copy),
-        layout,
-    };
+    let media = Media { pmem: Arc::new(copy), layout };
     let _ = writeln!(w, "== journals");
     for (lane, state) in crate::journal::inspect(&media) {
         match state {
             JournalState::Idle => {}
             JournalState::Torn => {
-                let _ = writeln!(
-                    w,
-                    "  lane {lane}: torn header (never committed; ignored at recovery)"
-                );
+                let _ = writeln!(w, "  lane {lane}: torn header (never committed; ignored at recovery)");
             }
             JournalState::Open(recs) => {
-                let _ = writeln!(
-                    w,
-                    "  lane {lane}: OPEN transaction, {} words (rolled back at recovery):",
-                    recs.len()
-                );
+                let _ = writeln!(w, "  lane {lane}: OPEN transaction, {} words (rolled back at recovery):", recs.len());
                 for r in recs {
                     let _ = writeln!(w, "    word {:#x} old value {:#x}", r.offset, r.old);
                 }
@@ -117,16 +83,8 @@ pub fn dump(pmem: Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
             let _ = writeln!(w, "  free slot");
         }
         Ok(InodeSlot::Live { header, head, tail }) => {
-            let _ = writeln!(
-                w,
-                "  type {:?}, generation {}",
-                header.kind, header.generation
-            );
-            let _ = writeln!(
-                w,
-                "  log head {head:#x} (page {}), tail {tail:#x}",
-                head / PAGE_SIZE
-            );
+            let _ = writeln!(w, "  type {:?}, generation {}", header.kind, header.generation);
+            let _ = writeln!(w, "  log head {head:#x} (page {}), tail {tail:#x}", head / PAGE_SIZE);
             dump_log(w, &media, ino, header.generation, head, tail);
         }
     }
@@ -153,11 +111,7 @@ fn dump_log(w: &mut String, media: &Media, ino: InodeNo, generation: u32, head: 
             }
         };
         let _ = writeln!(w, "  -- log page {} (next {next:#x})", page.0);
-        let end = if page == tail_page {
-            tail - page.offset()
-        } else {
-            PAGE_SIZE
-        };
+        let end = if page == tail_page { tail - page.offset() } else { PAGE_SIZE };
         let mut at = LOG_PAGE_HEADER_SIZE;
         while at < end.min(PAGE_SIZE) {
             let rest = &buf[at as usize..end.min(PAGE_SIZE) as usize];
@@ -221,19 +175,10 @@ fn describe(e: &Entry) -> String {
             )
         }
         Entry::DentryAdd(d) => {
-            format!(
-                "ADD {:?} -> inode {} ({:?})",
-                String::from_utf8_lossy(&d.name),
-                d.ino.0,
-                d.kind
-            )
+            format!("ADD {:?} -> inode {} ({:?})", String::from_utf8_lossy(&d.name), d.ino.0, d.kind)
         }
         Entry::DentryRemove(d) => {
-            format!(
-                "REMOVE {:?} (inode {})",
-                String::from_utf8_lossy(&d.name),
-                d.ino.0
-            )
+            format!("REMOVE {:?} (inode {})", String::from_utf8_lossy(&d.name), d.ino.0)
         }
     }
 }

@@ -18,9 +18,7 @@ const PAGE: usize = PAGE_SIZE as usize;
 /// Consecutive runs of pool pages handed out by the allocator, walked one
 /// page at a time.
 fn flatten(runs: &[(PageNo, u32)]) -> Vec<PageNo> {
-    runs.iter()
-        .flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i)))
-        .collect()
+    runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i))).collect()
 }
 
 /// Write entries for file pages `first..` mapped to `pool` pages, one entry
@@ -84,13 +82,7 @@ impl Ferrite {
 
     /// Copy-on-write write of `data` at `offset`; the caller holds the
     /// inode's write lock.
-    pub(crate) fn write_locked(
-        &self,
-        inode: &Inode,
-        d: &mut InodeData,
-        offset: u64,
-        data: &[u8],
-    ) -> FsResult<usize> {
+    pub(crate) fn write_locked(&self, inode: &Inode, d: &mut InodeData, offset: u64, data: &[u8]) -> FsResult<usize> {
         if data.is_empty() {
             return Ok(0);
         }
@@ -110,8 +102,7 @@ impl Ferrite {
             let page_start = p << PAGE_SHIFT;
             let lo = offset.max(page_start) - page_start;
             let hi = end.min(page_start + PAGE_SIZE) - page_start;
-            let src =
-                &data[(page_start + lo - offset) as usize..(page_start + hi - offset) as usize];
+            let src = &data[(page_start + lo - offset) as usize..(page_start + hi - offset) as usize];
             if lo == 0 && hi == PAGE_SIZE {
                 self.media.write_nt(dest.offset(), src);
             } else {
@@ -129,13 +120,7 @@ impl Ferrite {
         let now = self.now_ns();
         let size_after = d.attrs.size.max(end);
         let entries = write_entries(first, &pairs, size_after, now);
-        let staged = match d.stage(
-            &self.media,
-            &self.pages,
-            inode.ino,
-            inode.generation,
-            entries,
-        ) {
+        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
             Ok(s) => s,
             Err(e) => {
                 for (s, n) in runs {
@@ -161,12 +146,7 @@ impl Ferrite {
         if size > limits::FILE_SIZE_MAX {
             return Err(Errno::EFBIG);
         }
-        let mut entries = vec![Entry::Truncate(TruncateEntry {
-            size,
-            mtime_ns: now,
-            ctime_ns: now,
-            size_only: false,
-        })];
+        let mut entries = vec![Entry::Truncate(TruncateEntry { size, mtime_ns: now, ctime_ns: now, size_only: false })];
         let mut cow = None;
         let within = (size % PAGE_SIZE) as usize;
         if size < d.attrs.size && within != 0 {
@@ -190,12 +170,7 @@ impl Ferrite {
         Ok((entries, cow))
     }
 
-    pub(crate) fn truncate_locked(
-        &self,
-        inode: &Inode,
-        d: &mut InodeData,
-        size: u64,
-    ) -> FsResult<()> {
+    pub(crate) fn truncate_locked(&self, inode: &Inode, d: &mut InodeData, size: u64) -> FsResult<()> {
         match inode.kind {
             FileType::Directory => return Err(Errno::EISDIR),
             FileType::Symlink => return Err(Errno::EINVAL),
@@ -203,13 +178,7 @@ impl Ferrite {
         }
         let now = self.now_ns();
         let (entries, cow) = self.truncate_entries(d, size, now)?;
-        let staged = match d.stage(
-            &self.media,
-            &self.pages,
-            inode.ino,
-            inode.generation,
-            entries,
-        ) {
+        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
             Ok(s) => s,
             Err(e) => {
                 if let Some(p) = cow {
@@ -261,12 +230,7 @@ impl Ferrite {
         };
         let now = self.now_ns();
         let (entries, runs) = if holes.is_empty() {
-            let t = TruncateEntry {
-                size: new_size,
-                mtime_ns: now,
-                ctime_ns: now,
-                size_only: true,
-            };
+            let t = TruncateEntry { size: new_size, mtime_ns: now, ctime_ns: now, size_only: true };
             (vec![Entry::Truncate(t)], crate::alloc::Runs::new())
         } else {
             let runs = self.pages.alloc(holes.len() as u64)?;
@@ -276,13 +240,7 @@ impl Ferrite {
             let pairs: Vec<(u64, PageNo)> = holes.iter().copied().zip(flatten(&runs)).collect();
             (write_entries(first, &pairs, new_size, now), runs)
         };
-        let staged = match d.stage(
-            &self.media,
-            &self.pages,
-            inode.ino,
-            inode.generation,
-            entries,
-        ) {
+        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
             Ok(s) => s,
             Err(e) => {
                 for (s, n) in runs {

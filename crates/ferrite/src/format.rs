@@ -30,8 +30,7 @@ pub const LOG_PAGE_MAGIC: u32 = u32::from_le_bytes(*b"FLOG");
 /// Journal layout: a 64-byte header, then 16-byte records.
 pub const JOURNAL_HEADER_SIZE: u64 = 64;
 pub const JOURNAL_RECORD_SIZE: u64 = 16;
-pub const JOURNAL_RECORDS_MAX: usize =
-    ((PAGE_SIZE - JOURNAL_HEADER_SIZE) / JOURNAL_RECORD_SIZE) as usize;
+pub const JOURNAL_RECORDS_MAX: usize = ((PAGE_SIZE - JOURNAL_HEADER_SIZE) / JOURNAL_RECORD_SIZE) as usize;
 /// Most lanes (journals, allocator partitions) a pool may have.
 pub const LANES_MAX: u32 = 64;
 /// Smallest pool: enough for the fixed regions and a handful of files.
@@ -157,15 +156,7 @@ impl Superblock {
         b[88..104].copy_from_slice(&self.uuid);
         put_i64(&mut b, 104, self.created_ns);
         put_u64(&mut b, 112, self.generation);
-        put_u32(
-            &mut b,
-            120,
-            if self.state == MountState::Clean {
-                1
-            } else {
-                0
-            },
-        );
+        put_u32(&mut b, 120, if self.state == MountState::Clean { 1 } else { 0 });
         put_u32(&mut b, 124, self.features);
         put_u32(&mut b, 128, self.saved_alloc_crc);
         put_u64(&mut b, 136, self.saved_free_pages);
@@ -182,18 +173,14 @@ impl Superblock {
             return Err(SuperblockError::NotFerrite);
         }
         if get_u32(b, 252) != crc(&b[..252]) {
-            return Err(SuperblockError::Corrupt(corrupt!(
-                "superblock checksum mismatch"
-            )));
+            return Err(SuperblockError::Corrupt(corrupt!("superblock checksum mismatch")));
         }
         let version = get_u32(b, 8);
         if version != FORMAT_VERSION {
             return Err(SuperblockError::Version(version));
         }
         if get_u32(b, 12) as u64 != PAGE_SIZE || get_u32(b, 28) as u64 != INODE_SLOT_SIZE {
-            return Err(SuperblockError::Corrupt(corrupt!(
-                "unsupported page or inode size"
-            )));
+            return Err(SuperblockError::Corrupt(corrupt!("unsupported page or inode size")));
         }
         let state = match get_u32(b, 120) {
             1 => MountState::Clean,
@@ -220,8 +207,7 @@ impl Superblock {
             saved_free_inodes: get_u64(b, 144),
             mount_count: get_u64(b, 152),
         };
-        sb.check_geometry(pool_len)
-            .map_err(SuperblockError::Corrupt)?;
+        sb.check_geometry(pool_len).map_err(SuperblockError::Corrupt)?;
         Ok(sb)
     }
 
@@ -287,9 +273,7 @@ impl Layout {
             return Err(format!("lane count {lane_count} not in 1..={LANES_MAX}"));
         }
         if !(POOL_PAGES_MIN..=POOL_PAGES_MAX).contains(&total_pages) {
-            return Err(format!(
-                "pool of {total_pages} pages not in {POOL_PAGES_MIN}..={POOL_PAGES_MAX}"
-            ));
+            return Err(format!("pool of {total_pages} pages not in {POOL_PAGES_MIN}..={POOL_PAGES_MAX}"));
         }
         if inode_count < 2 || inode_count > total_pages.saturating_mul(INODES_PER_PAGE) {
             return Err(format!("inode count {inode_count} out of range"));
@@ -304,10 +288,7 @@ impl Layout {
         let save_pages = save_bits.div_ceil(8).div_ceil(PAGE_SIZE);
         let data_start = PageNo(save_start.0 + save_pages);
         if data_start.0 + 16 > total_pages {
-            return Err(format!(
-                "pool of {total_pages} pages is too small for its metadata ({} pages)",
-                data_start.0
-            ));
+            return Err(format!("pool of {total_pages} pages is too small for its metadata ({} pages)", data_start.0));
         }
         Ok(Layout {
             total_pages,
@@ -360,8 +341,7 @@ pub fn journal_active_word(seq: u64, count: usize) -> u64 {
 /// Encode the records and the header of an open transaction.
 pub fn journal_encode(seq: u64, records: &[JournalRecord]) -> Vec<u8> {
     assert!(!records.is_empty() && records.len() <= JOURNAL_RECORDS_MAX);
-    let mut b =
-        vec![0u8; JOURNAL_HEADER_SIZE as usize + records.len() * JOURNAL_RECORD_SIZE as usize];
+    let mut b = vec![0u8; JOURNAL_HEADER_SIZE as usize + records.len() * JOURNAL_RECORD_SIZE as usize];
     put_u64(&mut b, 0, journal_active_word(seq, records.len()));
     for (i, r) in records.iter().enumerate() {
         let at = JOURNAL_HEADER_SIZE as usize + i * JOURNAL_RECORD_SIZE as usize;
@@ -410,10 +390,7 @@ pub fn journal_decode(page: &[u8]) -> JournalState {
     let records = (0..count)
         .map(|i| {
             let at = JOURNAL_HEADER_SIZE as usize + i * JOURNAL_RECORD_SIZE as usize;
-            JournalRecord {
-                offset: get_u64(page, at),
-                old: get_u64(page, at + 8),
-            }
+            JournalRecord { offset: get_u64(page, at), old: get_u64(page, at + 8) }
         })
         .collect();
     JournalState::Open(records)
@@ -468,11 +445,7 @@ impl InodeHeader {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum InodeSlot {
     Free,
-    Live {
-        header: InodeHeader,
-        head: u64,
-        tail: u64,
-    },
+    Live { header: InodeHeader, head: u64, tail: u64 },
 }
 
 pub fn decode_inode_slot(slot: &[u8], expect_ino: InodeNo) -> Result<InodeSlot, Corrupt> {
@@ -481,10 +454,7 @@ pub fn decode_inode_slot(slot: &[u8], expect_ino: InodeNo) -> Result<InodeSlot, 
         return Ok(InodeSlot::Free);
     }
     if state & 0xFFFF_FFFF_0000_0000 != INODE_LIVE_TAG {
-        return Err(corrupt!(
-            "inode {}: bad state word {state:#x}",
-            expect_ino.0
-        ));
+        return Err(corrupt!("inode {}: bad state word {state:#x}", expect_ino.0));
     }
     let h = &slot[24..64];
     if get_u32(h, 36) != crc(&h[..36]) {
@@ -493,26 +463,14 @@ pub fn decode_inode_slot(slot: &[u8], expect_ino: InodeNo) -> Result<InodeSlot, 
     let ino = InodeNo(get_u64(h, 0));
     let generation = get_u32(h, 8);
     if ino != expect_ino {
-        return Err(corrupt!(
-            "inode slot {} holds inode {}",
-            expect_ino.0,
-            ino.0
-        ));
+        return Err(corrupt!("inode slot {} holds inode {}", expect_ino.0, ino.0));
     }
     if state as u32 != generation {
-        return Err(corrupt!(
-            "inode {}: state generation differs from header",
-            ino.0
-        ));
+        return Err(corrupt!("inode {}: state generation differs from header", ino.0));
     }
-    let kind =
-        FileType::from_u8(h[12]).ok_or_else(|| corrupt!("inode {}: bad type {}", ino.0, h[12]))?;
+    let kind = FileType::from_u8(h[12]).ok_or_else(|| corrupt!("inode {}: bad type {}", ino.0, h[12]))?;
     Ok(InodeSlot::Live {
-        header: InodeHeader {
-            ino,
-            generation,
-            kind,
-        },
+        header: InodeHeader { ino, generation, kind },
         head: get_u64(slot, 8),
         tail: get_u64(slot, 16),
     })
@@ -544,11 +502,7 @@ pub fn decode_log_page_header(b: &[u8], owner: InodeNo, generation: u32) -> Resu
         return Err(corrupt!("inode {}: log page header invalid", owner.0));
     }
     if get_u64(b, 8) != owner.0 || get_u32(b, 16) != generation {
-        return Err(corrupt!(
-            "inode {}: log page belongs to inode {}",
-            owner.0,
-            get_u64(b, 8)
-        ));
+        return Err(corrupt!("inode {}: log page belongs to inode {}", owner.0, get_u64(b, 8)));
     }
     Ok(get_u64(b, 24))
 }
@@ -742,9 +696,7 @@ impl Entry {
                     ctime_ns: get_i64(e, 56),
                 };
                 if w.num_pages == 0
-                    || w.file_page
-                        .checked_add(w.num_pages as u64)
-                        .is_none_or(|end| end > FILE_PAGES_MAX)
+                    || w.file_page.checked_add(w.num_pages as u64).is_none_or(|end| end > FILE_PAGES_MAX)
                     || w.size_after > crate::types::limits::FILE_SIZE_MAX
                 {
                     return Err(corrupt!("write entry out of range"));
@@ -773,14 +725,8 @@ impl Entry {
                 if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
                     return Err(corrupt!("dentry name invalid"));
                 }
-                let kind =
-                    FileType::from_u8(e[24]).ok_or_else(|| corrupt!("dentry type {}", e[24]))?;
-                let d = DentryEntry {
-                    ino: InodeNo(get_u64(e, 16)),
-                    kind,
-                    time_ns: get_i64(e, 32),
-                    name,
-                };
+                let kind = FileType::from_u8(e[24]).ok_or_else(|| corrupt!("dentry type {}", e[24]))?;
+                let d = DentryEntry { ino: InodeNo(get_u64(e, 16)), kind, time_ns: get_i64(e, 32), name };
                 if k == EntryKind::DentryAdd as u8 {
                     Entry::DentryAdd(d)
                 } else {
@@ -827,12 +773,7 @@ mod tests {
                 mtime_ns: 1,
                 ctime_ns: 2,
             }),
-            Entry::Truncate(TruncateEntry {
-                size: 77,
-                mtime_ns: 3,
-                ctime_ns: 4,
-                size_only: true,
-            }),
+            Entry::Truncate(TruncateEntry { size: 77, mtime_ns: 3, ctime_ns: 4, size_only: true }),
             Entry::DentryAdd(DentryEntry {
                 ino: InodeNo(5),
                 kind: FileType::Directory,
@@ -855,10 +796,7 @@ mod tests {
             for bit in 0..buf.len() * 8 {
                 let mut bad = buf.clone();
                 bad[bit / 8] ^= 1 << (bit % 8);
-                assert!(
-                    Entry::decode(&bad).is_err(),
-                    "flip of bit {bit} in {e:?} went unnoticed"
-                );
+                assert!(Entry::decode(&bad).is_err(), "flip of bit {bit} in {e:?} went unnoticed");
             }
         }
     }
@@ -891,21 +829,12 @@ mod tests {
         assert!(Superblock::decode(&b, 1023 * PAGE_SIZE).is_err());
         let mut bad = b;
         bad[20] ^= 1;
-        assert!(matches!(
-            Superblock::decode(&bad, 1024 * PAGE_SIZE),
-            Err(SuperblockError::Corrupt(_))
-        ));
+        assert!(matches!(Superblock::decode(&bad, 1024 * PAGE_SIZE), Err(SuperblockError::Corrupt(_))));
     }
 
     #[test]
     fn journal_round_trip_and_torn() {
-        let recs = vec![
-            JournalRecord { offset: 64, old: 5 },
-            JournalRecord {
-                offset: 128,
-                old: 6,
-            },
-        ];
+        let recs = vec![JournalRecord { offset: 64, old: 5 }, JournalRecord { offset: 128, old: 6 }];
         let enc = journal_encode(9, &recs);
         let mut page = vec![0u8; PAGE_SIZE as usize];
         assert_eq!(journal_decode(&page), JournalState::Idle);

@@ -3,8 +3,7 @@
 
 use crate::alloc::{InodeAllocator, PageAllocator};
 use crate::format::{
-    self, Layout, MountState, PageNo, Superblock, SuperblockError, INODE_STATE_OFFSET,
-    INODE_TAIL_OFFSET, PAGE_SIZE,
+    self, Layout, MountState, PageNo, Superblock, SuperblockError, INODE_STATE_OFFSET, INODE_TAIL_OFFSET, PAGE_SIZE,
 };
 use crate::inode::{Attrs, Inode, InodeData, Staged};
 use crate::journal::{Journals, Transaction};
@@ -37,10 +36,7 @@ impl std::fmt::Display for PoolError {
         match self {
             PoolError::NotFerrite => write!(f, "not a Ferrite pool (no superblock magic)"),
             PoolError::Version { found, supported } => {
-                write!(
-                    f,
-                    "pool has format version {found}; this build reads version {supported}"
-                )
+                write!(f, "pool has format version {found}; this build reads version {supported}")
             }
             PoolError::Corrupt(m) => write!(f, "corrupt pool: {m}"),
             PoolError::Pmem(e) => write!(f, "{e}"),
@@ -75,11 +71,7 @@ pub struct FormatOptions {
 
 impl Default for FormatOptions {
     fn default() -> Self {
-        FormatOptions {
-            lanes: 8,
-            inodes: None,
-            clock: Arc::new(SystemClock),
-        }
+        FormatOptions { lanes: 8, inodes: None, clock: Arc::new(SystemClock) }
     }
 }
 
@@ -95,10 +87,7 @@ impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
             clock: Arc::new(SystemClock),
-            recovery_threads: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-                .min(8),
+            recovery_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).min(8),
         }
     }
 }
@@ -139,12 +128,8 @@ impl Ferrite {
     pub fn format(pmem: Pmem, opts: &FormatOptions) -> Result<Ferrite, PoolError> {
         let total_pages = pmem.len() / PAGE_SIZE;
         let inodes = opts.inodes.unwrap_or((total_pages / 4).max(64));
-        let layout =
-            Layout::compute(total_pages, opts.lanes, inodes).map_err(PoolError::Invalid)?;
-        let media = Media {
-            pmem: Arc::new(pmem),
-            layout,
-        };
+        let layout = Layout::compute(total_pages, opts.lanes, inodes).map_err(PoolError::Invalid)?;
+        let media = Media { pmem: Arc::new(pmem), layout };
         // Metadata regions start zeroed: no superblock until the end, idle
         // journals, free inode slots.
         media.fill_nt(0, layout.data_start.0 * PAGE_SIZE, 0);
@@ -152,9 +137,7 @@ impl Ferrite {
         let now = opts.clock.now().as_ns();
         let mut uuid = [0u8; 16];
         uuid[..8].copy_from_slice(&now.to_le_bytes());
-        uuid[8..].copy_from_slice(
-            &(std::process::id() as u64 ^ total_pages.rotate_left(17)).to_le_bytes(),
-        );
+        uuid[8..].copy_from_slice(&(std::process::id() as u64 ^ total_pages.rotate_left(17)).to_le_bytes());
         let sb = Superblock {
             total_pages,
             lane_count: layout.lane_count,
@@ -176,8 +159,7 @@ impl Ferrite {
             mount_count: 1,
         };
         let fs = Ferrite::new_mounted(media, sb, opts.clock.clone(), MountReport::default());
-        fs.pages
-            .free(layout.data_start, total_pages - layout.data_start.0);
+        fs.pages.init_free(layout.data_start, total_pages - layout.data_start.0);
         fs.inodes_free.fill(2..layout.inode_count);
         // The root directory: its own parent, created outside any journal
         // because nothing refers to it until its state word is set.
@@ -194,14 +176,9 @@ impl Ferrite {
         };
         let (inode, staged) = fs
             .stage_new_inode(InodeNo::ROOT, FileType::Directory, attrs, vec![])
-            .map_err(|e| {
-                PoolError::Invalid(format!("pool too small for the root directory: {e:?}"))
-            })?;
+            .map_err(|e| PoolError::Invalid(format!("pool too small for the root directory: {e:?}")))?;
         let mut tx = Transaction::default();
-        tx.set(
-            fs.media.slot_offset(InodeNo::ROOT) + INODE_STATE_OFFSET,
-            format::inode_live_word(inode.generation),
-        );
+        tx.set(fs.media.slot_offset(InodeNo::ROOT) + INODE_STATE_OFFSET, format::inode_live_word(inode.generation));
         fs.journals.run(&fs.media, &tx);
         {
             let mut d = inode.data.write();
@@ -238,12 +215,7 @@ impl Ferrite {
         Ok(fs)
     }
 
-    pub(crate) fn new_mounted(
-        media: Media,
-        sb: Superblock,
-        clock: Arc<dyn Clock>,
-        report: MountReport,
-    ) -> Ferrite {
+    pub(crate) fn new_mounted(media: Media, sb: Superblock, clock: Arc<dyn Clock>, report: MountReport) -> Ferrite {
         let lanes = media.layout.lane_count as usize;
         Ferrite {
             pages: PageAllocator::new(lanes, media.layout.data_start, media.layout.total_pages),
@@ -251,9 +223,7 @@ impl Ferrite {
             journals: Journals::new(lanes),
             media,
             sb: Mutex::new(sb),
-            inodes: (0..INODE_SHARDS)
-                .map(|_| Mutex::new(Map::default()))
-                .collect(),
+            inodes: (0..INODE_SHARDS).map(|_| Mutex::new(Map::default())).collect(),
             clock,
             rename_lock: Mutex::new(()),
             fds: crate::path::FdTable::default(),
@@ -312,7 +282,7 @@ impl Ferrite {
     pub(crate) fn write_superblock(&self, change: impl FnOnce(&mut Superblock)) {
         let mut sb = self.sb.lock();
         change(&mut sb);
-        sb.generation += 1;
+        sb.generation = sb.generation.wrapping_add(1);
         let bytes = sb.encode();
         for copy in format::SUPERBLOCK_COPIES {
             self.media.write(copy.offset(), &bytes);
@@ -350,12 +320,10 @@ impl Ferrite {
         };
         let data = InodeData::load(&self.media, ino, header.kind, header.generation, head, tail)
             .map_err(|c| self.corrupt(c))?;
-        let inode = Arc::new(Inode {
-            ino,
-            kind: header.kind,
-            generation: header.generation,
-            data: data.into(),
-        });
+        self.pages
+            .claim(&data.owned_pages())
+            .map_err(|c| self.corrupt(format::corrupt!("inode {}: {}", ino.0, c.0)))?;
+        let inode = Arc::new(Inode { ino, kind: header.kind, generation: header.generation, data: data.into() });
         shard.insert(ino, inode.clone());
         Ok(inode)
     }
@@ -374,8 +342,7 @@ impl Ferrite {
     pub(crate) fn commit_single(&self, inode: &Inode, d: &mut InodeData, staged: Staged) {
         let slot = self.media.slot_offset(inode.ino);
         self.media.fence();
-        self.media
-            .store_u64(slot + INODE_TAIL_OFFSET, staged.new_tail);
+        self.media.store_u64(slot + INODE_TAIL_OFFSET, staged.new_tail);
         self.media.flush(slot + INODE_TAIL_OFFSET, 8);
         self.media.fence();
         self.finish_commit(inode, d, staged);
@@ -403,8 +370,7 @@ impl Ferrite {
     /// free the old pages and rebuild the DRAM state from the new log. Skipped
     /// (harmlessly) when there is no space for the new copy.
     fn compact_log(&self, inode: &Inode, d: &mut InodeData) {
-        let Ok(staged) = d.stage_compaction(&self.media, &self.pages, inode.ino, inode.generation)
-        else {
+        let Ok(staged) = d.stage_compaction(&self.media, &self.pages, inode.ino, inode.generation) else {
             return;
         };
         let slot = self.media.slot_offset(inode.ino);
@@ -417,26 +383,11 @@ impl Ferrite {
         for &p in &d.log.pages {
             self.pages.free(p, 1);
         }
-        let mut fresh = InodeData::load(
-            &self.media,
-            inode.ino,
-            inode.kind,
-            inode.generation,
-            head,
-            staged.new_tail,
-        )
-        .unwrap_or_else(|c| {
-            panic!(
-                "compacted log of inode {} does not replay: {}",
-                inode.ino.0, c.0
-            )
-        });
+        let mut fresh = InodeData::load(&self.media, inode.ino, inode.kind, inode.generation, head, staged.new_tail)
+            .unwrap_or_else(|c| panic!("compacted log of inode {} does not replay: {}", inode.ino.0, c.0));
         fresh.open_count = d.open_count;
         *d = fresh;
-        self.gc_pages.fetch_add(
-            old_pages.saturating_sub(d.log.pages.len() as u64),
-            Ordering::Relaxed,
-        );
+        self.gc_pages.fetch_add(old_pages.saturating_sub(d.log.pages.len() as u64), Ordering::Relaxed);
     }
 
     /// Free the pages an aborted stage allocated.
@@ -462,38 +413,24 @@ impl Ferrite {
         entries.append(&mut extra);
         let staged = data.stage(&self.media, &self.pages, ino, generation, entries)?;
         let slot = self.media.slot_offset(ino);
-        let header = format::InodeHeader {
-            ino,
-            generation,
-            kind,
-        }
-        .encode();
+        let header = format::InodeHeader { ino, generation, kind }.encode();
         self.media.write(slot + 24, &header);
         let mut words = [0u8; 16];
         words[..8].copy_from_slice(&staged.new_pages[0].offset().to_le_bytes());
         words[8..].copy_from_slice(&staged.new_tail.to_le_bytes());
         self.media.write(slot + format::INODE_HEAD_OFFSET, &words);
         self.media.flush(slot, 64);
-        let inode = Arc::new(Inode {
-            ino,
-            kind,
-            generation,
-            data: data.into(),
-        });
+        let inode = Arc::new(Inode { ino, kind, generation, data: data.into() });
         Ok((inode, staged))
     }
 
     /// Lock several inodes for writing, in inode-number order (the global
     /// lock order that keeps multi-inode operations free of deadlock).
     /// Duplicates are locked once; the guards come back in the order asked.
-    pub(crate) fn lock_all<'a>(
-        &self,
-        inodes: &[&'a Arc<Inode>],
-    ) -> Vec<Option<RwLockWriteGuard<'a, InodeData>>> {
+    pub(crate) fn lock_all<'a>(&self, inodes: &[&'a Arc<Inode>]) -> Vec<Option<RwLockWriteGuard<'a, InodeData>>> {
         let mut order: Vec<usize> = (0..inodes.len()).collect();
         order.sort_by_key(|&i| inodes[i].ino);
-        let mut guards: Vec<Option<RwLockWriteGuard<'a, InodeData>>> =
-            (0..inodes.len()).map(|_| None).collect();
+        let mut guards: Vec<Option<RwLockWriteGuard<'a, InodeData>>> = (0..inodes.len()).map(|_| None).collect();
         let mut last: Option<InodeNo> = None;
         for i in order {
             if last == Some(inodes[i].ino) {
@@ -529,9 +466,7 @@ impl Ferrite {
     }
 
     pub(crate) fn read_pool(&self, page: PageNo, within: usize, buf: &mut [u8]) {
-        self.media
-            .pmem
-            .read(PoolOffset(page.offset() + within as u64), buf)
+        self.media.pmem.read(PoolOffset(page.offset() + within as u64), buf)
     }
 }
 
@@ -550,10 +485,7 @@ pub fn read_superblock(pmem: &Pmem) -> Result<Superblock, PoolError> {
     let mut errors = Vec::new();
     for copy in format::SUPERBLOCK_COPIES {
         let mut b = [0u8; format::SUPERBLOCK_SIZE];
-        if pmem
-            .read_checked(PoolOffset(copy.offset()), &mut b)
-            .is_none()
-        {
+        if pmem.read_checked(PoolOffset(copy.offset()), &mut b).is_none() {
             errors.push(SuperblockError::NotFerrite);
             continue;
         }
@@ -569,19 +501,10 @@ pub fn read_superblock(pmem: &Pmem) -> Result<Superblock, PoolError> {
     if let Some(sb) = best {
         return Ok(sb);
     }
-    if let Some(SuperblockError::Version(v)) = errors
-        .iter()
-        .find(|e| matches!(e, SuperblockError::Version(_)))
-    {
-        return Err(PoolError::Version {
-            found: *v,
-            supported: format::FORMAT_VERSION,
-        });
+    if let Some(SuperblockError::Version(v)) = errors.iter().find(|e| matches!(e, SuperblockError::Version(_))) {
+        return Err(PoolError::Version { found: *v, supported: format::FORMAT_VERSION });
     }
-    if let Some(SuperblockError::Corrupt(c)) = errors
-        .iter()
-        .find(|e| matches!(e, SuperblockError::Corrupt(_)))
-    {
+    if let Some(SuperblockError::Corrupt(c)) = errors.iter().find(|e| matches!(e, SuperblockError::Corrupt(_))) {
         return Err(PoolError::Corrupt(c.0.clone()));
     }
     Err(PoolError::NotFerrite)

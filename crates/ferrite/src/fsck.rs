@@ -62,11 +62,7 @@ impl FsckReport {
 
 impl fmt::Display for FsckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "pool: {} pages ({} in the data region)",
-            self.total_pages, self.data_pages
-        )?;
+        writeln!(f, "pool: {} pages ({} in the data region)", self.total_pages, self.data_pages)?;
         writeln!(
             f,
             "inodes: {} live ({} directories, {} files, {} symlinks)",
@@ -136,25 +132,16 @@ fn check_inner(source: Source<'_>) -> Result<FsckReport, PoolError> {
     for (i, copy) in format::SUPERBLOCK_COPIES.iter().enumerate() {
         let mut b = [0u8; format::SUPERBLOCK_SIZE];
         let name = if i == 0 { "A" } else { "B" };
-        if pmem
-            .read_checked(PoolOffset(copy.offset()), &mut b)
-            .is_none()
-        {
+        if pmem.read_checked(PoolOffset(copy.offset()), &mut b).is_none() {
             copies.push(Err(SuperblockError::NotFerrite));
             continue;
         }
         let d = format::Superblock::decode(&b, pmem.len());
         if let Err(e) = &d {
             match e {
-                SuperblockError::NotFerrite => {
-                    r.problem(format!("superblock copy {name}: no Ferrite magic"))
-                }
-                SuperblockError::Version(v) => {
-                    r.problem(format!("superblock copy {name}: format version {v}"))
-                }
-                SuperblockError::Corrupt(c) => {
-                    r.problem(format!("superblock copy {name}: {}", c.0))
-                }
+                SuperblockError::NotFerrite => r.problem(format!("superblock copy {name}: no Ferrite magic")),
+                SuperblockError::Version(v) => r.problem(format!("superblock copy {name}: format version {v}")),
+                SuperblockError::Corrupt(c) => r.problem(format!("superblock copy {name}: {}", c.0)),
             }
         }
         copies.push(d);
@@ -178,18 +165,10 @@ fn check_inner(source: Source<'_>) -> Result<FsckReport, PoolError> {
     r.total_pages = sb.total_pages;
     r.data_pages = sb.total_pages - sb.data_start.0;
     if sb.state == MountState::Dirty {
-        r.notes.push(
-            "the pool was not cleanly unmounted; checked after recovery on a private copy".into(),
-        );
+        r.notes.push("the pool was not cleanly unmounted; checked after recovery on a private copy".into());
     }
     let copy = source.into_private();
-    let fs = match Ferrite::mount(
-        copy,
-        &MountOptions {
-            recovery_threads: 2,
-            ..Default::default()
-        },
-    ) {
+    let fs = match Ferrite::mount(copy, &MountOptions { recovery_threads: 2, ..Default::default() }) {
         Ok(fs) => fs,
         Err(e) => {
             r.problem(format!("mount (with recovery) fails: {e}"));
@@ -199,16 +178,10 @@ fn check_inner(source: Source<'_>) -> Result<FsckReport, PoolError> {
     let rep = fs.mount_report().clone();
     r.recovered = rep.recovered;
     if rep.journals_rolled_back > 0 {
-        r.notes.push(format!(
-            "{} open journal transaction(s) rolled back",
-            rep.journals_rolled_back
-        ));
+        r.notes.push(format!("{} open journal transaction(s) rolled back", rep.journals_rolled_back));
     }
     if rep.orphans_freed > 0 {
-        r.notes.push(format!(
-            "{} orphan inode(s) (unlinked while open) freed",
-            rep.orphans_freed
-        ));
+        r.notes.push(format!("{} orphan inode(s) (unlinked while open) freed", rep.orphans_freed));
     }
     check_mounted(&fs, &mut r);
     Ok(r)
@@ -228,15 +201,9 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
                     Ok(d) => {
                         for p in d.owned_pages() {
                             if !l.is_data_page(p) {
-                                r.problem(format!(
-                                    "inode {}: owns page {} outside the data region",
-                                    ino.0, p.0
-                                ));
+                                r.problem(format!("inode {}: owns page {} outside the data region", ino.0, p.0));
                             } else if let Some(o) = owner.insert(p.0, ino) {
-                                r.problem(format!(
-                                    "page {} owned twice: inodes {} and {}",
-                                    p.0, o.0, ino.0
-                                ));
+                                r.problem(format!("page {} owned twice: inodes {} and {}", p.0, o.0, ino.0));
                             }
                         }
                         inodes.insert(ino, (header.kind, d));
@@ -253,10 +220,7 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
     for (s, n) in &free {
         for p in *s..*s + *n {
             if let Some(o) = owner.get(&p) {
-                r.problem(format!(
-                    "page {p} is free in the allocator but owned by inode {}",
-                    o.0
-                ));
+                r.problem(format!("page {p} is free in the allocator but owned by inode {}", o.0));
             }
         }
         free_count += n;
@@ -265,10 +229,7 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
     let data_pages = l.total_pages - l.data_start.0;
     let accounted = owner.len() as u64 + free_count;
     if accounted < data_pages {
-        r.problem(format!(
-            "{} data pages leaked (neither owned nor free)",
-            data_pages - accounted
-        ));
+        r.problem(format!("{} data pages leaked (neither owned nor free)", data_pages - accounted));
     }
     let free_inodes = fs.inodes_free.free_list();
     for &i in &free_inodes {
@@ -279,12 +240,7 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
     let slots = l.inode_count - 2; // slots 2.. are allocatable; the root is 1
     let live_nonroot = inodes.keys().filter(|i| **i != InodeNo::ROOT).count() as u64;
     if live_nonroot + free_inodes.len() as u64 != slots {
-        r.problem(format!(
-            "inode accounting: {} live + {} free != {} slots",
-            live_nonroot,
-            free_inodes.len(),
-            slots
-        ));
+        r.problem(format!("inode accounting: {} live + {} free != {} slots", live_nonroot, free_inodes.len(), slots));
     }
     // Names: link counts, types, parents, reachability.
     let mut names_of: HashMap<InodeNo, u32> = HashMap::new();
@@ -301,14 +257,12 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
                 for (name, de) in &dir.names {
                     let shown = String::from_utf8_lossy(name);
                     match inodes.get(&de.ino) {
-                        None => r.problem(format!(
-                            "directory {}: entry {shown:?} names free inode {}",
-                            ino.0, de.ino.0
-                        )),
-                        Some((k, _)) if *k != de.kind => r.problem(format!(
-                            "directory {}: entry {shown:?} has the wrong type",
-                            ino.0
-                        )),
+                        None => {
+                            r.problem(format!("directory {}: entry {shown:?} names free inode {}", ino.0, de.ino.0))
+                        }
+                        Some((k, _)) if *k != de.kind => {
+                            r.problem(format!("directory {}: entry {shown:?} has the wrong type", ino.0))
+                        }
                         Some(_) => {
                             *names_of.entry(de.ino).or_insert(0) += 1;
                             if de.kind == FileType::Directory {
@@ -324,10 +278,7 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
                     }
                 }
                 if subdirs != dir.subdirs {
-                    r.problem(format!(
-                        "directory {}: subdirectory count {} but {} found",
-                        ino.0, dir.subdirs, subdirs
-                    ));
+                    r.problem(format!("directory {}: subdirectory count {} but {} found", ino.0, dir.subdirs, subdirs));
                 }
             }
             (FileType::Regular, Body::Pages(map)) | (FileType::Symlink, Body::Pages(map)) => {
@@ -363,10 +314,7 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
         match kind {
             FileType::Directory => {
                 if names != 1 || d.attrs.nlink != 1 {
-                    r.problem(format!(
-                        "directory {}: {} names, link flag {}",
-                        ino.0, names, d.attrs.nlink
-                    ));
+                    r.problem(format!("directory {}: {} names, link flag {}", ino.0, names, d.attrs.nlink));
                 }
                 if let Some(p) = parent_of.get(&ino) {
                     if *p != d.attrs.parent {
@@ -379,10 +327,7 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
             }
             _ => {
                 if names != d.attrs.nlink {
-                    r.problem(format!(
-                        "inode {}: link count {} but {} names",
-                        ino.0, d.attrs.nlink, names
-                    ));
+                    r.problem(format!("inode {}: link count {} but {} names", ino.0, d.attrs.nlink, names));
                 }
             }
         }
@@ -403,11 +348,7 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
     if !inodes.contains_key(&InodeNo::ROOT) {
         r.problem("the root directory is not live".to_string());
     }
-    let mut unreachable: Vec<u64> = inodes
-        .keys()
-        .filter(|i| !seen.contains(i))
-        .map(|i| i.0)
-        .collect();
+    let mut unreachable: Vec<u64> = inodes.keys().filter(|i| !seen.contains(i)).map(|i| i.0).collect();
     unreachable.sort_unstable();
     if !unreachable.is_empty() {
         r.problem(format!(

@@ -23,8 +23,8 @@
 
 use crate::alloc::PageAllocator;
 use crate::format::{
-    self, corrupt, AttrEntry, Corrupt, Entry, PageNo, LOG_NEXT_OFFSET, LOG_PAGE_HEADER_SIZE,
-    LOG_UNIT, PAGE_SHIFT, PAGE_SIZE,
+    self, corrupt, AttrEntry, Corrupt, DentryEntry, Entry, PageNo, TruncateEntry, WriteEntry, LOG_NEXT_OFFSET,
+    LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SHIFT, PAGE_SIZE,
 };
 use crate::media::Media;
 use crate::types::{FileType, FsResult, InodeNo, Stat, TimeSpec};
@@ -128,10 +128,7 @@ impl Liveness {
     }
 
     fn unref(&mut self, loc: u64) {
-        let r = self
-            .refs
-            .get_mut(&loc)
-            .expect("unref of an entry with no references");
+        let r = self.refs.get_mut(&loc).expect("unref of an entry with no references");
         *r -= 1;
         if *r == 0 {
             self.refs.remove(&loc);
@@ -209,13 +206,7 @@ impl InodeData {
         InodeData {
             alive: true,
             attrs,
-            log: Log {
-                head: 0,
-                tail: 0,
-                pages: Vec::new(),
-                next_seq: 1,
-                live: Liveness::default(),
-            },
+            log: Log { head: 0, tail: 0, pages: Vec::new(), next_seq: 1, live: Liveness::default() },
             body: match kind {
                 FileType::Directory => Body::Dir(DirIndex::default()),
                 _ => Body::Pages(BTreeMap::new()),
@@ -241,11 +232,7 @@ impl InodeData {
     pub fn stat(&self, ino: InodeNo, kind: FileType) -> Stat {
         let a = &self.attrs;
         let (nlink, size, blocks) = match &self.body {
-            Body::Dir(d) => (
-                if a.nlink == 0 { 0 } else { 2 + d.subdirs },
-                4096,
-                self.log.pages.len() as u64 * 8,
-            ),
+            Body::Dir(d) => (if a.nlink == 0 { 0 } else { 2 + d.subdirs }, 4096, self.log.pages.len() as u64 * 8),
             Body::Pages(p) => (a.nlink, a.size, p.len() as u64 * 8),
         };
         Stat {
@@ -278,7 +265,8 @@ impl InodeData {
         if seq < self.log.next_seq {
             return Err(corrupt!("log entry sequence {seq} not increasing"));
         }
-        self.log.next_seq = seq + 1;
+        self.log.next_seq =
+            seq.checked_add(1).ok_or_else(|| corrupt!("log entry sequence number {seq} out of range"))?;
         let live = &mut self.log.live;
         live.add_ref(loc, 1);
         if let Some(prev) = live.last_entry.replace(loc) {
@@ -305,10 +293,7 @@ impl InodeData {
                 };
                 live.add_ref(loc, w.num_pages);
                 for i in 0..w.num_pages as u64 {
-                    let r = PageRef {
-                        pool: PageNo(w.pool_page.0 + i),
-                        entry: loc,
-                    };
+                    let r = PageRef { pool: PageNo(w.pool_page.0 + i), entry: loc };
                     if let Some(old) = map.insert(w.file_page + i, r) {
                         live.unref(old.entry);
                         freed.push(old.pool);
@@ -329,9 +314,10 @@ impl InodeData {
                     return Err(corrupt!("truncate entry in a directory log"));
                 };
                 if t.size_only {
-                    if t.size < self.attrs.size {
-                        return Err(corrupt!("size-only truncate shrinks the file"));
-                    }
+                    // The engine never writes a size-only entry below the
+                    // size of its time, but older entries that set a larger
+                    // size may have outlived the truncate between them
+                    // (pinned pages) on replay, so no order is checked here.
                     self.attrs.size = t.size;
                     self.attrs.mtime_ns = t.mtime_ns;
                     self.attrs.ctime_ns = t.ctime_ns;
@@ -355,11 +341,7 @@ impl InodeData {
                     if p.0 == own {
                         break;
                     }
-                    if live
-                        .page_max_file_end
-                        .get(&p.0)
-                        .is_some_and(|&end| end > keep_pages)
-                    {
+                    if live.page_max_file_end.get(&p.0).is_some_and(|&end| end > keep_pages) {
                         live.pins.entry(p.0).or_default().push(loc);
                         live.add_ref(loc, 1);
                     }
@@ -377,21 +359,10 @@ impl InodeData {
                     return Err(corrupt!("dentry in a file log"));
                 };
                 if dir.names.contains_key(d.name.as_slice()) {
-                    return Err(corrupt!(
-                        "directory adds name {:?} twice",
-                        String::from_utf8_lossy(&d.name)
-                    ));
+                    return Err(corrupt!("directory adds name {:?} twice", String::from_utf8_lossy(&d.name)));
                 }
                 let name: Box<[u8]> = d.name.clone().into_boxed_slice();
-                dir.names.insert(
-                    name.clone(),
-                    Dentry {
-                        ino: d.ino,
-                        kind: d.kind,
-                        seq,
-                        entry: loc,
-                    },
-                );
+                dir.names.insert(name.clone(), Dentry { ino: d.ino, kind: d.kind, seq, entry: loc });
                 dir.by_seq.insert(seq, name);
                 if d.kind == FileType::Directory {
                     dir.subdirs += 1;
@@ -404,11 +375,17 @@ impl InodeData {
                 let Body::Dir(dir) = &mut self.body else {
                     return Err(corrupt!("dentry in a file log"));
                 };
+                // A removal whose addition GC already collected (its page
+                // went first, and this entry's page stayed for other live
+                // entries) finds nothing to remove: it is dead, and only its
+                // times apply.
                 let Some(old) = dir.names.remove(d.name.as_slice()) else {
-                    return Err(corrupt!(
-                        "directory removes missing name {:?}",
-                        String::from_utf8_lossy(&d.name)
-                    ));
+                    self.attrs.mtime_ns = d.time_ns;
+                    self.attrs.ctime_ns = d.time_ns;
+                    if kind != FileType::Directory {
+                        return Err(corrupt!("dentry in a non-directory log"));
+                    }
+                    return Ok(());
                 };
                 if old.ino != d.ino {
                     return Err(corrupt!(
@@ -469,10 +446,7 @@ impl InodeData {
         if !(LOG_PAGE_HEADER_SIZE + LOG_UNIT..=PAGE_SIZE).contains(&tail_in_page)
             || !tail_in_page.is_multiple_of(LOG_UNIT)
         {
-            return Err(corrupt!(
-                "inode {}: log tail {tail:#x} misplaced in its page",
-                ino.0
-            ));
+            return Err(corrupt!("inode {}: log tail {tail:#x} misplaced in its page", ino.0));
         }
         let mut page = head_page;
         let mut buf = vec![0u8; PAGE_SIZE as usize];
@@ -486,25 +460,17 @@ impl InodeData {
             media.read_checked(page.offset(), &mut buf)?;
             let next = format::decode_log_page_header(&buf, ino, generation)?;
             data.log.pages.push(page);
-            let end = if page == tail_page {
-                tail_in_page
-            } else {
-                PAGE_SIZE
-            };
+            let end = if page == tail_page { tail_in_page } else { PAGE_SIZE };
             let mut at = LOG_PAGE_HEADER_SIZE;
             while at < end {
                 let rest = &buf[at as usize..end as usize];
                 if page != tail_page && rest[..LOG_UNIT as usize].iter().all(|&b| b == 0) {
                     break; // the rest of a full page is unused
                 }
-                let (entry, seq, len) =
-                    Entry::decode(rest).map_err(|c| corrupt!("inode {}: {}", ino.0, c.0))?;
+                let (entry, seq, len) = Entry::decode(rest).map_err(|c| corrupt!("inode {}: {}", ino.0, c.0))?;
                 if let Entry::Write(w) = &entry {
                     media.check_data_page(w.pool_page, "write entry")?;
-                    media.check_data_page(
-                        PageNo(w.pool_page.0 + w.num_pages as u64 - 1),
-                        "write entry",
-                    )?;
+                    media.check_data_page(PageNo(w.pool_page.0 + w.num_pages as u64 - 1), "write entry")?;
                 }
                 data.apply(kind, &entry, page.offset() + at, seq, &mut freed)
                     .map_err(|c| corrupt!("inode {}: {}", ino.0, c.0))?;
@@ -539,15 +505,7 @@ impl InodeData {
         entries: Vec<Entry>,
     ) -> FsResult<Staged> {
         let seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
-        write_log_entries(
-            media,
-            alloc,
-            owner,
-            generation,
-            self.log.tail,
-            entries,
-            seqs,
-        )
+        write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs)
     }
 
     /// Is the log worth compacting (thorough GC)? Its live entries would
@@ -555,18 +513,19 @@ impl InodeData {
     pub fn compaction_due(&self) -> bool {
         let pages = self.log.pages.len() as u64;
         let live = self.log.live.live_entries() as u64;
-        pages >= 4
-            && (live + 1) * format::ENTRY_UNITS_MAX as u64 * 2
-                <= (pages - 1) * format::LOG_UNITS_PER_PAGE
+        pages >= 4 && (live + 1) * format::ENTRY_UNITS_MAX as u64 * 2 <= (pages - 1) * format::LOG_UNITS_PER_PAGE
     }
 
-    /// Thorough GC, first half: copy the entries that must survive into a
-    /// fresh chain of pages, followed by an Attr snapshot of the current
-    /// attributes (it carries the newest times, so the old newest entry need
-    /// not be copied). Every old page is dropped at once, so every pin is
-    /// released: an entry only pinned, or only the newest, is not copied.
-    /// Returns the new chain; the caller commits head and tail together
-    /// through the journal, frees the old pages and reloads the inode.
+    /// Thorough GC, first half: write a checkpoint of the inode as a fresh
+    /// chain of log pages. A file's checkpoint is one Write entry per run of
+    /// its current page map (consecutive file pages in consecutive pool
+    /// pages) carrying the current size, then a size-only Truncate (so an
+    /// empty file keeps its size), then an Attr snapshot. A directory's is
+    /// its live DentryAdd entries, copied with their sequence numbers (the
+    /// readdir cookies), then an Attr snapshot. Nothing superseded, cancelled
+    /// or partly dead is copied, so the replay of the checkpoint is exactly
+    /// the current state. Returns the new chain; the caller commits head and
+    /// tail together through the journal, frees the old pages and reloads.
     pub fn stage_compaction(
         &self,
         media: &Media,
@@ -574,37 +533,57 @@ impl InodeData {
         owner: InodeNo,
         generation: u32,
     ) -> FsResult<Staged> {
-        let live = &self.log.live;
-        let mut pinned: Map<u64, u32> = Map::default();
-        for locs in live.pins.values() {
-            for &l in locs {
-                *pinned.entry(l).or_insert(0) += 1;
+        let a = &self.attrs;
+        let mut entries = Vec::new();
+        let mut seqs = Vec::new();
+        match &self.body {
+            Body::Pages(map) => {
+                let mut run: Option<WriteEntry> = None;
+                for (&fp, r) in map {
+                    if let Some(w) = &mut run {
+                        if w.file_page + w.num_pages as u64 == fp
+                            && w.pool_page.0 + w.num_pages as u64 == r.pool.0
+                            && w.num_pages < u32::MAX
+                        {
+                            w.num_pages += 1;
+                            continue;
+                        }
+                        entries.push(Entry::Write(*w));
+                    }
+                    run = Some(WriteEntry {
+                        file_page: fp,
+                        pool_page: r.pool,
+                        num_pages: 1,
+                        size_after: a.size,
+                        mtime_ns: a.mtime_ns,
+                        ctime_ns: a.ctime_ns,
+                    });
+                }
+                entries.extend(run.map(Entry::Write));
+                entries.push(Entry::Truncate(TruncateEntry {
+                    size: a.size,
+                    mtime_ns: a.mtime_ns,
+                    ctime_ns: a.ctime_ns,
+                    size_only: true,
+                }));
+                seqs.extend(1..=entries.len() as u64);
+            }
+            Body::Dir(dir) => {
+                for (&seq, name) in &dir.by_seq {
+                    let de = dir.names[name];
+                    entries.push(Entry::DentryAdd(DentryEntry {
+                        ino: de.ino,
+                        kind: de.kind,
+                        time_ns: a.mtime_ns,
+                        name: name.to_vec(),
+                    }));
+                    seqs.push(seq);
+                }
             }
         }
-        let mut keep: Vec<(u64, Entry)> = Vec::new();
-        let mut buf = [0u8; format::ENTRY_UNITS_MAX as usize * LOG_UNIT as usize];
-        for (&loc, &refs) in &live.refs {
-            let mut r = refs - pinned.get(&loc).copied().unwrap_or(0);
-            if live.last_entry == Some(loc) {
-                r -= 1;
-            }
-            if live.last_attr == Some(loc) {
-                continue; // replaced by the fresh snapshot
-            }
-            if r == 0 {
-                continue;
-            }
-            let room = (PAGE_SIZE - (loc % PAGE_SIZE)) as usize;
-            let n = room.min(buf.len());
-            let b = &mut buf[..n];
-            media.read(loc, b);
-            let (e, seq, _) = Entry::decode(b).map_err(|_| crate::types::Errno::ECORRUPT)?;
-            keep.push((seq, e));
-        }
-        keep.sort_by_key(|k| k.0);
-        let (mut seqs, mut entries): (Vec<u64>, Vec<Entry>) = keep.into_iter().unzip();
-        seqs.push(self.log.next_seq);
-        entries.push(Entry::Attr(self.attrs.to_entry()));
+        let last_seq = seqs.last().copied().unwrap_or(0);
+        seqs.push(last_seq.max(self.log.next_seq - 1) + 1);
+        entries.push(Entry::Attr(a.to_entry()));
         write_log_entries(media, alloc, owner, generation, 0, entries, seqs)
     }
 }
@@ -629,11 +608,7 @@ fn write_log_entries(
     // entries open a fresh page.
     let mut plan: smallvec::SmallVec<[bool; 8]> = smallvec::SmallVec::new();
     let mut need_pages = 0u64;
-    let mut room = if pos == 0 {
-        0
-    } else {
-        (((pos - 1) | (PAGE_SIZE - 1)) + 1) - pos
-    };
+    let mut room = if pos == 0 { 0 } else { (((pos - 1) | (PAGE_SIZE - 1)) + 1) - pos };
     for e in &entries {
         let len = e.size_bytes() as u64;
         let fresh = len > room;
@@ -644,19 +619,9 @@ fn write_log_entries(
         plan.push(fresh);
         room -= len;
     }
-    let runs = if need_pages > 0 {
-        alloc.alloc(need_pages)?
-    } else {
-        crate::alloc::Runs::new()
-    };
-    let mut fresh = runs
-        .iter()
-        .flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i)));
-    let mut prev_page = if pos == 0 {
-        None
-    } else {
-        Some(PageNo((pos - 1) >> PAGE_SHIFT))
-    };
+    let runs = if need_pages > 0 { alloc.alloc(need_pages)? } else { crate::alloc::Runs::new() };
+    let mut fresh = runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i)));
+    let mut prev_page = if pos == 0 { None } else { Some(PageNo((pos - 1) >> PAGE_SHIFT)) };
     for ((e, &needs_new), &seq) in entries.iter().zip(&plan).zip(&seqs) {
         let len = e.size_bytes() as u64;
         if needs_new {
@@ -678,12 +643,7 @@ fn write_log_entries(
         locs.push((pos, seq));
         pos += len;
     }
-    Ok(Staged {
-        new_tail: pos,
-        new_pages,
-        locs,
-        entries,
-    })
+    Ok(Staged { new_tail: pos, new_pages, locs, entries })
 }
 
 impl InodeData {
@@ -696,28 +656,15 @@ impl InodeData {
         self.log.pages.extend_from_slice(&staged.new_pages);
         self.log.tail = staged.new_tail;
         for (e, &(loc, seq)) in staged.entries.iter().zip(&staged.locs) {
-            self.apply(kind, e, loc, seq, freed)
-                .expect("an entry built by the engine applies cleanly");
+            self.apply(kind, e, loc, seq, freed).expect("an entry built by the engine applies cleanly");
         }
     }
 
     /// Fast log GC: unlink log pages whose entries are all dead (never the
     /// tail page), then free them. Returns how many pages were collected.
-    pub fn collect_garbage(
-        &mut self,
-        media: &Media,
-        alloc: &PageAllocator,
-        slot_offset: u64,
-    ) -> usize {
+    pub fn collect_garbage(&mut self, media: &Media, alloc: &PageAllocator, slot_offset: u64) -> usize {
         let tail_page = self.log.tail_page().0;
-        let dead: Vec<u64> = self
-            .log
-            .live
-            .dead_pages
-            .iter()
-            .copied()
-            .filter(|&p| p != tail_page)
-            .collect();
+        let dead: Vec<u64> = self.log.live.dead_pages.iter().copied().filter(|&p| p != tail_page).collect();
         if dead.is_empty() {
             return 0;
         }

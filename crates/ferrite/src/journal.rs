@@ -32,19 +32,14 @@ pub struct Transaction {
 impl Transaction {
     pub fn set(&mut self, offset: u64, value: u64) {
         assert!(offset.is_multiple_of(8));
-        assert!(
-            !self.words.iter().any(|w| w.0 == offset),
-            "word journaled twice"
-        );
+        assert!(!self.words.iter().any(|w| w.0 == offset), "word journaled twice");
         self.words.push((offset, value));
     }
 }
 
 impl Journals {
     pub fn new(lanes: usize) -> Journals {
-        Journals {
-            lanes: (0..lanes).map(|_| Mutex::new(1)).collect(),
-        }
+        Journals { lanes: (0..lanes).map(|_| Mutex::new(1)).collect() }
     }
 
     /// Run a transaction atomically and durably.
@@ -54,14 +49,8 @@ impl Journals {
         let mut seq = self.lanes[lane].lock();
         *seq += 1;
         let page = media.layout.journal_page(lane as u32).offset();
-        let records: Vec<JournalRecord> = tx
-            .words
-            .iter()
-            .map(|&(offset, _)| JournalRecord {
-                offset,
-                old: media.read_u64(offset),
-            })
-            .collect();
+        let records: Vec<JournalRecord> =
+            tx.words.iter().map(|&(offset, _)| JournalRecord { offset, old: media.read_u64(offset) }).collect();
         let bytes = format::journal_encode(*seq & ((1 << 48) - 1), &records);
         media.write(page, &bytes);
         media.flush(page, bytes.len() as u64);
@@ -90,10 +79,7 @@ fn check_record(media: &Media, r: &JournalRecord) -> Result<(), Corrupt> {
             || within == format::INODE_HEAD_OFFSET
             || within == format::INODE_TAIL_OFFSET)
     {
-        return Err(corrupt!(
-            "journal record names offset {:#x}, not an inode word",
-            r.offset
-        ));
+        return Err(corrupt!("journal record names offset {:#x}, not an inode word", r.offset));
     }
     Ok(())
 }

@@ -2,9 +2,7 @@
 //! with the few composite accesses every module needs. All stores still go
 //! through `ferrite_pmem::Pmem`; this module only names offsets.
 
-use crate::format::{
-    self, corrupt, Corrupt, InodeSlot, Layout, PageNo, INODE_SLOT_SIZE, PAGE_SIZE,
-};
+use crate::format::{self, corrupt, Corrupt, InodeSlot, Layout, PageNo, INODE_SLOT_SIZE, PAGE_SIZE};
 use crate::types::InodeNo;
 use ferrite_pmem::{Pmem, PoolOffset};
 use std::sync::Arc;
@@ -23,12 +21,7 @@ impl Media {
     pub fn read_checked(&self, offset: u64, buf: &mut [u8]) -> Result<(), Corrupt> {
         self.pmem
             .read_checked(PoolOffset(offset), buf)
-            .ok_or_else(|| {
-                corrupt!(
-                    "read of {} bytes at {offset:#x} outside the pool",
-                    buf.len()
-                )
-            })
+            .ok_or_else(|| corrupt!("read of {} bytes at {offset:#x} outside the pool", buf.len()))
     }
 
     pub fn read_u64(&self, offset: u64) -> u64 {
@@ -92,10 +85,7 @@ impl Media {
         if self.layout.is_data_page(p) {
             Ok(())
         } else {
-            Err(corrupt!(
-                "{what} points at page {} outside the data region",
-                p.0
-            ))
+            Err(corrupt!("{what} points at page {} outside the data region", p.0))
         }
     }
 

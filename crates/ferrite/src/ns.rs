@@ -8,15 +8,12 @@
 //! a lookup done before taking the locks is checked again under them, and
 //! the operation retries if the directory changed in between.
 
-use crate::format::{
-    DentryEntry, Entry, PageNo, WriteEntry, INODE_STATE_OFFSET, INODE_TAIL_OFFSET, PAGE_SIZE,
-};
+use crate::format::{DentryEntry, Entry, PageNo, WriteEntry, INODE_STATE_OFFSET, INODE_TAIL_OFFSET, PAGE_SIZE};
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Dentry, Inode, InodeData, Staged};
 use crate::journal::Transaction;
 use crate::types::{
-    limits, DirEntry, Errno, FallocateMode, FileType, FsResult, InodeNo, RenameFlags, SetAttr,
-    Stat, StatFs, TimeSet,
+    limits, DirEntry, Errno, FallocateMode, FileType, FsResult, InodeNo, RenameFlags, SetAttr, Stat, StatFs, TimeSet,
 };
 use parking_lot::RwLockWriteGuard;
 use std::sync::Arc;
@@ -60,6 +57,21 @@ struct Part<'a> {
 }
 
 impl Ferrite {
+    /// The inode a directory entry names, which must be of the type the
+    /// entry records (a mismatch is corruption, never trusted).
+    pub(crate) fn child(&self, de: &Dentry) -> FsResult<Arc<Inode>> {
+        let i = self.inode(de.ino)?;
+        if i.kind != de.kind {
+            return Err(self.corrupt(crate::format::corrupt!(
+                "entry for inode {} says {:?}, the inode is {:?}",
+                de.ino.0,
+                de.kind,
+                i.kind
+            )));
+        }
+        Ok(i)
+    }
+
     fn dir_inode(&self, ino: InodeNo) -> FsResult<Arc<Inode>> {
         let i = self.inode(ino)?;
         if i.kind != FileType::Directory {
@@ -116,13 +128,8 @@ impl Ferrite {
                 staged.push(None);
                 continue;
             }
-            match guards[i].stage(
-                &self.media,
-                &self.pages,
-                part.inode.ino,
-                part.inode.generation,
-                part.entries.clone(),
-            ) {
+            match guards[i].stage(&self.media, &self.pages, part.inode.ino, part.inode.generation, part.entries.clone())
+            {
                 Ok(s) => staged.push(Some(s)),
                 Err(e) => {
                     for s in staged.into_iter().flatten() {
@@ -172,13 +179,7 @@ impl Ferrite {
 
     /// Create a regular file, directory or symlink named `name` in `parent`.
     pub fn create_node(&self, parent: InodeNo, name: &[u8], spec: &NodeSpec<'_>) -> FsResult<Stat> {
-        let NodeSpec {
-            kind,
-            perm,
-            uid,
-            gid,
-            symlink_target,
-        } = *spec;
+        let NodeSpec { kind, perm, uid, gid, symlink_target } = *spec;
         check_name(name)?;
         if is_dot(name) {
             return Err(Errno::EEXIST);
@@ -228,11 +229,7 @@ impl Ferrite {
             mtime_ns: now,
             ctime_ns: now,
             size: 0,
-            parent: if kind == FileType::Directory {
-                parent
-            } else {
-                InodeNo(0)
-            },
+            parent: if kind == FileType::Directory { parent } else { InodeNo(0) },
         };
         let _ = size;
         let (child, staged_child) = match self.stage_new_inode(ino, kind, attrs, extra) {
@@ -247,12 +244,7 @@ impl Ferrite {
         };
         let parts = vec![Part {
             inode: &dir,
-            entries: vec![Entry::DentryAdd(DentryEntry {
-                ino,
-                kind,
-                time_ns: now,
-                name: name.to_vec(),
-            })],
+            entries: vec![Entry::DentryAdd(DentryEntry { ino, kind, time_ns: now, name: name.to_vec() })],
             free: false,
         }];
         let child2 = child.clone();
@@ -287,7 +279,7 @@ impl Ferrite {
                 (false, true) => return Err(Errno::EISDIR),
                 _ => {}
             }
-            let child = self.inode(de.ino)?;
+            let child = self.child(&de)?;
             let mut guards = self.lock_all(&[&dir, &child]);
             let mut g1 = guards[0].take().expect("parent locked");
             let mut g2 = guards[1].take().expect("child locked");
@@ -307,15 +299,8 @@ impl Ferrite {
                 time_ns: now,
                 name: name.to_vec(),
             })];
-            let child_part = self.drop_link_part(&child, &g2, now);
-            let parts = vec![
-                Part {
-                    inode: &dir,
-                    entries: parent_entries,
-                    free: false,
-                },
-                child_part,
-            ];
+            let child_part = self.drop_link_part(&child, &g2, now)?;
+            let parts = vec![Part { inode: &dir, entries: parent_entries, free: false }, child_part];
             return self.commit_parts(parts, &mut [&mut g1, &mut g2], None);
         }
     }
@@ -323,27 +308,22 @@ impl Ferrite {
     /// The part of an operation that removes one link to `inode`: an Attr
     /// entry with the lower count, or freeing the inode when that was its
     /// last link and nobody has it open.
-    fn drop_link_part<'a>(&self, inode: &'a Arc<Inode>, d: &InodeData, now: i64) -> Part<'a> {
+    fn drop_link_part<'a>(&self, inode: &'a Arc<Inode>, d: &InodeData, now: i64) -> FsResult<Part<'a>> {
         let nlink = if inode.kind == FileType::Directory {
             0
         } else {
-            d.attrs.nlink - 1
+            // A name exists, so the count is at least one on a sound pool.
+            d.attrs.nlink.checked_sub(1).ok_or_else(|| {
+                self.corrupt(crate::format::corrupt!("inode {} has a name but no link count", inode.ino.0))
+            })?
         };
         if nlink == 0 && d.open_count == 0 {
-            return Part {
-                inode,
-                entries: Vec::new(),
-                free: true,
-            };
+            return Ok(Part { inode, entries: Vec::new(), free: true });
         }
         let mut a = d.attrs;
         a.nlink = nlink;
         a.ctime_ns = now;
-        Part {
-            inode,
-            entries: vec![Entry::Attr(a.to_entry())],
-            free: false,
-        }
+        Ok(Part { inode, entries: vec![Entry::Attr(a.to_entry())], free: false })
     }
 
     /// Make a new name for an existing inode (not a directory).
@@ -384,11 +364,7 @@ impl Ferrite {
                 })],
                 free: false,
             },
-            Part {
-                inode: &target,
-                entries: vec![Entry::Attr(a.to_entry())],
-                free: false,
-            },
+            Part { inode: &target, entries: vec![Entry::Attr(a.to_entry())], free: false },
         ];
         self.commit_parts(parts, &mut [&mut g1, &mut g2], None)?;
         Ok(g2.stat(target.ino, target.kind))
@@ -412,14 +388,7 @@ impl Ferrite {
     }
 
     /// rename / renameat2.
-    pub fn rename_at(
-        &self,
-        sp: InodeNo,
-        sname: &[u8],
-        dp: InodeNo,
-        dname: &[u8],
-        flags: RenameFlags,
-    ) -> FsResult<()> {
+    pub fn rename_at(&self, sp: InodeNo, sname: &[u8], dp: InodeNo, dname: &[u8], flags: RenameFlags) -> FsResult<()> {
         check_name(sname)?;
         check_name(dname)?;
         if is_dot(sname) || is_dot(dname) {
@@ -443,11 +412,7 @@ impl Ferrite {
     ) -> FsResult<()> {
         let sdir = self.dir_inode(sp)?;
         let ddir = self.dir_inode(dp)?;
-        let _cross = if sp != dp {
-            Some(self.rename_lock.lock())
-        } else {
-            None
-        };
+        let _cross = if sp != dp { Some(self.rename_lock.lock()) } else { None };
         loop {
             let src = self.lookup_dentry(&sdir, sname)?.ok_or(Errno::ENOENT)?;
             let dst = self.lookup_dentry(&ddir, dname)?;
@@ -472,11 +437,7 @@ impl Ferrite {
             // ... nor the target the source's directory or above it.
             if let Some(t) = &dst {
                 if t.kind == FileType::Directory && self.is_ancestor(t.ino, sp)? {
-                    return Err(if exchange {
-                        Errno::EINVAL
-                    } else {
-                        Errno::ENOTEMPTY
-                    });
+                    return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
                 }
             }
             if let Some(t) = &dst {
@@ -491,9 +452,9 @@ impl Ferrite {
                     }
                 }
             }
-            let moved = self.inode(src.ino)?;
+            let moved = self.child(&src)?;
             let target = match &dst {
-                Some(t) => Some(self.inode(t.ino)?),
+                Some(t) => Some(self.child(t)?),
                 None => None,
             };
             let mut list: Vec<&Arc<Inode>> = vec![&sdir, &ddir, &moved];
@@ -508,30 +469,20 @@ impl Ferrite {
                 if !sd.alive {
                     return Err(Errno::ENOENT);
                 }
-                let dd: &InodeData = if same_dir {
-                    sd
-                } else {
-                    guards[1].as_deref().expect("target dir locked")
-                };
+                let dd: &InodeData = if same_dir { sd } else { guards[1].as_deref().expect("target dir locked") };
                 if !dd.alive || dd.attrs.nlink == 0 {
                     return Err(Errno::ENOENT);
                 }
                 let still_src = sd.dir().names.get(sname).map(|d| d.ino) == Some(src.ino);
                 let still_dst = dd.dir().names.get(dname).map(|d| d.ino) == dst.map(|d| d.ino);
                 let alive = guards[2].as_deref().is_some_and(|m| m.alive)
-                    && guards
-                        .get(3)
-                        .is_none_or(|g| g.as_deref().is_some_and(|t| t.alive));
+                    && guards.get(3).is_none_or(|g| g.as_deref().is_some_and(|t| t.alive));
                 if !still_src || !still_dst || !alive {
                     continue;
                 }
                 if flags == RenameFlags::Replace {
                     if let Some(t) = guards.get(3).and_then(|g| g.as_deref()) {
-                        if target
-                            .as_ref()
-                            .is_some_and(|t| t.kind == FileType::Directory)
-                            && !t.dir().names.is_empty()
-                        {
+                        if target.as_ref().is_some_and(|t| t.kind == FileType::Directory) && !t.dir().names.is_empty() {
                             return Err(Errno::ENOTEMPTY);
                         }
                     }
@@ -549,11 +500,7 @@ impl Ferrite {
             let t = dst;
             sd_entries.push(Entry::DentryRemove(dentry(src.ino, src.kind, sname)));
             {
-                let dd = if same_dir {
-                    &mut sd_entries
-                } else {
-                    &mut dd_entries
-                };
+                let dd = if same_dir { &mut sd_entries } else { &mut dd_entries };
                 if let Some(t) = &t {
                     dd.push(Entry::DentryRemove(dentry(t.ino, t.kind, dname)));
                 }
@@ -568,25 +515,13 @@ impl Ferrite {
             if moved.kind == FileType::Directory {
                 m_attrs.parent = dp;
             }
-            let mut parts = vec![Part {
-                inode: &sdir,
-                entries: sd_entries,
-                free: false,
-            }];
+            let mut parts = vec![Part { inode: &sdir, entries: sd_entries, free: false }];
             let mut idx = vec![0usize];
             if !same_dir {
-                parts.push(Part {
-                    inode: &ddir,
-                    entries: dd_entries,
-                    free: false,
-                });
+                parts.push(Part { inode: &ddir, entries: dd_entries, free: false });
                 idx.push(1);
             }
-            parts.push(Part {
-                inode: &moved,
-                entries: vec![Entry::Attr(m_attrs.to_entry())],
-                free: false,
-            });
+            parts.push(Part { inode: &moved, entries: vec![Entry::Attr(m_attrs.to_entry())], free: false });
             idx.push(2);
             if let (Some(ti), Some(_)) = (&target, &t) {
                 let td = guards[3].as_deref().expect("target locked");
@@ -596,20 +531,15 @@ impl Ferrite {
                     if ti.kind == FileType::Directory {
                         a.parent = sp;
                     }
-                    parts.push(Part {
-                        inode: ti,
-                        entries: vec![Entry::Attr(a.to_entry())],
-                        free: false,
-                    });
+                    parts.push(Part { inode: ti, entries: vec![Entry::Attr(a.to_entry())], free: false });
                 } else {
-                    parts.push(self.drop_link_part(ti, td, now));
+                    parts.push(self.drop_link_part(ti, td, now)?);
                 }
                 idx.push(3);
             }
             let mut refs: Vec<&mut InodeData> = Vec::with_capacity(idx.len());
             // Hand out each guard once, in the order of `parts`.
-            let mut taken: Vec<Option<RwLockWriteGuard<'_, InodeData>>> =
-                std::mem::take(&mut guards);
+            let mut taken: Vec<Option<RwLockWriteGuard<'_, InodeData>>> = std::mem::take(&mut guards);
             let mut holders: Vec<RwLockWriteGuard<'_, InodeData>> = Vec::new();
             for &i in &idx {
                 holders.push(taken[i].take().expect("each part's inode is locked once"));
@@ -632,12 +562,7 @@ impl Ferrite {
         Ok(d.stat(inode.ino, inode.kind))
     }
 
-    pub(crate) fn setattr_locked(
-        &self,
-        inode: &Inode,
-        d: &mut InodeData,
-        set: &SetAttr,
-    ) -> FsResult<()> {
+    pub(crate) fn setattr_locked(&self, inode: &Inode, d: &mut InodeData, set: &SetAttr) -> FsResult<()> {
         let now = self.now_ns();
         let mut entries = Vec::new();
         let mut cow: Option<PageNo> = None;
@@ -651,10 +576,9 @@ impl Ferrite {
             entries.extend(e);
             cow = c;
         }
-        let times_only_omit = matches!(set.atime, None | Some(TimeSet::Omit))
-            && matches!(set.mtime, None | Some(TimeSet::Omit));
-        let attr_change =
-            set.perm.is_some() || set.uid.is_some() || set.gid.is_some() || !times_only_omit;
+        let times_only_omit =
+            matches!(set.atime, None | Some(TimeSet::Omit)) && matches!(set.mtime, None | Some(TimeSet::Omit));
+        let attr_change = set.perm.is_some() || set.uid.is_some() || set.gid.is_some() || !times_only_omit;
         if attr_change {
             let mut a = d.attrs;
             if let Some(p) = set.perm {
@@ -685,13 +609,7 @@ impl Ferrite {
         if entries.is_empty() {
             return Ok(());
         }
-        let staged = match d.stage(
-            &self.media,
-            &self.pages,
-            inode.ino,
-            inode.generation,
-            entries,
-        ) {
+        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
             Ok(s) => s,
             Err(e) => {
                 if let Some(p) = cow {
@@ -710,6 +628,13 @@ impl Ferrite {
             return Err(Errno::EINVAL);
         }
         let d = inode.data.read();
+        if d.attrs.size == 0 || d.attrs.size > limits::SYMLINK_MAX as u64 {
+            return Err(self.corrupt(crate::format::corrupt!(
+                "symlink {} has a target of {} bytes",
+                ino.0,
+                d.attrs.size
+            )));
+        }
         let mut buf = vec![0u8; d.attrs.size as usize];
         let n = self.read_locked(&d, 0, &mut buf);
         buf.truncate(n);
@@ -723,12 +648,7 @@ impl Ferrite {
     }
 
     /// Readdir on an inode already held (an open directory, even removed).
-    pub(crate) fn readdir_inode(
-        &self,
-        dir: &Inode,
-        cookie: u64,
-        max: usize,
-    ) -> FsResult<Vec<DirEntry>> {
+    pub(crate) fn readdir_inode(&self, dir: &Inode, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
         let d = dir.data.read();
         // A removed directory lists nothing: ENOENT, as Linux's IS_DEADDIR.
         if !d.alive || d.attrs.nlink == 0 {
@@ -741,12 +661,7 @@ impl Ferrite {
             .take(max)
             .map(|(&seq, name)| {
                 let de = idx.names[name];
-                DirEntry {
-                    name: name.to_vec(),
-                    ino: de.ino,
-                    kind: de.kind,
-                    next_cookie: seq,
-                }
+                DirEntry { name: name.to_vec(), ino: de.ino, kind: de.kind, next_cookie: seq }
             })
             .collect())
     }
@@ -772,13 +687,7 @@ impl Ferrite {
         self.write_locked(&inode, &mut d, offset, data)
     }
 
-    pub fn fallocate_ino(
-        &self,
-        ino: InodeNo,
-        mode: FallocateMode,
-        offset: u64,
-        len: u64,
-    ) -> FsResult<()> {
+    pub fn fallocate_ino(&self, ino: InodeNo, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
         let inode = self.inode(ino)?;
         let mut d = inode.data.write();
         if !d.alive {

@@ -7,8 +7,8 @@ use crate::fs::Ferrite;
 use crate::inode::Inode;
 use crate::ns::NodeSpec;
 use crate::types::{
-    limits, DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, PathFs,
-    RenameFlags, SetAttr, Stat, StatFs, TimeSet, Whence,
+    limits, DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, PathFs, RenameFlags, SetAttr,
+    Stat, StatFs, TimeSet, Whence,
 };
 use crate::Map;
 use parking_lot::Mutex;
@@ -33,35 +33,23 @@ pub struct FdTable {
 
 impl Default for FdTable {
     fn default() -> Self {
-        FdTable {
-            next: AtomicU64::new(3),
-            shards: (0..FD_SHARDS).map(|_| Mutex::new(Map::default())).collect(),
-        }
+        FdTable { next: AtomicU64::new(3), shards: (0..FD_SHARDS).map(|_| Mutex::new(Map::default())).collect() }
     }
 }
 
 impl FdTable {
     fn insert(&self, f: OpenFile) -> Fd {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shards[n as usize % FD_SHARDS]
-            .lock()
-            .insert(n, Arc::new(f));
+        self.shards[n as usize % FD_SHARDS].lock().insert(n, Arc::new(f));
         Fd(n)
     }
 
     fn get(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
-        self.shards[fd.0 as usize % FD_SHARDS]
-            .lock()
-            .get(&fd.0)
-            .cloned()
-            .ok_or(Errno::EBADF)
+        self.shards[fd.0 as usize % FD_SHARDS].lock().get(&fd.0).cloned().ok_or(Errno::EBADF)
     }
 
     fn remove(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
-        self.shards[fd.0 as usize % FD_SHARDS]
-            .lock()
-            .remove(&fd.0)
-            .ok_or(Errno::EBADF)
+        self.shards[fd.0 as usize % FD_SHARDS].lock().remove(&fd.0).ok_or(Errno::EBADF)
     }
 
     /// Close every descriptor (at unmount).
@@ -130,11 +118,8 @@ impl Ferrite {
     pub(crate) fn resolve_lenient(&self, path: &[u8], follow_last: bool) -> FsResult<Resolved> {
         check_path(path)?;
         let mut trailing = path.ends_with(b"/");
-        let mut comps: VecDeque<Vec<u8>> = path
-            .split(|&b| b == b'/')
-            .filter(|c| !c.is_empty())
-            .map(|c| c.to_vec())
-            .collect();
+        let mut comps: VecDeque<Vec<u8>> =
+            path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).collect();
         let mut cur = InodeNo::ROOT;
         let mut links = 0;
         let root = Resolved {
@@ -164,11 +149,7 @@ impl Ferrite {
                 return Err(Errno::ENAMETOOLONG);
             }
             if c == b"." || c == b".." {
-                let next = if c == b".." {
-                    self.parent_of(cur)?
-                } else {
-                    cur
-                };
+                let next = if c == b".." { self.parent_of(cur)? } else { cur };
                 if last {
                     let dot: &'static [u8] = if c == b"." { b"." } else { b".." };
                     return Ok(Resolved {
@@ -233,6 +214,7 @@ impl Ferrite {
                         continue;
                     }
                     if last {
+                        self.child(&de)?;
                         return Ok(Resolved {
                             parent: cur,
                             name: Some(c),
@@ -298,11 +280,7 @@ impl Ferrite {
 
     fn write_at(&self, f: &OpenFile, data: &[u8], offset: Option<u64>) -> FsResult<(usize, u64)> {
         let mut d = f.inode.data.write();
-        let at = if f.flags.append {
-            d.attrs.size
-        } else {
-            offset.expect("an offset without O_APPEND")
-        };
+        let at = if f.flags.append { d.attrs.size } else { offset.expect("an offset without O_APPEND") };
         let n = self.write_locked(&f.inode, &mut d, at, data)?;
         Ok((n, at + n as u64))
     }
@@ -311,10 +289,7 @@ impl Ferrite {
         // Strict mode: every operation was durable when it returned. Only a
         // pool in the page cache of a block-backed file needs msync.
         if self.media.pmem.domain() == ferrite_pmem::PersistenceDomain::PageCache {
-            self.media
-                .pmem
-                .sync_to_backing_file()
-                .map_err(|_| Errno::EIO)?;
+            self.media.pmem.sync_to_backing_file().map_err(|_| Errno::EIO)?;
         }
         Ok(())
     }
@@ -325,8 +300,7 @@ impl PathFs for Ferrite {
         if flags.create && flags.directory {
             return Err(Errno::EINVAL); // as Linux since 6.4
         }
-        let follow = !(flags.nofollow || (flags.create && flags.excl))
-            || (!flags.create && path.ends_with(b"/"));
+        let follow = !(flags.nofollow || (flags.create && flags.excl)) || (!flags.create && path.ends_with(b"/"));
         let r = self.resolve(path, follow)?;
         if flags.create && r.name.is_some() && r.slash {
             return Err(Errno::EISDIR);
@@ -369,35 +343,18 @@ impl PathFs for Ferrite {
                 let st = match self.create_node(
                     r.parent,
                     &name,
-                    &NodeSpec {
-                        kind: FileType::Regular,
-                        perm,
-                        uid: 0,
-                        gid: 0,
-                        symlink_target: None,
-                    },
+                    &NodeSpec { kind: FileType::Regular, perm, uid: 0, gid: 0, symlink_target: None },
                 ) {
                     Ok(st) => st,
                     Err(Errno::EEXIST) if !flags.excl => {
-                        return self.open(
-                            path,
-                            OpenFlags {
-                                create: false,
-                                ..flags
-                            },
-                            perm,
-                        );
+                        return self.open(path, OpenFlags { create: false, ..flags }, perm);
                     }
                     Err(e) => return Err(e),
                 };
                 self.open_ino(st.ino)?
             }
         };
-        Ok(self.fds.insert(OpenFile {
-            inode,
-            flags,
-            pos: Mutex::new(0),
-        }))
+        Ok(self.fds.insert(OpenFile { inode, flags, pos: Mutex::new(0) }))
     }
 
     fn close(&self, fd: Fd) -> FsResult<()> {
@@ -443,9 +400,9 @@ impl PathFs for Ferrite {
         let new = match whence {
             Whence::Set => offset,
             Whence::Cur => (*pos as i64).checked_add(offset).ok_or(Errno::EOVERFLOW)?,
-            Whence::End => (d.stat(f.inode.ino, f.inode.kind).size as i64)
-                .checked_add(offset)
-                .ok_or(Errno::EOVERFLOW)?,
+            Whence::End => {
+                (d.stat(f.inode.ino, f.inode.kind).size as i64).checked_add(offset).ok_or(Errno::EOVERFLOW)?
+            }
             Whence::Data | Whence::Hole => {
                 if offset < 0 {
                     return Err(Errno::ENXIO);
@@ -504,26 +461,12 @@ impl PathFs for Ferrite {
 
     fn truncate(&self, path: &[u8], size: u64) -> FsResult<()> {
         let ino = self.existing(path, true)?;
-        self.setattr(
-            ino,
-            &SetAttr {
-                size: Some(size),
-                ..Default::default()
-            },
-        )
-        .map(|_| ())
+        self.setattr(ino, &SetAttr { size: Some(size), ..Default::default() }).map(|_| ())
     }
 
     fn chmod(&self, path: &[u8], perm: u32) -> FsResult<()> {
         let ino = self.existing(path, true)?;
-        self.setattr(
-            ino,
-            &SetAttr {
-                perm: Some(perm),
-                ..Default::default()
-            },
-        )
-        .map(|_| ())
+        self.setattr(ino, &SetAttr { perm: Some(perm), ..Default::default() }).map(|_| ())
     }
 
     fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
@@ -533,15 +476,7 @@ impl PathFs for Ferrite {
             (None, None) => Some(self.getattr(ino)?.uid),
             _ => uid,
         };
-        self.setattr(
-            ino,
-            &SetAttr {
-                uid,
-                gid,
-                ..Default::default()
-            },
-        )
-        .map(|_| ())
+        self.setattr(ino, &SetAttr { uid, gid, ..Default::default() }).map(|_| ())
     }
 
     fn utimens(&self, path: &[u8], atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
@@ -549,15 +484,7 @@ impl PathFs for Ferrite {
             return Ok(()); // Linux does not even resolve the path
         }
         let ino = self.existing(path, true)?;
-        self.setattr(
-            ino,
-            &SetAttr {
-                atime: Some(atime),
-                mtime: Some(mtime),
-                ..Default::default()
-            },
-        )
-        .map(|_| ())
+        self.setattr(ino, &SetAttr { atime: Some(atime), mtime: Some(mtime), ..Default::default() }).map(|_| ())
     }
 
     fn mkdir(&self, path: &[u8], perm: u32) -> FsResult<()> {
@@ -569,13 +496,7 @@ impl PathFs for Ferrite {
         self.create_node(
             r.parent,
             &name,
-            &NodeSpec {
-                kind: FileType::Directory,
-                perm,
-                uid: 0,
-                gid: 0,
-                symlink_target: None,
-            },
+            &NodeSpec { kind: FileType::Directory, perm, uid: 0, gid: 0, symlink_target: None },
         )
         .map(|_| ())
     }
@@ -661,13 +582,7 @@ impl PathFs for Ferrite {
         self.create_node(
             r.parent,
             &name,
-            &NodeSpec {
-                kind: FileType::Symlink,
-                perm: 0o777,
-                uid: 0,
-                gid: 0,
-                symlink_target: Some(target),
-            },
+            &NodeSpec { kind: FileType::Symlink, perm: 0o777, uid: 0, gid: 0, symlink_target: Some(target) },
         )
         .map(|_| ())
     }

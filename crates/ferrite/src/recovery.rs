@@ -27,16 +27,14 @@ pub(crate) fn mount_existing(mut fs: Ferrite, threads: usize) -> Result<Ferrite,
         fs.report.recovered = true;
     }
     // The root must exist and be a directory.
-    let root = fs
-        .inode(InodeNo::ROOT)
-        .map_err(|e| PoolError::Corrupt(format!("root directory unreadable: {e:?}")))?;
+    let root = fs.inode(InodeNo::ROOT).map_err(|e| PoolError::Corrupt(format!("root directory unreadable: {e:?}")))?;
     if root.kind != FileType::Directory {
         return Err(PoolError::Corrupt("root inode is not a directory".into()));
     }
     // From here on the pool may change: mark it dirty first.
     fs.write_superblock(|sb| {
         sb.state = MountState::Dirty;
-        sb.mount_count += 1;
+        sb.mount_count = sb.mount_count.wrapping_add(1);
     });
     fs.report.recovery_ns = started.elapsed().as_nanos() as u64;
     Ok(fs)
@@ -79,14 +77,25 @@ fn restore_saved_allocator(fs: &Ferrite) -> Result<(), String> {
         extents.push((s, p - s));
         free_pages += p - s;
     }
-    let free_inodes: Vec<u64> = (2..l.inode_count)
-        .filter(|&i| !bitmap_get(inodes, i))
-        .collect();
+    let free_inodes: Vec<u64> = (2..l.inode_count).filter(|&i| !bitmap_get(inodes, i)).collect();
     if free_pages != sb.saved_free_pages || free_inodes.len() as u64 != sb.saved_free_inodes {
         return Err("saved allocator counts disagree".into());
     }
+    // Pages in use belong to inodes not rebuilt yet: each rebuild claims
+    // its pages, and refuses any that are free or already claimed.
+    let mut p = l.data_start.0;
+    while p < l.total_pages {
+        let s = p;
+        while p < l.total_pages && bitmap_get(pages, p) {
+            p += 1;
+        }
+        if p > s {
+            fs.pages.init_used(PageNo(s), p - s);
+        }
+        p += 1;
+    }
     for (s, n) in extents {
-        fs.pages.free(PageNo(s), n);
+        fs.pages.init_free(PageNo(s), n);
     }
     fs.inodes_free.fill(free_inodes.into_iter());
     Ok(())
@@ -109,17 +118,8 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
                     let hi = ((t + 1) * chunk).min(count);
                     for i in lo..hi {
                         let ino = InodeNo(i);
-                        if let format::InodeSlot::Live { header, head, tail } =
-                            media.read_slot(ino)?
-                        {
-                            let d = InodeData::load(
-                                media,
-                                ino,
-                                header.kind,
-                                header.generation,
-                                head,
-                                tail,
-                            )?;
+                        if let format::InodeSlot::Live { header, head, tail } = media.read_slot(ino)? {
+                            let d = InodeData::load(media, ino, header.kind, header.generation, head, tail)?;
                             out.push((ino, header.kind, header.generation, d));
                         }
                     }
@@ -127,10 +127,7 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("recovery thread panicked"))
-            .collect()
+        handles.into_iter().map(|h| h.join().expect("recovery thread panicked")).collect()
     });
     let mut used = vec![0u8; format::bitmap_bytes(l.total_pages)];
     for p in 0..l.data_start.0 {
@@ -151,12 +148,7 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
                 }
                 bitmap_set(&mut used, p.0);
             }
-            let inode = Arc::new(Inode {
-                ino,
-                kind,
-                generation,
-                data: d.into(),
-            });
+            let inode = Arc::new(Inode { ino, kind, generation, data: d.into() });
             if inode.data.read().attrs.nlink == 0 {
                 orphans.push(inode);
             } else {
@@ -186,10 +178,14 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
         while p < l.total_pages && !bitmap_get(&used, p) {
             p += 1;
         }
-        fs.pages.free(PageNo(s), p - s);
+        fs.pages.init_free(PageNo(s), p - s);
     }
-    fs.inodes_free
-        .fill((2..count).filter(|&i| !live[i as usize]));
+    for p in l.data_start.0..l.total_pages {
+        if bitmap_get(&used, p) {
+            fs.pages.init_claimed(PageNo(p));
+        }
+    }
+    fs.inodes_free.fill((2..count).filter(|&i| !live[i as usize]));
     Ok(())
 }
 

@@ -83,12 +83,7 @@ impl fmt::Debug for Errno {
 
 impl fmt::Display for Errno {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} ({})",
-            self.name(),
-            std::io::Error::from_raw_os_error(self.0)
-        )
+        write!(f, "{} ({})", self.name(), std::io::Error::from_raw_os_error(self.0))
     }
 }
 
@@ -162,16 +157,11 @@ pub struct TimeSpec {
 
 impl TimeSpec {
     pub fn from_ns(ns: i64) -> TimeSpec {
-        TimeSpec {
-            sec: ns.div_euclid(1_000_000_000),
-            nsec: ns.rem_euclid(1_000_000_000) as u32,
-        }
+        TimeSpec { sec: ns.div_euclid(1_000_000_000), nsec: ns.rem_euclid(1_000_000_000) as u32 }
     }
 
     pub fn as_ns(self) -> i64 {
-        self.sec
-            .saturating_mul(1_000_000_000)
-            .saturating_add(self.nsec as i64)
+        self.sec.saturating_mul(1_000_000_000).saturating_add(self.nsec as i64)
     }
 }
 
@@ -259,16 +249,8 @@ impl OpenFlags {
         directory: false,
         nofollow: false,
     };
-    pub const WRONLY: OpenFlags = OpenFlags {
-        read: false,
-        write: true,
-        ..OpenFlags::RDONLY
-    };
-    pub const RDWR: OpenFlags = OpenFlags {
-        read: true,
-        write: true,
-        ..OpenFlags::RDONLY
-    };
+    pub const WRONLY: OpenFlags = OpenFlags { read: false, write: true, ..OpenFlags::RDONLY };
+    pub const RDWR: OpenFlags = OpenFlags { read: true, write: true, ..OpenFlags::RDONLY };
 
     pub fn create(mut self) -> Self {
         self.create = true;
@@ -365,13 +347,8 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> TimeSpec {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        TimeSpec {
-            sec: d.as_secs() as i64,
-            nsec: d.subsec_nanos(),
-        }
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        TimeSpec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
     }
 }
 
@@ -383,13 +360,10 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(start: TimeSpec) -> ManualClock {
-        ManualClock {
-            ns: std::sync::atomic::AtomicI64::new(start.as_ns()),
-        }
+        ManualClock { ns: std::sync::atomic::AtomicI64::new(start.as_ns()) }
     }
     pub fn set(&self, t: TimeSpec) {
-        self.ns
-            .store(t.as_ns(), std::sync::atomic::Ordering::SeqCst);
+        self.ns.store(t.as_ns(), std::sync::atomic::Ordering::SeqCst);
     }
     pub fn advance_ns(&self, d: i64) {
         self.ns.fetch_add(d, std::sync::atomic::Ordering::SeqCst);

@@ -98,8 +98,7 @@ mod tree;
 use std::sync::Arc;
 
 use ferrite::{
-    Clock, DirEntry, FallocateMode, Fd, FsResult, OpenFlags, PathFs, RenameFlags, Stat, StatFs,
-    TimeSet, Whence,
+    Clock, DirEntry, FallocateMode, Fd, FsResult, OpenFlags, PathFs, RenameFlags, Stat, StatFs, TimeSet, Whence,
 };
 use parking_lot::Mutex;
 
@@ -118,18 +117,12 @@ impl ModelFs {
     /// inodes (the root uses one), root directory 0755 owned by 0:0.
     pub fn new(clock: Arc<dyn Clock>, total_pages: u64, total_inodes: u64) -> ModelFs {
         let state = ModelState::new(clock.now(), total_pages, total_inodes);
-        ModelFs {
-            state: Mutex::new(state),
-            clock,
-        }
+        ModelFs { state: Mutex::new(state), clock }
     }
 
     /// Resume from a saved state.
     pub fn from_state(state: ModelState, clock: Arc<dyn Clock>) -> ModelFs {
-        ModelFs {
-            state: Mutex::new(state),
-            clock,
-        }
+        ModelFs { state: Mutex::new(state), clock }
     }
 
     /// A copy of the whole state (cheap: file pages are shared).

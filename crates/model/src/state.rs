@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use ferrite::limits::{FILE_SIZE_MAX, LINK_MAX, NAME_MAX, PATH_MAX, SYMLINK_MAX, SYMLOOP_MAX};
 use ferrite::{
-    DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, RenameFlags, Stat,
-    StatFs, TimeSet, TimeSpec, Whence,
+    DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, RenameFlags, Stat, StatFs, TimeSet,
+    TimeSpec, Whence,
 };
 
 /// Page size of the allocation rule, and the reported block size.
@@ -83,9 +83,7 @@ impl FileData {
             let (p, in_page) = (pos / PAGE, (pos % PAGE) as usize);
             let chunk = (PAGE_US - in_page).min(n - done);
             match self.pages.get(&p) {
-                Some(page) => {
-                    buf[done..done + chunk].copy_from_slice(&page.0[in_page..in_page + chunk])
-                }
+                Some(page) => buf[done..done + chunk].copy_from_slice(&page.0[in_page..in_page + chunk]),
                 None => buf[done..done + chunk].fill(0),
             }
             done += chunk;
@@ -101,8 +99,7 @@ impl FileData {
             let (p, in_page) = (pos / PAGE, (pos % PAGE) as usize);
             let chunk = (PAGE_US - in_page).min(data.len() - done);
             let page = self.pages.entry(p).or_insert_with(Page::zeroed);
-            Arc::make_mut(&mut page.0)[in_page..in_page + chunk]
-                .copy_from_slice(&data[done..done + chunk]);
+            Arc::make_mut(&mut page.0)[in_page..in_page + chunk].copy_from_slice(&data[done..done + chunk]);
             done += chunk;
         }
         self.size = self.size.max(off + data.len() as u64);
@@ -113,7 +110,7 @@ impl FileData {
     fn truncate(&mut self, size: u64) {
         let keep = size.div_ceil(PAGE);
         self.pages.split_off(&keep);
-        if size % PAGE != 0 {
+        if !size.is_multiple_of(PAGE) {
             if let Some(page) = self.pages.get_mut(&(size / PAGE)) {
                 let from = (size % PAGE) as usize;
                 if page.0[from..].iter().any(|&b| b != 0) {
@@ -265,11 +262,7 @@ impl ModelState {
     /// 0:0, all times `now`).
     pub fn new(now: TimeSpec, total_pages: u64, total_inodes: u64) -> ModelState {
         let root = Inode {
-            body: Body::Dir(DirData {
-                entries: BTreeMap::new(),
-                next_seq: 1,
-                parent: ROOT,
-            }),
+            body: Body::Dir(DirData { entries: BTreeMap::new(), next_seq: 1, parent: ROOT }),
             perm: 0o755,
             uid: 0,
             gid: 0,
@@ -332,15 +325,11 @@ impl ModelState {
     // ----- inode helpers -------------------------------------------------
 
     fn inode(&self, ino: u64) -> &Inode {
-        self.inodes
-            .get(&ino)
-            .expect("model: dangling inode reference")
+        self.inodes.get(&ino).expect("model: dangling inode reference")
     }
 
     fn inode_mut(&mut self, ino: u64) -> &mut Inode {
-        self.inodes
-            .get_mut(&ino)
-            .expect("model: dangling inode reference")
+        self.inodes.get_mut(&ino).expect("model: dangling inode reference")
     }
 
     fn is_dir(&self, ino: u64) -> bool {
@@ -396,9 +385,7 @@ impl ModelState {
     fn nlink(&self, ino: u64) -> u32 {
         let i = self.inode(ino);
         match &i.body {
-            Body::Dir(d) if i.links > 0 => {
-                2 + d.entries.values().filter(|s| self.is_dir(s.ino)).count() as u32
-            }
+            Body::Dir(d) if i.links > 0 => 2 + d.entries.values().filter(|s| self.is_dir(s.ino)).count() as u32,
             _ => i.links,
         }
     }
@@ -440,16 +427,7 @@ impl ModelState {
     fn new_inode(&mut self, body: Body, perm: u32, now: TimeSpec) -> u64 {
         let ino = self.next_ino;
         self.next_ino += 1;
-        let inode = Inode {
-            body,
-            perm,
-            uid: 0,
-            gid: 0,
-            links: 1,
-            atime: now,
-            mtime: now,
-            ctime: now,
-        };
+        let inode = Inode { body, perm, uid: 0, gid: 0, links: 1, atime: now, mtime: now, ctime: now };
         self.inodes.insert(ino, inode);
         ino
     }
@@ -463,11 +441,7 @@ impl ModelState {
     }
 
     fn remove_entry(&mut self, dir: u64, name: &[u8]) -> u64 {
-        self.dir_mut(dir)
-            .entries
-            .remove(name)
-            .expect("model: removing a missing entry")
-            .ino
+        self.dir_mut(dir).entries.remove(name).expect("model: removing a missing entry").ino
     }
 
     /// Take one name away from an inode (unlink, rmdir, replaced by rename).
@@ -485,10 +459,7 @@ impl ModelState {
     /// component, and whether the path ends with a slash.
     fn walk(&self, start: u64, path: &[u8], count: &mut usize) -> FsResult<(u64, Last, bool)> {
         let abs = path.first() == Some(&b'/');
-        let comps: Vec<&[u8]> = path
-            .split(|&b| b == b'/')
-            .filter(|c| !c.is_empty())
-            .collect();
+        let comps: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
         let mut dir = if abs { ROOT } else { start };
         let Some((last, mids)) = comps.split_last() else {
             return Ok((ROOT, Last::Root, false));
@@ -511,10 +482,7 @@ impl ModelState {
                 if let Body::Symlink(target) = &self.inode(ino).body {
                     bump(count)?;
                     let (d, l, s) = self.walk(dir, target, count)?;
-                    ino = self
-                        .lookup_last(d, l, s, true, count)?
-                        .ino
-                        .ok_or(Errno::ENOENT)?;
+                    ino = self.lookup_last(d, l, s, true, count)?.ino.ok_or(Errno::ENOENT)?;
                 }
                 if !self.is_dir(ino) {
                     return Err(Errno::ENOTDIR);
@@ -596,13 +564,7 @@ impl ModelState {
         self.fds.get(&fd.0).ok_or(Errno::EBADF)
     }
 
-    pub(crate) fn open(
-        &mut self,
-        now: TimeSpec,
-        path: &[u8],
-        flags: OpenFlags,
-        perm: u32,
-    ) -> FsResult<Fd> {
+    pub(crate) fn open(&mut self, now: TimeSpec, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
         check_path(path)?;
         if flags.create && flags.directory {
             // Linux >= 6.4 rejects O_CREAT | O_DIRECTORY.
@@ -628,8 +590,7 @@ impl ModelState {
                         if self.free_inodes() == 0 {
                             return Err(Errno::ENOSPC);
                         }
-                        let ino =
-                            self.new_inode(Body::File(FileData::default()), perm & 0o7777, now);
+                        let ino = self.new_inode(Body::File(FileData::default()), perm & 0o7777, now);
                         self.insert_entry(dir, name, ino);
                         self.inode_mut(dir).touch_mc(now);
                         created = true;
@@ -726,13 +687,7 @@ impl ModelState {
 
     /// Write `data` at `offset` (or at the end with O_APPEND). Returns the
     /// offset just past the data written.
-    fn write_common(
-        &mut self,
-        now: TimeSpec,
-        fd: Fd,
-        data: &[u8],
-        offset: Option<u64>,
-    ) -> FsResult<u64> {
+    fn write_common(&mut self, now: TimeSpec, fd: Fd, data: &[u8], offset: Option<u64>) -> FsResult<u64> {
         let of = self.file_of(fd)?.clone();
         if !of.flags.write {
             return Err(Errno::EBADF);
@@ -749,17 +704,9 @@ impl ModelState {
         let Body::File(f) = &self.inode(ino).body else {
             unreachable!("model: a writable descriptor on a non-file");
         };
-        let off = if of.flags.append {
-            f.size
-        } else {
-            offset.unwrap_or(of.pos)
-        };
+        let off = if of.flags.append { f.size } else { offset.unwrap_or(of.pos) };
         let len = data.len() as u64;
-        if off
-            .checked_add(len)
-            .filter(|&end| end <= FILE_SIZE_MAX)
-            .is_none()
-        {
+        if off.checked_add(len).filter(|&end| end <= FILE_SIZE_MAX).is_none() {
             return Err(Errno::EFBIG);
         }
         if f.missing_pages(off, len) > self.free_pages() {
@@ -770,13 +717,7 @@ impl ModelState {
         Ok(off + len)
     }
 
-    pub(crate) fn pwrite(
-        &mut self,
-        now: TimeSpec,
-        fd: Fd,
-        data: &[u8],
-        offset: u64,
-    ) -> FsResult<usize> {
+    pub(crate) fn pwrite(&mut self, now: TimeSpec, fd: Fd, data: &[u8], offset: u64) -> FsResult<usize> {
         self.write_common(now, fd, data, Some(offset))?;
         Ok(data.len())
     }
@@ -894,11 +835,7 @@ impl ModelState {
         let Body::File(f) = &self.inode(ino).body else {
             return Err(Errno::EISDIR);
         };
-        if offset
-            .checked_add(len)
-            .filter(|&end| end <= FILE_SIZE_MAX)
-            .is_none()
-        {
+        if offset.checked_add(len).filter(|&end| end <= FILE_SIZE_MAX).is_none() {
             return Err(Errno::EFBIG);
         }
         if f.missing_pages(offset, len) > self.free_pages() {
@@ -944,13 +881,7 @@ impl ModelState {
         Ok(())
     }
 
-    pub(crate) fn chown(
-        &mut self,
-        now: TimeSpec,
-        path: &[u8],
-        uid: Option<u32>,
-        gid: Option<u32>,
-    ) -> FsResult<()> {
+    pub(crate) fn chown(&mut self, now: TimeSpec, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
         let ino = self.resolve(path, true)?;
         let i = self.inode_mut(ino);
         if let Some(u) = uid {
@@ -963,13 +894,7 @@ impl ModelState {
         Ok(())
     }
 
-    pub(crate) fn utimens(
-        &mut self,
-        now: TimeSpec,
-        path: &[u8],
-        atime: TimeSet,
-        mtime: TimeSet,
-    ) -> FsResult<()> {
+    pub(crate) fn utimens(&mut self, now: TimeSpec, path: &[u8], atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
         if atime == TimeSet::Omit && mtime == TimeSet::Omit {
             // Linux utimensat: "nothing to do, we must not even check the path".
             return Ok(());
@@ -995,11 +920,7 @@ impl ModelState {
         if self.free_inodes() == 0 {
             return Err(Errno::ENOSPC);
         }
-        let body = Body::Dir(DirData {
-            entries: BTreeMap::new(),
-            next_seq: 1,
-            parent: dir,
-        });
+        let body = Body::Dir(DirData { entries: BTreeMap::new(), next_seq: 1, parent: dir });
         // vfs_mkdir keeps only the permission and sticky bits.
         let ino = self.new_inode(body, perm & 0o1777, now);
         self.insert_entry(dir, name, ino);
@@ -1050,13 +971,7 @@ impl ModelState {
         Ok(())
     }
 
-    pub(crate) fn rename(
-        &mut self,
-        now: TimeSpec,
-        from: &[u8],
-        to: &[u8],
-        flags: RenameFlags,
-    ) -> FsResult<()> {
+    pub(crate) fn rename(&mut self, now: TimeSpec, from: &[u8], to: &[u8], flags: RenameFlags) -> FsResult<()> {
         check_path(from)?;
         check_path(to)?;
         let (odir, olast, oslash) = self.walk(ROOT, from, &mut 0)?;
@@ -1095,11 +1010,7 @@ impl ModelState {
         // ... nor the target an ancestor of the source.
         if let Some(t) = tgt {
             if self.is_dir(t) && self.is_ancestor_or_self(t, odir) {
-                return Err(if exchange {
-                    Errno::EINVAL
-                } else {
-                    Errno::ENOTEMPTY
-                });
+                return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
             }
         }
         if tgt == Some(src) {
@@ -1163,12 +1074,7 @@ impl ModelState {
         Ok(())
     }
 
-    pub(crate) fn symlink(
-        &mut self,
-        now: TimeSpec,
-        target: &[u8],
-        linkpath: &[u8],
-    ) -> FsResult<()> {
+    pub(crate) fn symlink(&mut self, now: TimeSpec, target: &[u8], linkpath: &[u8]) -> FsResult<()> {
         if target.is_empty() {
             return Err(Errno::ENOENT);
         }
@@ -1203,8 +1109,7 @@ impl ModelState {
             // Linux: getdents on a removed directory (IS_DEADDIR).
             return Err(Errno::ENOENT);
         }
-        let mut slots: Vec<(&Vec<u8>, &Slot)> =
-            d.entries.iter().filter(|(_, s)| s.seq > cookie).collect();
+        let mut slots: Vec<(&Vec<u8>, &Slot)> = d.entries.iter().filter(|(_, s)| s.seq > cookie).collect();
         slots.sort_by_key(|(_, s)| s.seq);
         Ok(slots
             .into_iter()

@@ -50,11 +50,7 @@ impl NodeView {
             mtime: st.mtime,
             ctime: st.ctime,
             atime: st.atime,
-            blocks: if st.kind == FileType::Directory {
-                None
-            } else {
-                Some(st.blocks)
-            },
+            blocks: if st.kind == FileType::Directory { None } else { Some(st.blocks) },
             content,
             target,
             link_group: 0,
@@ -88,11 +84,7 @@ pub(crate) fn tree_of_state(s: &ModelState) -> Tree {
         .into_iter()
         .map(|(path, ino)| {
             let (content, target) = s.data_of(ino);
-            (
-                path,
-                ino,
-                NodeView::from_stat(&s.stat_of(ino), content, target),
-            )
+            (path, ino, NodeView::from_stat(&s.stat_of(ino), content, target))
         })
         .collect();
     assemble(nodes)
@@ -135,10 +127,7 @@ fn list_dir(fs: &dyn PathFs, path: &[u8]) -> FsResult<Vec<Vec<u8>>> {
             }
             cookie = last.next_cookie;
             for e in batch {
-                let bad = e.name.is_empty()
-                    || e.name == b"."
-                    || e.name == b".."
-                    || e.name.contains(&b'/');
+                let bad = e.name.is_empty() || e.name == b"." || e.name == b".." || e.name.contains(&b'/');
                 if bad || !names.insert(e.name) {
                     return Err(Errno::ECORRUPT);
                 }
@@ -223,17 +212,9 @@ fn node_diffs(path: &str, e: &NodeView, g: &NodeView, out: &mut Vec<String>) {
     field("mtime", show_time(e.mtime), show_time(g.mtime));
     field("ctime", show_time(e.ctime), show_time(g.ctime));
     field("atime", show_time(e.atime), show_time(g.atime));
-    field(
-        "blocks",
-        format!("{:?}", e.blocks),
-        format!("{:?}", g.blocks),
-    );
+    field("blocks", format!("{:?}", e.blocks), format!("{:?}", g.blocks));
     field("target", show_bytes(&e.target), show_bytes(&g.target));
-    field(
-        "link_group",
-        e.link_group.to_string(),
-        g.link_group.to_string(),
-    );
+    field("link_group", e.link_group.to_string(), g.link_group.to_string());
     if e.content != g.content {
         let at = e.content.iter().zip(&g.content).position(|(a, b)| a != b);
         let at = at.unwrap_or(e.content.len().min(g.content.len()));

@@ -12,14 +12,9 @@ use ferrite::{Errno, FallocateMode, Fd, FileType, OpenFlags, PathFs, Whence};
 #[test]
 fn open_create_rules() {
     let (fs, _) = setup();
-    let fd = fs
-        .open(p("/a"), OpenFlags::WRONLY.create(), 0o100644)
-        .unwrap();
+    let fd = fs.open(p("/a"), OpenFlags::WRONLY.create(), 0o100644).unwrap();
     let st = fs.fstat(fd).unwrap();
-    assert_eq!(
-        (st.kind, st.perm, st.uid, st.gid, st.size, st.nlink),
-        (FileType::Regular, 0o644, 0, 0, 0, 1)
-    );
+    assert_eq!((st.kind, st.perm, st.uid, st.gid, st.size, st.nlink), (FileType::Regular, 0o644, 0, 0, 0, 1));
     fs.close(fd).unwrap();
     // O_CREAT on an existing file opens it; O_EXCL refuses.
     put(&fs, "/a", b"hello");
@@ -27,25 +22,14 @@ fn open_create_rules() {
     assert_eq!(read_fd(&fs, fd), b"hello");
     assert_eq!(fs.fstat(fd).unwrap().perm, 0o644);
     fs.close(fd).unwrap();
-    assert_eq!(
-        err(fs.open(p("/a"), OpenFlags::RDWR.create().excl(), 0o644)),
-        Errno::EEXIST
-    );
+    assert_eq!(err(fs.open(p("/a"), OpenFlags::RDWR.create().excl(), 0o644)), Errno::EEXIST);
     // Set-id bits kept on creation.
-    let fd = fs
-        .open(p("/suid"), OpenFlags::WRONLY.create(), 0o7777)
-        .unwrap();
+    let fd = fs.open(p("/suid"), OpenFlags::WRONLY.create(), 0o7777).unwrap();
     assert_eq!(fs.fstat(fd).unwrap().perm, 0o7777);
     // O_CREAT | O_DIRECTORY is invalid.
-    assert_eq!(
-        err(fs.open(p("/x"), OpenFlags::RDONLY.create().directory(), 0)),
-        Errno::EINVAL
-    );
+    assert_eq!(err(fs.open(p("/x"), OpenFlags::RDONLY.create().directory(), 0)), Errno::EINVAL);
     // Missing name without O_CREAT.
-    assert_eq!(
-        err(fs.open(p("/missing"), OpenFlags::RDONLY, 0)),
-        Errno::ENOENT
-    );
+    assert_eq!(err(fs.open(p("/missing"), OpenFlags::RDONLY, 0)), Errno::ENOENT);
 }
 
 #[test]
@@ -59,64 +43,29 @@ fn open_directories_and_symlinks() {
     fs.symlink(p("missing_dir/target"), p("/dang2")).unwrap();
     assert_eq!(err(fs.open(p("/d"), OpenFlags::WRONLY, 0)), Errno::EISDIR);
     assert_eq!(err(fs.open(p("/d"), OpenFlags::RDWR, 0)), Errno::EISDIR);
-    assert_eq!(
-        err(fs.open(p("/d"), OpenFlags::RDWR.create(), 0)),
-        Errno::EISDIR
-    );
-    assert_eq!(
-        err(fs.open(p("/d"), OpenFlags::RDONLY.create().excl(), 0)),
-        Errno::EEXIST
-    );
+    assert_eq!(err(fs.open(p("/d"), OpenFlags::RDWR.create(), 0)), Errno::EISDIR);
+    assert_eq!(err(fs.open(p("/d"), OpenFlags::RDONLY.create().excl(), 0)), Errno::EEXIST);
     let dfd = fs.open(p("/d"), OpenFlags::RDONLY, 0).unwrap();
     assert_eq!(fs.fstat(dfd).unwrap().kind, FileType::Directory);
     let dfd2 = fs.open(p("/ld"), OpenFlags::RDONLY.directory(), 0).unwrap();
     assert_eq!(fs.fstat(dfd2).unwrap().ino, fs.fstat(dfd).unwrap().ino);
-    assert_eq!(
-        err(fs.open(p("/f"), OpenFlags::RDONLY.directory(), 0)),
-        Errno::ENOTDIR
-    );
-    assert_eq!(
-        err(fs.open(p("/lf"), OpenFlags::RDONLY.directory(), 0)),
-        Errno::ENOTDIR
-    );
+    assert_eq!(err(fs.open(p("/f"), OpenFlags::RDONLY.directory(), 0)), Errno::ENOTDIR);
+    assert_eq!(err(fs.open(p("/lf"), OpenFlags::RDONLY.directory(), 0)), Errno::ENOTDIR);
     // O_NOFOLLOW on a final symlink.
-    assert_eq!(
-        err(fs.open(p("/lf"), OpenFlags::RDONLY.nofollow(), 0)),
-        Errno::ELOOP
-    );
-    assert_eq!(
-        err(fs.open(p("/lf"), OpenFlags::RDONLY.nofollow().directory(), 0)),
-        Errno::ENOTDIR
-    );
-    assert_eq!(
-        err(fs.open(p("/dang"), OpenFlags::WRONLY.create().nofollow(), 0)),
-        Errno::ELOOP
-    );
+    assert_eq!(err(fs.open(p("/lf"), OpenFlags::RDONLY.nofollow(), 0)), Errno::ELOOP);
+    assert_eq!(err(fs.open(p("/lf"), OpenFlags::RDONLY.nofollow().directory(), 0)), Errno::ENOTDIR);
+    assert_eq!(err(fs.open(p("/dang"), OpenFlags::WRONLY.create().nofollow(), 0)), Errno::ELOOP);
     fs.open(p("/ld/"), OpenFlags::RDONLY.nofollow(), 0).unwrap(); // slash follows
                                                                   // Dangling symlinks: plain open ENOENT, O_EXCL EEXIST, O_CREAT creates the target.
-    assert_eq!(
-        err(fs.open(p("/dang"), OpenFlags::RDONLY, 0)),
-        Errno::ENOENT
-    );
-    assert_eq!(
-        err(fs.open(p("/dang"), OpenFlags::WRONLY.create().excl(), 0)),
-        Errno::EEXIST
-    );
-    assert_eq!(
-        err(fs.open(p("/dang"), OpenFlags::WRONLY.create(), 0o640)),
-        Errno::ENOENT
-    );
+    assert_eq!(err(fs.open(p("/dang"), OpenFlags::RDONLY, 0)), Errno::ENOENT);
+    assert_eq!(err(fs.open(p("/dang"), OpenFlags::WRONLY.create().excl(), 0)), Errno::EEXIST);
+    assert_eq!(err(fs.open(p("/dang"), OpenFlags::WRONLY.create(), 0o640)), Errno::ENOENT);
     fs.mkdir(p("/sub"), 0o755).unwrap();
-    let fd = fs
-        .open(p("/dang"), OpenFlags::WRONLY.create(), 0o640)
-        .unwrap();
+    let fd = fs.open(p("/dang"), OpenFlags::WRONLY.create(), 0o640).unwrap();
     fs.write(fd, b"via link").unwrap();
     assert_eq!(get(&fs, "/sub/target"), b"via link");
     assert_eq!(fs.stat(p("/sub/target")).unwrap().perm, 0o640);
-    assert_eq!(
-        err(fs.open(p("/dang2"), OpenFlags::WRONLY.create(), 0)),
-        Errno::ENOENT
-    );
+    assert_eq!(err(fs.open(p("/dang2"), OpenFlags::WRONLY.create(), 0)), Errno::ENOENT);
 }
 
 #[test]
@@ -132,10 +81,7 @@ fn o_trunc() {
     // Writable: to zero, times updated.
     let fd = fs.open(p("/a"), OpenFlags::WRONLY.trunc(), 0).unwrap();
     let st = fs.fstat(fd).unwrap();
-    assert_eq!(
-        (st.size, st.blocks, st.mtime, st.ctime),
-        (0, 0, ts(2000), ts(2000))
-    );
+    assert_eq!((st.size, st.blocks, st.mtime, st.ctime), (0, 0, ts(2000), ts(2000)));
     // Even when the size is already zero.
     clock.set(ts(3000));
     let fd2 = fs.open(p("/a"), OpenFlags::RDWR.trunc(), 0).unwrap();
@@ -194,14 +140,8 @@ fn access_modes() {
     assert_eq!(err(fs.read(wo, &mut buf)), Errno::EBADF);
     assert_eq!(err(fs.pread(wo, &mut buf, 0)), Errno::EBADF);
     assert_eq!(err(fs.ftruncate(ro, 0)), Errno::EINVAL);
-    assert_eq!(
-        err(fs.fallocate(ro, FallocateMode::Default, 0, 1)),
-        Errno::EBADF
-    );
-    assert_eq!(
-        err(fs.fallocate(ro, FallocateMode::Default, 0, 0)),
-        Errno::EINVAL
-    );
+    assert_eq!(err(fs.fallocate(ro, FallocateMode::Default, 0, 1)), Errno::EBADF);
+    assert_eq!(err(fs.fallocate(ro, FallocateMode::Default, 0, 0)), Errno::EINVAL);
     // Directory descriptors.
     fs.mkdir(p("/d"), 0o755).unwrap();
     let d = fs.open(p("/d"), OpenFlags::RDONLY, 0).unwrap();
@@ -209,10 +149,7 @@ fn access_modes() {
     assert_eq!(err(fs.pread(d, &mut buf, 0)), Errno::EISDIR);
     assert_eq!(err(fs.pwrite(d, b"x", 0)), Errno::EBADF);
     assert_eq!(err(fs.ftruncate(d, 0)), Errno::EINVAL);
-    assert_eq!(
-        err(fs.fallocate(d, FallocateMode::Default, 0, 1)),
-        Errno::EBADF
-    );
+    assert_eq!(err(fs.fallocate(d, FallocateMode::Default, 0, 1)), Errno::EBADF);
     assert_eq!(fs.lseek(d, 5, Whence::Set).unwrap(), 5);
     assert_eq!(fs.lseek(d, 5, Whence::Cur).unwrap(), 10);
     assert_eq!(err(fs.lseek(d, 0, Whence::End)), Errno::EINVAL);
@@ -242,10 +179,7 @@ fn descriptor_numbers_and_ebadf() {
     assert_eq!(err(fs.ftruncate(a, 0)), Errno::EBADF);
     assert_eq!(err(fs.fsync(a)), Errno::EBADF);
     assert_eq!(err(fs.fdatasync(a)), Errno::EBADF);
-    assert_eq!(
-        err(fs.fallocate(a, FallocateMode::Default, 0, 1)),
-        Errno::EBADF
-    );
+    assert_eq!(err(fs.fallocate(a, FallocateMode::Default, 0, 1)), Errno::EBADF);
     assert_eq!(err(fs.fstat(a)), Errno::EBADF);
     assert_eq!(err(fs.readdir(a, 0, 1)), Errno::EBADF);
     assert_eq!(err(fs.read(Fd(0), &mut buf)), Errno::EBADF);
@@ -284,18 +218,9 @@ fn efbig() {
     assert_eq!(err(fs.truncate(p("/a"), FILE_SIZE_MAX + 1)), Errno::EFBIG);
     assert_eq!(err(fs.ftruncate(fd, u64::MAX)), Errno::EINVAL);
     assert_eq!(err(fs.truncate(p("/missing"), u64::MAX)), Errno::EINVAL);
-    assert_eq!(
-        err(fs.fallocate(fd, FallocateMode::KeepSize, FILE_SIZE_MAX, 1)),
-        Errno::EFBIG
-    );
-    assert_eq!(
-        err(fs.lseek(fd, FILE_SIZE_MAX as i64 + 1, Whence::Set)),
-        Errno::EINVAL
-    );
-    assert_eq!(
-        fs.lseek(fd, FILE_SIZE_MAX as i64, Whence::Set).unwrap(),
-        FILE_SIZE_MAX
-    );
+    assert_eq!(err(fs.fallocate(fd, FallocateMode::KeepSize, FILE_SIZE_MAX, 1)), Errno::EFBIG);
+    assert_eq!(err(fs.lseek(fd, FILE_SIZE_MAX as i64 + 1, Whence::Set)), Errno::EINVAL);
+    assert_eq!(fs.lseek(fd, FILE_SIZE_MAX as i64, Whence::Set).unwrap(), FILE_SIZE_MAX);
     // write at a position at the limit.
     assert_eq!(err(fs.write(fd, b"x")), Errno::EFBIG);
 }
@@ -347,8 +272,7 @@ fn seek_data_and_hole() {
     // Pages allocated beyond EOF (KeepSize) are not data before EOF.
     let fd3 = fs.open(p("/k"), rw_create(), 0o644).unwrap();
     fs.ftruncate(fd3, 4096).unwrap();
-    fs.fallocate(fd3, FallocateMode::KeepSize, 8192, 4096)
-        .unwrap();
+    fs.fallocate(fd3, FallocateMode::KeepSize, 8192, 4096).unwrap();
     assert_eq!(err(fs.lseek(fd3, 0, Whence::Data)), Errno::ENXIO);
     assert_eq!(fs.lseek(fd3, 0, Whence::Hole).unwrap(), 0);
     // An allocated page whose range passes EOF: hole at EOF.
@@ -394,8 +318,7 @@ fn fallocate_rules() {
     let (fs, _) = setup();
     let fd = fs.open(p("/f"), rw_create(), 0o644).unwrap();
     fs.pwrite(fd, b"keep", 4096).unwrap();
-    fs.fallocate(fd, FallocateMode::Default, 100, 4096 * 2)
-        .unwrap();
+    fs.fallocate(fd, FallocateMode::Default, 100, 4096 * 2).unwrap();
     let st = fs.fstat(fd).unwrap();
     // Pages 0, 1, 2 overlap [100, 8292).
     assert_eq!((st.size, st.blocks), (100 + 8192, 24));
@@ -403,17 +326,13 @@ fn fallocate_rules() {
     assert_eq!(&c[4096..4100], b"keep");
     assert_eq!(c.iter().filter(|&&b| b != 0).count(), 4);
     // KeepSize leaves the size.
-    fs.fallocate(fd, FallocateMode::KeepSize, 40_000, 10)
-        .unwrap();
+    fs.fallocate(fd, FallocateMode::KeepSize, 40_000, 10).unwrap();
     let st = fs.fstat(fd).unwrap();
     assert_eq!((st.size, st.blocks), (8292, 32));
     // Default never shrinks.
     fs.fallocate(fd, FallocateMode::Default, 0, 1).unwrap();
     assert_eq!(fs.fstat(fd).unwrap().size, 8292);
-    assert_eq!(
-        err(fs.fallocate(fd, FallocateMode::Default, 0, 0)),
-        Errno::EINVAL
-    );
+    assert_eq!(err(fs.fallocate(fd, FallocateMode::Default, 0, 0)), Errno::EINVAL);
 }
 
 #[test]

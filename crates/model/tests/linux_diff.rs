@@ -22,8 +22,8 @@ use std::ffi::CString;
 use std::sync::Arc;
 
 use ferrite::{
-    DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, ManualClock, OpenFlags,
-    PathFs, RenameFlags, Stat, StatFs, TimeSet, TimeSpec, Whence,
+    DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, ManualClock, OpenFlags, PathFs, RenameFlags, Stat,
+    StatFs, TimeSet, TimeSpec, Whence,
 };
 use ferrite_model::{tree_of, ModelFs, Tree};
 
@@ -36,11 +36,7 @@ fn cpath(path: &[u8]) -> CString {
 }
 
 fn errno() -> Errno {
-    Errno(
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO),
-    )
+    Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
 }
 
 fn check(r: libc::c_int) -> FsResult<()> {
@@ -65,10 +61,7 @@ fn to_stat(st: &libc::stat) -> Stat {
         libc::S_IFLNK => FileType::Symlink,
         _ => FileType::Regular,
     };
-    let t = |sec: i64, nsec: i64| TimeSpec {
-        sec,
-        nsec: nsec as u32,
-    };
+    let t = |sec: i64, nsec: i64| TimeSpec { sec, nsec: nsec as u32 };
     Stat {
         ino: InodeNo(st.st_ino),
         kind,
@@ -87,18 +80,9 @@ fn to_stat(st: &libc::stat) -> Stat {
 
 fn host_time(t: TimeSet) -> libc::timespec {
     match t {
-        TimeSet::Omit => libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
-        },
-        TimeSet::Now => libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_NOW,
-        },
-        TimeSet::At(ts) => libc::timespec {
-            tv_sec: ts.sec,
-            tv_nsec: ts.nsec as i64,
-        },
+        TimeSet::Omit => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+        TimeSet::Now => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+        TimeSet::At(ts) => libc::timespec { tv_sec: ts.sec, tv_nsec: ts.nsec as i64 },
     }
 }
 
@@ -128,19 +112,10 @@ impl PathFs for HostFs {
         check(unsafe { libc::close(fd.0 as i32) })
     }
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize> {
-        check_len(unsafe {
-            libc::pread(
-                fd.0 as i32,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                offset as i64,
-            )
-        })
+        check_len(unsafe { libc::pread(fd.0 as i32, buf.as_mut_ptr().cast(), buf.len(), offset as i64) })
     }
     fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> FsResult<usize> {
-        check_len(unsafe {
-            libc::pwrite(fd.0 as i32, data.as_ptr().cast(), data.len(), offset as i64)
-        })
+        check_len(unsafe { libc::pwrite(fd.0 as i32, data.as_ptr().cast(), data.len(), offset as i64) })
     }
     fn read(&self, fd: Fd, buf: &mut [u8]) -> FsResult<usize> {
         check_len(unsafe { libc::read(fd.0 as i32, buf.as_mut_ptr().cast(), buf.len()) })
@@ -169,11 +144,7 @@ impl PathFs for HostFs {
         check(unsafe { libc::fdatasync(fd.0 as i32) })
     }
     fn fallocate(&self, fd: Fd, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
-        let m = if mode == FallocateMode::KeepSize {
-            libc::FALLOC_FL_KEEP_SIZE
-        } else {
-            0
-        };
+        let m = if mode == FallocateMode::KeepSize { libc::FALLOC_FL_KEEP_SIZE } else { 0 };
         check(unsafe { libc::fallocate(fd.0 as i32, m, offset as i64, len as i64) })
     }
     fn fstat(&self, fd: Fd) -> FsResult<Stat> {
@@ -230,9 +201,7 @@ impl PathFs for HostFs {
     }
     fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {
         let mut buf = vec![0u8; 8192];
-        let n = check_len(unsafe {
-            libc::readlink(cpath(path).as_ptr(), buf.as_mut_ptr().cast(), buf.len())
-        })?;
+        let n = check_len(unsafe { libc::readlink(cpath(path).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })?;
         buf.truncate(n);
         Ok(buf)
     }
@@ -251,9 +220,7 @@ impl PathFs for HostFs {
             let mut out = Vec::new();
             let mut buf = vec![0u8; 32 * 1024];
             while out.len() < max {
-                let n = unsafe {
-                    libc::syscall(libc::SYS_getdents64, raw, buf.as_mut_ptr(), buf.len())
-                };
+                let n = unsafe { libc::syscall(libc::SYS_getdents64, raw, buf.as_mut_ptr(), buf.len()) };
                 if n < 0 {
                     return Err(errno());
                 }
@@ -264,12 +231,10 @@ impl PathFs for HostFs {
                 while off < n as usize && out.len() < max {
                     let ino = u64::from_ne_bytes(buf[off..off + 8].try_into().unwrap());
                     let d_off = i64::from_ne_bytes(buf[off + 8..off + 16].try_into().unwrap());
-                    let reclen =
-                        u16::from_ne_bytes(buf[off + 16..off + 18].try_into().unwrap()) as usize;
+                    let reclen = u16::from_ne_bytes(buf[off + 16..off + 18].try_into().unwrap()) as usize;
                     let dtype = buf[off + 18];
                     let name_bytes = &buf[off + 19..off + reclen];
-                    let name =
-                        name_bytes[..name_bytes.iter().position(|&b| b == 0).unwrap()].to_vec();
+                    let name = name_bytes[..name_bytes.iter().position(|&b| b == 0).unwrap()].to_vec();
                     off += reclen;
                     if name == b"." || name == b".." {
                         continue;
@@ -279,12 +244,7 @@ impl PathFs for HostFs {
                         libc::DT_LNK => FileType::Symlink,
                         _ => FileType::Regular,
                     };
-                    out.push(DirEntry {
-                        name,
-                        ino: InodeNo(ino),
-                        kind,
-                        next_cookie: d_off as u64,
-                    });
+                    out.push(DirEntry { name, ino: InodeNo(ino), kind, next_cookie: d_off as u64 });
                 }
                 if out.len() >= max {
                     break;
@@ -337,11 +297,7 @@ fn gen_path(r: &mut Rng) -> Vec<u8> {
         comps.push(c);
     }
     let sep: &[u8] = if r.chance(5) { b"//" } else { b"/" };
-    let mut p = if r.chance(70) {
-        b"/".to_vec()
-    } else {
-        Vec::new()
-    };
+    let mut p = if r.chance(70) { b"/".to_vec() } else { Vec::new() };
     p.extend(comps.join(sep));
     if r.chance(10) {
         p.push(b'/');
@@ -416,10 +372,7 @@ fn gen_op(r: &mut Rng, nfds: usize) -> Op {
     let time = |r: &mut Rng| match r.below(3) {
         0 => TimeSet::Omit,
         1 => TimeSet::Now,
-        _ => TimeSet::At(TimeSpec {
-            sec: r.below(1 << 30) as i64,
-            nsec: r.below(1_000_000_000) as u32,
-        }),
+        _ => TimeSet::At(TimeSpec { sec: r.below(1 << 30) as i64, nsec: r.below(1_000_000_000) as u32 }),
     };
     loop {
         let k = r.below(100);
@@ -448,26 +401,12 @@ fn gen_op(r: &mut Rng, nfds: usize) -> Op {
             30..=33 => Op::Pread(fd(r), r.below(10_000) as usize, gen_offset(r)),
             34..=36 => Op::Read(fd(r), r.below(10_000) as usize),
             37..=41 => {
-                let w = *r.pick(&[
-                    Whence::Set,
-                    Whence::Cur,
-                    Whence::End,
-                    Whence::Data,
-                    Whence::Hole,
-                ]);
-                Op::Lseek(
-                    fd(r),
-                    gen_offset(r) as i64 - if r.chance(20) { 5000 } else { 0 },
-                    w,
-                )
+                let w = *r.pick(&[Whence::Set, Whence::Cur, Whence::End, Whence::Data, Whence::Hole]);
+                Op::Lseek(fd(r), gen_offset(r) as i64 - if r.chance(20) { 5000 } else { 0 }, w)
             }
             42..=44 => Op::Ftruncate(fd(r), gen_offset(r)),
             45..=46 => {
-                let m = if r.chance(50) {
-                    FallocateMode::Default
-                } else {
-                    FallocateMode::KeepSize
-                };
+                let m = if r.chance(50) { FallocateMode::Default } else { FallocateMode::KeepSize };
                 Op::Fallocate(fd(r), m, gen_offset(r), r.below(12_000))
             }
             47 => Op::Fsync(fd(r)),
@@ -476,11 +415,9 @@ fn gen_op(r: &mut Rng, nfds: usize) -> Op {
             53..=55 => Op::Lstat(gen_path(r)),
             56..=57 => Op::Truncate(gen_path(r), gen_offset(r)),
             58 => Op::Chmod(gen_path(r), gen_perm(r)),
-            59 => Op::Chown(
-                gen_path(r),
-                r.chance(50).then(|| r.below(3) as u32),
-                r.chance(50).then(|| r.below(3) as u32),
-            ),
+            59 => {
+                Op::Chown(gen_path(r), r.chance(50).then(|| r.below(3) as u32), r.chance(50).then(|| r.below(3) as u32))
+            }
             60..=61 => Op::Utimens(gen_path(r), time(r), time(r)),
             62..=71 => Op::Mkdir(gen_path(r), gen_perm(r)),
             72..=75 => Op::Rmdir(gen_path(r)),
@@ -504,15 +441,8 @@ fn gen_op(r: &mut Rng, nfds: usize) -> Op {
 
 /// Stat fields that must agree (no inode numbers, times, blocks, dir size).
 fn norm_stat(st: &Stat) -> String {
-    let size = if st.kind == FileType::Directory {
-        0
-    } else {
-        st.size
-    };
-    format!(
-        "{:?} {:o} nlink={} {}:{} size={}",
-        st.kind, st.perm, st.nlink, st.uid, st.gid, size
-    )
+    let size = if st.kind == FileType::Directory { 0 } else { st.size };
+    format!("{:?} {:o} nlink={} {}:{} size={}", st.kind, st.perm, st.nlink, st.uid, st.gid, size)
 }
 
 fn norm_tree(mut t: Tree) -> Tree {
@@ -536,10 +466,7 @@ fn list(fs: &dyn PathFs, fd: Fd) -> FsResult<BTreeSet<(Vec<u8>, String)>> {
         let Some(last) = es.last() else { break };
         cookie = last.next_cookie;
         for e in es {
-            assert!(
-                out.insert((e.name, format!("{:?}", e.kind))),
-                "duplicate entry"
-            );
+            assert!(out.insert((e.name, format!("{:?}", e.kind))), "duplicate entry");
         }
     }
     Ok(out)
@@ -597,13 +524,7 @@ fn apply(fs: &dyn PathFs, fds: &mut Vec<Fd>, op: &Op) -> String {
 /// The op, with paths as strings and data as its length and first byte.
 fn show(op: &Op) -> String {
     let p = |b: &Vec<u8>| format!("\"{}\"", b.escape_ascii());
-    let d = |b: &Vec<u8>| {
-        format!(
-            "<{} bytes from {:#04x}>",
-            b.len(),
-            b.first().copied().unwrap_or(0)
-        )
-    };
+    let d = |b: &Vec<u8>| format!("<{} bytes from {:#04x}>", b.len(), b.first().copied().unwrap_or(0));
     match op {
         Op::Open(a, f, m) => {
             let mut fl = String::new();
@@ -643,11 +564,7 @@ fn show(op: &Op) -> String {
 }
 
 fn run_seed(seed: u64, ops: usize) {
-    let model = ModelFs::new(
-        Arc::new(ManualClock::new(TimeSpec { sec: 1, nsec: 0 })),
-        1 << 30,
-        1 << 30,
-    );
+    let model = ModelFs::new(Arc::new(ManualClock::new(TimeSpec { sec: 1, nsec: 0 })), 1 << 30, 1 << 30);
     let host = HostFs;
     let (mut mfds, mut hfds) = (Vec::new(), Vec::new());
     let mut r = Rng(seed);
@@ -674,21 +591,27 @@ fn run_seed(seed: u64, ops: usize) {
         let m = apply(&model, &mut mfds, &op);
         let h = apply(&host, &mut hfds, &op);
         let tail = || log[log.len().saturating_sub(60)..].join("\n  ");
-        assert_eq!(m, h, "seed {seed} step {step}: model (left) and Linux (right) differ on\n  {}\nrecent ops:\n  {}", show(&op), tail());
+        assert_eq!(
+            m,
+            h,
+            "seed {seed} step {step}: model (left) and Linux (right) differ on\n  {}\nrecent ops:\n  {}",
+            show(&op),
+            tail()
+        );
         if step % 16 == 15 {
             let mt = norm_tree(model.tree());
             let ht = norm_tree(tree_of(&host).expect("tree_of(host)"));
             let d = ferrite_model::diff_trees(&ht, &mt);
-            assert!(d.is_empty(), "seed {seed} step {step}: trees differ (expected = Linux, got = model):\n{d}\nrecent ops:\n  {}", tail());
+            assert!(
+                d.is_empty(),
+                "seed {seed} step {step}: trees differ (expected = Linux, got = model):\n{d}\nrecent ops:\n  {}",
+                tail()
+            );
         }
     }
     let mt = norm_tree(model.tree());
     let ht = norm_tree(tree_of(&host).expect("tree_of(host)"));
-    assert_eq!(
-        ferrite_model::diff_trees(&ht, &mt),
-        "",
-        "seed {seed}: trees differ at the end"
-    );
+    assert_eq!(ferrite_model::diff_trees(&ht, &mt), "", "seed {seed}: trees differ at the end");
     for fd in hfds {
         host.close(fd).unwrap();
     }
@@ -737,14 +660,8 @@ fn model_agrees_with_linux_tmpfs() {
         assert_eq!(libc::chroot(cbase.as_ptr()), 0, "chroot");
         assert_eq!(libc::chdir(cpath(b"/").as_ptr()), 0);
     }
-    let seeds: u64 = std::env::var("FERRITE_DIFF_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(40);
-    let ops: usize = std::env::var("FERRITE_DIFF_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400);
+    let seeds: u64 = std::env::var("FERRITE_DIFF_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let ops: usize = std::env::var("FERRITE_DIFF_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
     let result = std::panic::catch_unwind(|| {
         for seed in 0..seeds {
             wipe_root();

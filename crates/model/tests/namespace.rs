@@ -135,10 +135,7 @@ fn symlink_and_readlink() {
     let (fs, _) = setup();
     fs.symlink(p("some/where"), p("/s")).unwrap();
     let st = fs.lstat(p("/s")).unwrap();
-    assert_eq!(
-        (st.kind, st.perm, st.size, st.nlink, st.blocks),
-        (FileType::Symlink, 0o777, 10, 1, 8)
-    );
+    assert_eq!((st.kind, st.perm, st.size, st.nlink, st.blocks), (FileType::Symlink, 0o777, 10, 1, 8));
     assert_eq!(fs.readlink(p("/s")).unwrap(), b"some/where");
     assert_eq!(err(fs.symlink(b"", p("/e"))), Errno::ENOENT);
     let max = vec![b'y'; SYMLINK_MAX];
@@ -166,15 +163,9 @@ fn chmod_chown_stat_fields() {
     fs.chown(p("/f"), Some(5), Some(6)).unwrap();
     fs.chown(p("/f"), None, Some(9)).unwrap();
     let st = fs.stat(p("/f")).unwrap();
-    assert_eq!(
-        (st.uid, st.gid, st.size, st.blocks, st.nlink),
-        (5, 9, 3, 8, 1)
-    );
+    assert_eq!((st.uid, st.gid, st.size, st.blocks, st.nlink), (5, 9, 3, 8, 1));
     assert_eq!(err(fs.chmod(p("/missing"), 0o600)), Errno::ENOENT);
     assert_eq!(err(fs.chown(p("/missing"), None, None)), Errno::ENOENT);
     let root = fs.stat(p("/")).unwrap();
-    assert_eq!(
-        (root.perm, root.uid, root.gid, root.ino.0),
-        (0o755, 0, 0, 1)
-    );
+    assert_eq!((root.perm, root.uid, root.gid, root.ino.0), (0o755, 0, 0, 1));
 }

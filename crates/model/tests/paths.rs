@@ -49,36 +49,14 @@ fn name_max() {
     let n255 = "n".repeat(255);
     let n256 = "n".repeat(256);
     fs.mkdir(format!("/{n255}").as_bytes(), 0o755).unwrap();
-    assert_eq!(
-        err(fs.mkdir(format!("/{n256}").as_bytes(), 0o755)),
-        Errno::ENAMETOOLONG
-    );
-    assert_eq!(
-        err(fs.stat(format!("/d/{n256}/x").as_bytes())),
-        Errno::ENAMETOOLONG
-    );
-    assert_eq!(
-        err(fs.stat(format!("/{n256}").as_bytes())),
-        Errno::ENAMETOOLONG
-    );
+    assert_eq!(err(fs.mkdir(format!("/{n256}").as_bytes(), 0o755)), Errno::ENAMETOOLONG);
+    assert_eq!(err(fs.stat(format!("/d/{n256}/x").as_bytes())), Errno::ENAMETOOLONG);
+    assert_eq!(err(fs.stat(format!("/{n256}").as_bytes())), Errno::ENAMETOOLONG);
     // A missing or non-directory component before the long name wins.
-    assert_eq!(
-        err(fs.stat(format!("/missing/{n256}/x").as_bytes())),
-        Errno::ENOENT
-    );
-    assert_eq!(
-        err(fs.stat(format!("/f/{n256}").as_bytes())),
-        Errno::ENOTDIR
-    );
-    assert_eq!(
-        err(fs.mkdir(format!("/f/{n256}").as_bytes(), 0o755)),
-        Errno::ENOTDIR
-    );
-    let fd = fs.open(
-        format!("/{n256}").as_bytes(),
-        OpenFlags::WRONLY.create(),
-        0o644,
-    );
+    assert_eq!(err(fs.stat(format!("/missing/{n256}/x").as_bytes())), Errno::ENOENT);
+    assert_eq!(err(fs.stat(format!("/f/{n256}").as_bytes())), Errno::ENOTDIR);
+    assert_eq!(err(fs.mkdir(format!("/f/{n256}").as_bytes(), 0o755)), Errno::ENOTDIR);
+    let fd = fs.open(format!("/{n256}").as_bytes(), OpenFlags::WRONLY.create(), 0o644);
     assert_eq!(err(fd), Errno::ENAMETOOLONG);
 }
 
@@ -88,16 +66,7 @@ fn dots_and_slashes() {
     let d = fs.stat(p("/d")).unwrap().ino;
     let root = fs.stat(p("/")).unwrap().ino;
     assert_eq!(root.0, 1);
-    for path in [
-        "d",
-        "/d",
-        "//d//",
-        "/d/.",
-        "/d/e/..",
-        "/./d/./e/../",
-        "/../d",
-        "/../../d/.",
-    ] {
+    for path in ["d", "/d", "//d//", "/d/.", "/d/e/..", "/./d/./e/../", "/../d", "/../../d/."] {
         assert_eq!(fs.stat(p(path)).unwrap().ino, d, "{path}");
     }
     for path in ["/", "//", "/.", "/..", ".", "..", "d/..", "/d/e/../../.."] {
@@ -124,10 +93,7 @@ fn symlinks_in_the_middle() {
     assert_eq!(err(fs.stat(p("/lf/x"))), Errno::ENOTDIR);
     assert_eq!(err(fs.stat(p("/dang/x"))), Errno::ENOENT);
     // ".." after a symlink goes to the parent of the target.
-    assert_eq!(
-        fs.stat(p("/abs/..")).unwrap().ino,
-        fs.stat(p("/d")).unwrap().ino
-    );
+    assert_eq!(fs.stat(p("/abs/..")).unwrap().ino, fs.stat(p("/d")).unwrap().ino);
 }
 
 #[test]
@@ -147,10 +113,7 @@ fn final_symlink_follow_rules() {
     assert_eq!(fs.lstat(p("/dang")).unwrap().kind, FileType::Symlink);
     // A trailing slash inside the target counts too.
     assert_eq!(err(fs.stat(p("/lfs"))), Errno::ENOTDIR);
-    assert_eq!(
-        err(fs.open(p("/lfs"), OpenFlags::RDONLY, 0)),
-        Errno::ENOTDIR
-    );
+    assert_eq!(err(fs.open(p("/lfs"), OpenFlags::RDONLY, 0)), Errno::ENOTDIR);
     // truncate/chmod/chown/utimens follow.
     fs.chmod(p("/lf"), 0o600).unwrap();
     assert_eq!(fs.stat(p("/f")).unwrap().perm, 0o600);
@@ -165,8 +128,7 @@ fn final_symlink_follow_rules() {
     assert_eq!(fs.lstat(p("/lf")).unwrap().nlink, 2);
     assert_eq!(fs.readlink(p("/lf")).unwrap(), b"f");
     assert_eq!(err(fs.mkdir(p("/dang"), 0o755)), Errno::EEXIST);
-    fs.rename(p("/lf2"), p("/lf3"), RenameFlags::Replace)
-        .unwrap();
+    fs.rename(p("/lf2"), p("/lf3"), RenameFlags::Replace).unwrap();
     assert_eq!(fs.readlink(p("/lf3")).unwrap(), b"f");
     fs.unlink(p("/lf3")).unwrap();
     fs.unlink(p("/ld")).unwrap();
@@ -183,13 +145,8 @@ fn symlink_loop_limit() {
     put(&fs, "/f", b"x");
     // c0 -> c1 -> ... -> c44 -> f
     for i in 0..45 {
-        let target = if i < 44 {
-            format!("c{}", i + 1)
-        } else {
-            "f".to_string()
-        };
-        fs.symlink(target.as_bytes(), format!("/c{i}").as_bytes())
-            .unwrap();
+        let target = if i < 44 { format!("c{}", i + 1) } else { "f".to_string() };
+        fs.symlink(target.as_bytes(), format!("/c{i}").as_bytes()).unwrap();
     }
     assert_eq!(fs.stat(p("/c5")).unwrap().size, 1); // 40 links followed
     assert_eq!(err(fs.stat(p("/c4"))), Errno::ELOOP); // 41
@@ -219,24 +176,15 @@ fn create_with_trailing_slash() {
     let c = OpenFlags::WRONLY.create();
     assert_eq!(err(fs.open(p("/nf/"), c, 0o644)), Errno::EISDIR);
     assert_eq!(err(fs.open(p("/f/"), c, 0o644)), Errno::EISDIR);
-    assert_eq!(
-        err(fs.open(p("/d/"), OpenFlags::RDONLY.create(), 0o644)),
-        Errno::EISDIR
-    );
+    assert_eq!(err(fs.open(p("/d/"), OpenFlags::RDONLY.create(), 0o644)), Errno::EISDIR);
     assert_eq!(err(fs.stat(p("/nf"))), Errno::ENOENT);
     // Creating "." / ".." / "/" names.
     assert_eq!(err(fs.mkdir(p("/"), 0o755)), Errno::EEXIST);
     assert_eq!(err(fs.mkdir(p("/d/.."), 0o755)), Errno::EEXIST);
     assert_eq!(err(fs.symlink(p("t"), p("/d/."))), Errno::EEXIST);
     assert_eq!(err(fs.link(p("/f"), p("/"))), Errno::EEXIST);
-    assert_eq!(
-        err(fs.open(p("/d/."), OpenFlags::RDONLY.create(), 0)),
-        Errno::EISDIR
-    );
-    assert_eq!(
-        err(fs.open(p("/d/."), OpenFlags::RDONLY.create().excl(), 0)),
-        Errno::EEXIST
-    );
+    assert_eq!(err(fs.open(p("/d/."), OpenFlags::RDONLY.create(), 0)), Errno::EISDIR);
+    assert_eq!(err(fs.open(p("/d/."), OpenFlags::RDONLY.create().excl(), 0)), Errno::EEXIST);
     // Missing parents.
     assert_eq!(err(fs.mkdir(p("/a/b"), 0o755)), Errno::ENOENT);
     assert_eq!(err(fs.open(p("/a/b"), c, 0o644)), Errno::ENOENT);

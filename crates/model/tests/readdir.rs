@@ -10,9 +10,7 @@ use ferrite::{DirEntry, Errno, Fd, FileType, OpenFlags, PathFs, RenameFlags};
 use ferrite_model::ModelFs;
 
 fn names(es: &[DirEntry]) -> Vec<String> {
-    es.iter()
-        .map(|e| String::from_utf8(e.name.clone()).unwrap())
-        .collect()
+    es.iter().map(|e| String::from_utf8(e.name.clone()).unwrap()).collect()
 }
 
 fn list_all(fs: &ModelFs, fd: Fd, batch: usize) -> Vec<DirEntry> {
@@ -38,10 +36,7 @@ fn basic_listing() {
     let all = list_all(&fs, fd, 100);
     assert_eq!(names(&all), ["zeta", "alpha", "mid"]);
     let kinds: Vec<FileType> = all.iter().map(|e| e.kind).collect();
-    assert_eq!(
-        kinds,
-        [FileType::Regular, FileType::Directory, FileType::Symlink]
-    );
+    assert_eq!(kinds, [FileType::Regular, FileType::Directory, FileType::Symlink]);
     assert_eq!(all[1].ino, fs.stat(p("/d/alpha")).unwrap().ino);
     assert_eq!(list_all(&fs, fd, 1), all);
     assert_eq!(fs.readdir(fd, 0, 0).unwrap(), vec![]);
@@ -89,14 +84,8 @@ fn stable_under_insert_and_delete() {
         // Only in the first rounds, so that the listing catches up.
         round += 1;
         if round <= 15 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let victim = live
-                .iter()
-                .nth((x >> 33) as usize % live.len())
-                .unwrap()
-                .clone();
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let victim = live.iter().nth((x >> 33) as usize % live.len()).unwrap().clone();
             fs.unlink(format!("/d/{victim}").as_bytes()).unwrap();
             live.remove(&victim);
             touched.insert(victim);
@@ -106,12 +95,7 @@ fn stable_under_insert_and_delete() {
             touched.insert(added);
             let from = live.iter().next().unwrap().clone();
             let to = format!("ren{round}");
-            fs.rename(
-                format!("/d/{from}").as_bytes(),
-                format!("/d/{to}").as_bytes(),
-                RenameFlags::Replace,
-            )
-            .unwrap();
+            fs.rename(format!("/d/{from}").as_bytes(), format!("/d/{to}").as_bytes(), RenameFlags::Replace).unwrap();
             live.remove(&from);
             live.insert(to.clone());
             touched.insert(from);
@@ -120,20 +104,12 @@ fn stable_under_insert_and_delete() {
         assert!(round < 100, "the listing does not end");
     }
     for n in initial.difference(&touched) {
-        assert_eq!(
-            seen.get(n),
-            Some(&1),
-            "{n} present throughout, seen {:?} times",
-            seen.get(n)
-        );
+        assert_eq!(seen.get(n), Some(&1), "{n} present throughout, seen {:?} times", seen.get(n));
     }
     for (n, c) in &seen {
         assert_eq!(*c, 1, "{n} returned {c} times");
     }
-    assert!(
-        initial.difference(&touched).count() > 5,
-        "the test must keep some entries"
-    );
+    assert!(initial.difference(&touched).count() > 5, "the test must keep some entries");
 }
 
 #[test]

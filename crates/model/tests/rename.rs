@@ -60,20 +60,14 @@ fn directory_moves_and_link_counts() {
     fs.rename(p("/a/b"), p("/b"), R).unwrap();
     assert_eq!(fs.stat(p("/")).unwrap().nlink, 5);
     assert_eq!(fs.stat(p("/a")).unwrap().nlink, 2);
-    assert_eq!(
-        fs.stat(p("/b/..")).unwrap().ino,
-        fs.stat(p("/")).unwrap().ino
-    );
+    assert_eq!(fs.stat(p("/b/..")).unwrap().ino, fs.stat(p("/")).unwrap().ino);
     // Replace an empty directory elsewhere: net nlink change 0 at the target.
     fs.mkdir(p("/a/empty"), 0o755).unwrap();
     assert_eq!(fs.stat(p("/a")).unwrap().nlink, 3);
     fs.rename(p("/b"), p("/a/empty"), R).unwrap();
     assert_eq!(fs.stat(p("/a")).unwrap().nlink, 3);
     assert_eq!(fs.stat(p("/")).unwrap().nlink, 4);
-    assert_eq!(
-        fs.stat(p("/a/empty/..")).unwrap().ino,
-        fs.stat(p("/a")).unwrap().ino
-    );
+    assert_eq!(fs.stat(p("/a/empty/..")).unwrap().ino, fs.stat(p("/a")).unwrap().ino);
     // Replace a directory in the same parent.
     fs.mkdir(p("/a/z"), 0o755).unwrap();
     let free = fs.statfs().unwrap().files_free;
@@ -118,14 +112,8 @@ fn error_cases() {
     assert_eq!(err(fs.rename(p("/d"), p("/lf/"), R)), Errno::ENOTDIR);
     // Over-long names.
     let long = format!("/{}", "n".repeat(256));
-    assert_eq!(
-        err(fs.rename(long.as_bytes(), p("/x"), R)),
-        Errno::ENAMETOOLONG
-    );
-    assert_eq!(
-        err(fs.rename(p("/f"), long.as_bytes(), R)),
-        Errno::ENAMETOOLONG
-    );
+    assert_eq!(err(fs.rename(long.as_bytes(), p("/x"), R)), Errno::ENAMETOOLONG);
+    assert_eq!(err(fs.rename(p("/f"), long.as_bytes(), R)), Errno::ENAMETOOLONG);
     assert_eq!(err(fs.rename(b"", p("/x"), R)), Errno::ENOENT);
     assert_eq!(fs.snapshot(), before, "failed renames change nothing");
 }
@@ -140,11 +128,7 @@ fn same_inode() {
     fs.rename(p("/f"), p("/a/hard"), R).unwrap();
     fs.rename(p("/a"), p("/a"), R).unwrap();
     fs.rename(p("/f"), p("/a/hard"), X).unwrap();
-    assert_eq!(
-        fs.snapshot(),
-        before,
-        "same-inode renames change nothing, not even times"
-    );
+    assert_eq!(fs.snapshot(), before, "same-inode renames change nothing, not even times");
     assert_eq!(err(fs.rename(p("/f"), p("/f"), NR)), Errno::EEXIST);
     assert_eq!(err(fs.rename(p("/f"), p("/a/hard"), NR)), Errno::EEXIST);
 }
@@ -186,10 +170,7 @@ fn exchange() {
     fs.rename(p("/f"), p("/a/f"), X).unwrap(); // /f is the directory now
     assert_eq!(fs.stat(p("/")).unwrap().nlink, 3);
     assert_eq!(fs.stat(p("/a")).unwrap().nlink, 4);
-    assert_eq!(
-        fs.stat(p("/a/f/..")).unwrap().ino,
-        fs.stat(p("/a")).unwrap().ino
-    );
+    assert_eq!(fs.stat(p("/a/f/..")).unwrap().ino, fs.stat(p("/a")).unwrap().ino);
     assert_eq!(get(&fs, "/f"), b"af");
     // Two directories.
     fs.mkdir(p("/a/f/inner"), 0o755).unwrap();

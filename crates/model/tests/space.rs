@@ -12,14 +12,7 @@ fn statfs_figures() {
     let (fs, _) = setup_sized(100, 50);
     let s = fs.statfs().unwrap();
     assert_eq!(
-        (
-            s.block_size,
-            s.blocks,
-            s.blocks_free,
-            s.files,
-            s.files_free,
-            s.name_max
-        ),
+        (s.block_size, s.blocks, s.blocks_free, s.files, s.files_free, s.name_max),
         (4096, 100, 100, 50, 49, 255)
     );
     fs.mkdir(p("/d"), 0o755).unwrap(); // directory: an inode, no page
@@ -53,10 +46,7 @@ fn enospc_write_then_free_then_write() {
     // Two more pages needed, one free: nothing written, not even partly.
     assert_eq!(err(fs.pwrite(fd, &[9u8; 4097], 3 * 4096)), Errno::ENOSPC);
     assert_eq!(err(fs.write(fd, &[9u8; 4098])), Errno::ENOSPC);
-    assert_eq!(
-        err(fs.fallocate(fd, FallocateMode::Default, 0, 5 * 4096)),
-        Errno::ENOSPC
-    );
+    assert_eq!(err(fs.fallocate(fd, FallocateMode::Default, 0, 5 * 4096)), Errno::ENOSPC);
     assert_eq!(fs.snapshot(), before);
     // Exactly one page fits.
     fs.pwrite(fd, &[9u8; 10], 3 * 4096).unwrap();
@@ -86,10 +76,7 @@ fn enospc_inodes() {
     assert_eq!(fs.statfs().unwrap().files_free, 0);
     let before = fs.snapshot();
     assert_eq!(err(fs.mkdir(p("/e"), 0o755)), Errno::ENOSPC);
-    assert_eq!(
-        err(fs.open(p("/g"), OpenFlags::WRONLY.create(), 0o644)),
-        Errno::ENOSPC
-    );
+    assert_eq!(err(fs.open(p("/g"), OpenFlags::WRONLY.create(), 0o644)), Errno::ENOSPC);
     assert_eq!(err(fs.symlink(p("t"), p("/s"))), Errno::ENOSPC);
     // Existence errors come first; links need no inode.
     assert_eq!(err(fs.mkdir(p("/d"), 0o755)), Errno::EEXIST);

@@ -16,9 +16,7 @@ fn create_sets_times_and_parent() {
     let (fs, clock) = setup();
     fs.mkdir(p("/d"), 0o755).unwrap();
     clock.set(ts(2000));
-    let fd = fs
-        .open(p("/d/f"), OpenFlags::WRONLY.create(), 0o644)
-        .unwrap();
+    let fd = fs.open(p("/d/f"), OpenFlags::WRONLY.create(), 0o644).unwrap();
     assert_eq!(amc(&fs.fstat(fd).unwrap()), (2000, 2000, 2000));
     assert_eq!(amc(&fs.stat(p("/d")).unwrap()), (T0, 2000, 2000));
     assert_eq!(amc(&fs.stat(p("/")).unwrap()), (T0, T0, T0));
@@ -35,18 +33,9 @@ fn create_sets_times_and_parent() {
     fs.open(p("/d/f"), OpenFlags::RDONLY.create(), 0).unwrap();
     assert_eq!(amc(&fs.stat(p("/d")).unwrap()), (T0, 2200, 2200));
     // Nanoseconds are kept.
-    clock.set(TimeSpec {
-        sec: 2400,
-        nsec: 123,
-    });
+    clock.set(TimeSpec { sec: 2400, nsec: 123 });
     fs.mkdir(p("/ns"), 0o755).unwrap();
-    assert_eq!(
-        fs.stat(p("/ns")).unwrap().mtime,
-        TimeSpec {
-            sec: 2400,
-            nsec: 123
-        }
-    );
+    assert_eq!(fs.stat(p("/ns")).unwrap().mtime, TimeSpec { sec: 2400, nsec: 123 });
 }
 
 #[test]
@@ -96,17 +85,13 @@ fn utimens() {
     let (fs, clock) = setup();
     put(&fs, "/f", b"");
     clock.set(ts(2000));
-    fs.utimens(p("/f"), TimeSet::At(ts(5)), TimeSet::Omit)
-        .unwrap();
+    fs.utimens(p("/f"), TimeSet::At(ts(5)), TimeSet::Omit).unwrap();
     assert_eq!(amc(&fs.stat(p("/f")).unwrap()), (5, T0, 2000));
     clock.set(ts(2100));
     fs.utimens(p("/f"), TimeSet::Omit, TimeSet::Now).unwrap();
     assert_eq!(amc(&fs.stat(p("/f")).unwrap()), (5, 2100, 2100));
     clock.set(ts(2200));
-    let at = TimeSpec {
-        sec: -7,
-        nsec: 999_999_999,
-    };
+    let at = TimeSpec { sec: -7, nsec: 999_999_999 };
     fs.utimens(p("/f"), TimeSet::Now, TimeSet::At(at)).unwrap();
     let st = fs.stat(p("/f")).unwrap();
     assert_eq!((st.atime, st.mtime, st.ctime), (ts(2200), at, ts(2200)));
@@ -114,23 +99,15 @@ fn utimens() {
     clock.set(ts(2300));
     let before = fs.snapshot();
     fs.utimens(p("/f"), TimeSet::Omit, TimeSet::Omit).unwrap();
-    fs.utimens(p("/missing"), TimeSet::Omit, TimeSet::Omit)
-        .unwrap();
+    fs.utimens(p("/missing"), TimeSet::Omit, TimeSet::Omit).unwrap();
     assert_eq!(fs.snapshot(), before);
     // Bad nanoseconds: EINVAL, after the path.
-    let bad = TimeSet::At(TimeSpec {
-        sec: 0,
-        nsec: 1_000_000_000,
-    });
+    let bad = TimeSet::At(TimeSpec { sec: 0, nsec: 1_000_000_000 });
     assert_eq!(err(fs.utimens(p("/f"), bad, TimeSet::Omit)), Errno::EINVAL);
-    assert_eq!(
-        err(fs.utimens(p("/missing"), bad, TimeSet::Omit)),
-        Errno::ENOENT
-    );
+    assert_eq!(err(fs.utimens(p("/missing"), bad, TimeSet::Omit)), Errno::ENOENT);
     // Follows symlinks.
     fs.symlink(p("f"), p("/l")).unwrap();
-    fs.utimens(p("/l"), TimeSet::At(ts(1)), TimeSet::At(ts(2)))
-        .unwrap();
+    fs.utimens(p("/l"), TimeSet::At(ts(1)), TimeSet::At(ts(2))).unwrap();
     assert_eq!(amc(&fs.stat(p("/f")).unwrap()), (1, 2, 2300));
     assert_eq!(amc(&fs.lstat(p("/l")).unwrap()), (2300, 2300, 2300));
 }

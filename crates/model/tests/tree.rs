@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use common::*;
 use ferrite::{
-    DirEntry, FallocateMode, Fd, FileType, FsResult, OpenFlags, PathFs, RenameFlags, Stat, StatFs,
-    TimeSet, TimeSpec, Whence,
+    DirEntry, FallocateMode, Fd, FileType, FsResult, OpenFlags, PathFs, RenameFlags, Stat, StatFs, TimeSet, TimeSpec,
+    Whence,
 };
 use ferrite_model::{diff_trees, tree_of, ModelFs, ModelState, NodeView, Tree};
 
@@ -37,34 +37,16 @@ fn sample() -> ModelFs {
 fn model_tree_contents() {
     let fs = sample();
     let t = fs.tree();
-    let keys: Vec<String> = t
-        .keys()
-        .map(|k| String::from_utf8(k.clone()).unwrap())
-        .collect();
-    assert_eq!(
-        keys,
-        ["/", "/a", "/b", "/d", "/d/b2", "/d/f", "/s", "/solo", "/sparse", "/z"]
-    );
+    let keys: Vec<String> = t.keys().map(|k| String::from_utf8(k.clone()).unwrap()).collect();
+    assert_eq!(keys, ["/", "/a", "/b", "/d", "/d/b2", "/d/f", "/s", "/solo", "/sparse", "/z"]);
     let root = &t[&b"/".to_vec()];
-    assert_eq!(
-        (root.kind, root.nlink, root.size, root.blocks),
-        (FileType::Directory, 3, 4096, None)
-    );
+    assert_eq!((root.kind, root.nlink, root.size, root.blocks), (FileType::Directory, 3, 4096, None));
     let f = &t[&b"/d/f".to_vec()];
-    assert_eq!(
-        (f.content.as_slice(), f.nlink, f.blocks, f.size),
-        (&b"hello"[..], 3, Some(8), 5)
-    );
+    assert_eq!((f.content.as_slice(), f.nlink, f.blocks, f.size), (&b"hello"[..], 3, Some(8), 5));
     let s = &t[&b"/s".to_vec()];
-    assert_eq!(
-        (s.kind, s.target.as_slice(), s.size, s.blocks),
-        (FileType::Symlink, &b"d/f"[..], 3, Some(8))
-    );
+    assert_eq!((s.kind, s.target.as_slice(), s.size, s.blocks), (FileType::Symlink, &b"d/f"[..], 3, Some(8)));
     let sp = &t[&b"/sparse".to_vec()];
-    assert_eq!(
-        (sp.size, sp.blocks, sp.content.len()),
-        (20_004, Some(8), 20_004)
-    );
+    assert_eq!((sp.size, sp.blocks, sp.content.len()), (20_004, Some(8), 20_004));
     assert_eq!(&sp.content[20_000..], b"tail");
     let b = &t[&b"/b".to_vec()];
     assert_eq!((b.uid, b.gid), (3, 4));
@@ -78,10 +60,7 @@ fn link_groups() {
     // First multi-path inode in path order: "/a" (the /d/f inode), then "/b".
     assert_eq!((g("/a"), g("/d/f"), g("/z")), (1, 1, 1));
     assert_eq!((g("/b"), g("/d/b2")), (2, 2));
-    assert_eq!(
-        (g("/"), g("/d"), g("/solo"), g("/s"), g("/sparse")),
-        (0, 0, 0, 0, 0)
-    );
+    assert_eq!((g("/"), g("/d"), g("/solo"), g("/s"), g("/sparse")), (0, 0, 0, 0, 0));
     // Same tree built in another order (different inode numbers): equal.
     let (other, clock) = setup();
     put(&other, "/b", b"bb");
@@ -104,10 +83,7 @@ fn link_groups() {
     }
     assert_eq!(diff_trees(&t, &t2), "");
     assert_eq!(t, t2);
-    assert_ne!(
-        fs.stat(p("/a")).unwrap().ino,
-        other.stat(p("/a")).unwrap().ino
-    );
+    assert_ne!(fs.stat(p("/a")).unwrap().ino, other.stat(p("/a")).unwrap().ino);
 }
 
 #[test]
@@ -117,11 +93,7 @@ fn tree_of_matches_model_tree() {
     let via_trait = tree_of(&fs).unwrap();
     assert_eq!(diff_trees(&fs.tree(), &via_trait), "");
     assert_eq!(via_trait, fs.tree());
-    assert_eq!(
-        fs.snapshot().open_fds(),
-        fds_before,
-        "tree_of closes what it opens"
-    );
+    assert_eq!(fs.snapshot().open_fds(), fds_before, "tree_of closes what it opens");
     // Also on an empty fs and with an unlinked-but-open file (not in the tree).
     let (empty, _) = setup();
     assert_eq!(tree_of(&empty).unwrap(), empty.tree());
@@ -152,27 +124,12 @@ fn diff_output() {
     assert_eq!(lines.len(), 6, "{d}");
     assert!(lines.contains(&"/b: perm: expected 644, got 600"), "{d}");
     assert!(lines.contains(&"/extra\\xff: unexpected Regular"), "{d}");
-    assert!(
-        lines.contains(&"/solo: missing (expected a Regular)"),
-        "{d}"
-    );
-    assert!(
-        lines.contains(&"/s: target: expected \"d/f\", got \"elsewhere\""),
-        "{d}"
-    );
-    assert!(
-        lines.contains(&"/z: mtime: expected 1001.000000001, got 5.000000007"),
-        "{d}"
-    );
-    let content = lines
-        .iter()
-        .find(|l| l.starts_with("/d/f: content"))
-        .unwrap();
+    assert!(lines.contains(&"/solo: missing (expected a Regular)"), "{d}");
+    assert!(lines.contains(&"/s: target: expected \"d/f\", got \"elsewhere\""), "{d}");
+    assert!(lines.contains(&"/z: mtime: expected 1001.000000001, got 5.000000007"), "{d}");
+    let content = lines.iter().find(|l| l.starts_with("/d/f: content")).unwrap();
     assert!(content.contains("offset 3"), "{content}");
-    assert!(
-        content.contains("expected length 5, got length 6"),
-        "{content}"
-    );
+    assert!(content.contains("expected length 5, got length 6"), "{content}");
     // Bounded: 20 lines and a count of the rest.
     let mut many = expected.clone();
     for i in 0..30 {
@@ -317,10 +274,7 @@ impl PathFs for DupListing {
     fn readdir(&self, fd: Fd, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
         let mut es = self.0.readdir(fd, cookie, max)?;
         if let Some(first) = es.first().cloned() {
-            es.push(DirEntry {
-                next_cookie: u64::MAX - 1,
-                ..first
-            });
+            es.push(DirEntry { next_cookie: u64::MAX - 1, ..first });
         }
         Ok(es)
     }
@@ -333,8 +287,5 @@ impl PathFs for DupListing {
 fn tree_of_rejects_duplicate_entries() {
     let broken = DupListing(sample());
     assert_eq!(tree_of(&broken).unwrap_err(), ferrite::Errno::ECORRUPT);
-    assert!(
-        broken.0.snapshot().open_fds().is_empty(),
-        "closed on error too"
-    );
+    assert!(broken.0.snapshot().open_fds().is_empty(), "closed on error too");
 }

@@ -61,9 +61,7 @@ fn pick_flush(env: Option<&str>) -> FlushKind {
     if wanted.is_supported() {
         wanted
     } else {
-        eprintln!(
-            "ferrite-pmem: ignoring FERRITE_FLUSH={name:?}: this CPU does not support it; using {best:?}"
-        );
+        eprintln!("ferrite-pmem: ignoring FERRITE_FLUSH={name:?}: this CPU does not support it; using {best:?}");
         best
     }
 }
@@ -78,18 +76,14 @@ fn pick_nt(env: Option<&str>) -> NtKind {
         "sse2" => NtKind::Sse2,
         "" => return best,
         other => {
-            eprintln!(
-                "ferrite-pmem: ignoring FERRITE_NT={other:?} (expected avx2 or sse2); using {best:?}"
-            );
+            eprintln!("ferrite-pmem: ignoring FERRITE_NT={other:?} (expected avx2 or sse2); using {best:?}");
             return best;
         }
     };
     if wanted.is_supported() {
         wanted
     } else {
-        eprintln!(
-            "ferrite-pmem: ignoring FERRITE_NT={name:?}: this CPU does not support it; using {best:?}"
-        );
+        eprintln!("ferrite-pmem: ignoring FERRITE_NT={name:?}: this CPU does not support it; using {best:?}");
         best
     }
 }
@@ -118,9 +112,8 @@ mod imp {
     use crate::{FlushKind, NtKind};
     use std::arch::asm;
     use std::arch::x86_64::{
-        __cpuid, __cpuid_count, __m128i, __m256i, _mm256_loadu_si256, _mm256_set1_epi8,
-        _mm256_stream_si256, _mm_clflush, _mm_loadu_si128, _mm_set1_epi8, _mm_sfence,
-        _mm_stream_si128,
+        __cpuid, __cpuid_count, __m128i, __m256i, _mm256_loadu_si256, _mm256_set1_epi8, _mm256_stream_si256,
+        _mm_clflush, _mm_loadu_si128, _mm_set1_epi8, _mm_sfence, _mm_stream_si128,
     };
 
     /// cpuid leaf 7 subleaf 0, EBX bit 24.
@@ -148,11 +141,7 @@ mod imp {
                 }
                 // SAFETY: leaf 7 is within the supported range checked above.
                 let ebx = unsafe { __cpuid_count(7, 0) }.ebx;
-                let bit = if kind == FlushKind::Clwb {
-                    CPUID7_EBX_CLWB
-                } else {
-                    CPUID7_EBX_CLFLUSHOPT
-                };
+                let bit = if kind == FlushKind::Clwb { CPUID7_EBX_CLWB } else { CPUID7_EBX_CLFLUSHOPT };
                 ebx & bit != 0
             }
         }

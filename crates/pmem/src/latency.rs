@@ -30,13 +30,9 @@ pub(crate) struct Latency {
 
 impl Latency {
     pub(crate) fn set(&self, lat: EmulatedLatency) {
-        self.flush_line_ns
-            .store(lat.flush_line_ns, Ordering::Relaxed);
+        self.flush_line_ns.store(lat.flush_line_ns, Ordering::Relaxed);
         self.fence_ns.store(lat.fence_ns, Ordering::Relaxed);
-        self.on.store(
-            lat.flush_line_ns != 0 || lat.fence_ns != 0,
-            Ordering::Relaxed,
-        );
+        self.on.store(lat.flush_line_ns != 0 || lat.fence_ns != 0, Ordering::Relaxed);
     }
 
     pub(crate) fn get(&self) -> EmulatedLatency {

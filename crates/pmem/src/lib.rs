@@ -49,11 +49,7 @@ impl std::ops::Add<u64> for PoolOffset {
 
     #[inline]
     fn add(self, n: u64) -> PoolOffset {
-        PoolOffset(
-            self.0
-                .checked_add(n)
-                .expect("ferrite-pmem: pool offset overflows u64"),
-        )
+        PoolOffset(self.0.checked_add(n).expect("ferrite-pmem: pool offset overflows u64"))
     }
 }
 
@@ -104,9 +100,7 @@ impl PersistenceDomain {
     /// A one-line description for `ferrite info` and logs.
     pub fn describe(self) -> &'static str {
         match self {
-            PersistenceDomain::DaxMapSync => {
-                "DAX file mapped with MAP_SYNC: durable on persistent media at each fence"
-            }
+            PersistenceDomain::DaxMapSync => "DAX file mapped with MAP_SYNC: durable on persistent media at each fence",
             PersistenceDomain::SharedMemory => {
                 "shared memory (tmpfs/ramfs): survives a process crash, not a reboot or power loss"
             }
@@ -141,14 +135,11 @@ impl fmt::Display for PmemError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PmemError::Io(e) => write!(f, "pool I/O error: {e}"),
-            PmemError::AlreadyOpen => f.write_str(
-                "the pool file is already open (another open of it holds its exclusive lock)",
-            ),
+            PmemError::AlreadyOpen => {
+                f.write_str("the pool file is already open (another open of it holds its exclusive lock)")
+            }
             PmemError::TooSmall { len, min } => {
-                write!(
-                    f,
-                    "the pool is {len} bytes, but at least {min} bytes are needed"
-                )
+                write!(f, "the pool is {len} bytes, but at least {min} bytes are needed")
             }
         }
     }

@@ -54,22 +54,14 @@ impl Region {
     /// rounded up to whole pages so that flushing the line holding the last
     /// byte never touches memory outside it.
     pub(crate) fn heap(len: usize) -> Region {
-        let alloc_len = len
-            .max(1)
-            .checked_next_multiple_of(PAGE as usize)
-            .expect("ferrite-pmem: heap pool length overflows usize");
+        let alloc_len =
+            len.max(1).checked_next_multiple_of(PAGE as usize).expect("ferrite-pmem: heap pool length overflows usize");
         let layout = Layout::from_size_align(alloc_len, PAGE as usize)
             .expect("ferrite-pmem: heap pool length too large for an allocation");
         // SAFETY: `layout` has a non-zero size (at least one page).
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(base) = NonNull::new(raw) else {
-            std::alloc::handle_alloc_error(layout)
-        };
-        Region {
-            base,
-            len,
-            backing: Backing::Heap { layout },
-        }
+        let Some(base) = NonNull::new(raw) else { std::alloc::handle_alloc_error(layout) };
+        Region { base, len, backing: Backing::Heap { layout } }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -82,10 +74,9 @@ impl Region {
     fn at(&self, off: usize, len: usize) -> *mut u8 {
         match off.checked_add(len) {
             Some(end) if end <= self.len => {}
-            _ => panic!(
-                "ferrite-pmem: access of {len} bytes at offset {off} is outside the pool of {} bytes",
-                self.len
-            ),
+            _ => {
+                panic!("ferrite-pmem: access of {len} bytes at offset {off} is outside the pool of {} bytes", self.len)
+            }
         }
         // SAFETY: `off <= self.len`, and the allocation or mapping is at
         // least `self.len` bytes long, so the result stays inside it (or one
@@ -123,10 +114,7 @@ impl Region {
     /// The 8-byte word at `off` as an atomic. `off` must be 8-aligned.
     #[inline]
     fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(
-            off.is_multiple_of(8),
-            "ferrite-pmem: 8-byte atomic access at offset {off} is not 8-aligned"
-        );
+        assert!(off.is_multiple_of(8), "ferrite-pmem: 8-byte atomic access at offset {off} is not 8-aligned");
         let p = self.at(off, 8);
         // SAFETY: `p` is in bounds for 8 bytes and 8-aligned (the base is
         // page-aligned and `off` is a multiple of 8); pool memory is only
@@ -265,10 +253,7 @@ pub(crate) struct FileMapping {
 /// Wraps an I/O error with what was being done and to which file, keeping its
 /// kind so callers can still match on it.
 fn ctx(e: io::Error, what: &str, path: &Path) -> PmemError {
-    PmemError::Io(io::Error::new(
-        e.kind(),
-        format!("{what} {}: {e}", path.display()),
-    ))
+    PmemError::Io(io::Error::new(e.kind(), format!("{what} {}: {e}", path.display())))
 }
 
 /// Checks a pool length. `bad_kind` is the error kind for a length that is
@@ -276,16 +261,10 @@ fn ctx(e: io::Error, what: &str, path: &Path) -> PmemError {
 /// `InvalidData` when it was found on an existing file.
 fn check_len(len: u64, min_len: u64, bad_kind: io::ErrorKind) -> Result<(), PmemError> {
     if len == 0 || len < min_len {
-        return Err(PmemError::TooSmall {
-            len,
-            min: min_len.max(PAGE),
-        });
+        return Err(PmemError::TooSmall { len, min: min_len.max(PAGE) });
     }
     if !len.is_multiple_of(PAGE) {
-        return Err(PmemError::Io(io::Error::new(
-            bad_kind,
-            format!("pool length {len} is not a multiple of {PAGE}"),
-        )));
+        return Err(PmemError::Io(io::Error::new(bad_kind, format!("pool length {len} is not a multiple of {PAGE}"))));
     }
     if usize::try_from(len).is_err() || isize::try_from(len).is_err() {
         return Err(PmemError::Io(io::Error::new(
@@ -326,9 +305,7 @@ mod file_impl {
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
-                Some(code) if code == libc::EWOULDBLOCK || code == libc::EAGAIN => {
-                    return Err(PmemError::AlreadyOpen)
-                }
+                Some(code) if code == libc::EWOULDBLOCK || code == libc::EAGAIN => return Err(PmemError::AlreadyOpen),
                 _ => return Err(ctx(e, "lock pool file", path)),
             }
         }
@@ -338,14 +315,7 @@ mod file_impl {
         // SAFETY: a fresh mapping chosen by the kernel (null hint) of a file
         // we hold open; it overlaps no Rust object.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                file.as_raw_fd(),
-                0,
-            )
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0)
         };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -362,17 +332,11 @@ mod file_impl {
                 Ok(p) => return Ok((p, true)),
                 // EOPNOTSUPP: the file system is not DAX. EINVAL: a kernel too
                 // old for MAP_SHARED_VALIDATE. Either way, plain MAP_SHARED.
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
-                    ) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => {}
                 Err(e) => return Err(ctx(e, "map pool file (MAP_SYNC)", path)),
             }
         }
-        mmap(file, len, libc::MAP_SHARED)
-            .map(|p| (p, false))
-            .map_err(|e| ctx(e, "map pool file", path))
+        mmap(file, len, libc::MAP_SHARED).map(|p| (p, false)).map_err(|e| ctx(e, "map pool file", path))
     }
 
     fn domain(file: &File, map_sync: bool) -> PersistenceDomain {
@@ -403,15 +367,7 @@ mod file_impl {
         let len = len as usize;
         let (base, map_sync) = map(&file, len, path)?;
         let domain = domain(&file, map_sync);
-        Ok(FileMapping {
-            region: Region {
-                base,
-                len,
-                backing: Backing::File { file },
-            },
-            map_sync,
-            domain,
-        })
+        Ok(FileMapping { region: Region { base, len, backing: Backing::File { file } }, map_sync, domain })
     }
 
     /// Reserves the file's blocks so that a store into the mapping cannot
@@ -438,11 +394,7 @@ mod file_impl {
         Ok(())
     }
 
-    pub(crate) fn create_file(
-        path: &Path,
-        len: u64,
-        min_len: u64,
-    ) -> Result<FileMapping, PmemError> {
+    pub(crate) fn create_file(path: &Path, len: u64, min_len: u64) -> Result<FileMapping, PmemError> {
         check_len(len, min_len, io::ErrorKind::InvalidInput)?;
         // No O_TRUNC: the file must not change until we hold the lock.
         let file = OpenOptions::new()
@@ -455,19 +407,12 @@ mod file_impl {
         lock(&file, path)?;
         // Truncating to zero first discards any old contents, so a new pool
         // always starts all zero.
-        file.set_len(0)
-            .and_then(|()| file.set_len(len))
-            .map_err(|e| ctx(e, "set length of pool file", path))?;
+        file.set_len(0).and_then(|()| file.set_len(len)).map_err(|e| ctx(e, "set length of pool file", path))?;
         reserve(&file, len, path)?;
         // Make the file's existence and size durable; on tmpfs this is free.
-        file.sync_all()
-            .map_err(|e| ctx(e, "sync pool file", path))?;
+        file.sync_all().map_err(|e| ctx(e, "sync pool file", path))?;
         if let Some(dir) = path.parent() {
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
+            let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
             // Best effort: some file systems refuse fsync on a directory, and
             // the pool is usable either way.
             if let Ok(d) = File::open(dir) {
@@ -501,60 +446,36 @@ mod file_impl {
     /// with `AlreadyOpen` while a writer has the pool open (fsck wants a
     /// quiescent pool); without it, reads whatever the file holds now
     /// (`info`, `dump` on a mounted pool).
-    pub(crate) fn open_file_private(
-        path: &Path,
-        min_len: u64,
-        shared_lock: bool,
-    ) -> Result<FileMapping, PmemError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .open(path)
-            .map_err(|e| ctx(e, "open pool file", path))?;
+    pub(crate) fn open_file_private(path: &Path, min_len: u64, shared_lock: bool) -> Result<FileMapping, PmemError> {
+        let file = OpenOptions::new().read(true).open(path).map_err(|e| ctx(e, "open pool file", path))?;
         if shared_lock {
             // SAFETY: flock on a descriptor we own; no memory is involved.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
             if rc != 0 {
                 let e = io::Error::last_os_error();
                 return Err(match e.raw_os_error() {
-                    Some(code) if code == libc::EWOULDBLOCK || code == libc::EAGAIN => {
-                        PmemError::AlreadyOpen
-                    }
+                    Some(code) if code == libc::EWOULDBLOCK || code == libc::EAGAIN => PmemError::AlreadyOpen,
                     _ => ctx(e, "lock pool file", path),
                 });
             }
         }
-        let len = file
-            .metadata()
-            .map_err(|e| ctx(e, "stat pool file", path))?
-            .len();
+        let len = file.metadata().map_err(|e| ctx(e, "stat pool file", path))?.len();
         check_len(len, min_len, io::ErrorKind::InvalidData).map_err(|e| match e {
             PmemError::Io(e) => ctx(e, "check pool file", path),
             other => other,
         })?;
-        let base = mmap(&file, len as usize, libc::MAP_PRIVATE)
-            .map_err(|e| ctx(e, "map pool file privately", path))?;
+        let base = mmap(&file, len as usize, libc::MAP_PRIVATE).map_err(|e| ctx(e, "map pool file privately", path))?;
         Ok(FileMapping {
-            region: Region {
-                base,
-                len: len as usize,
-                backing: Backing::File { file },
-            },
+            region: Region { base, len: len as usize, backing: Backing::File { file } },
             map_sync: false,
             domain: PersistenceDomain::Heap,
         })
     }
 
     pub(crate) fn open_file(path: &Path, min_len: u64) -> Result<FileMapping, PmemError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| ctx(e, "open pool file", path))?;
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| ctx(e, "open pool file", path))?;
         lock(&file, path)?;
-        let len = file
-            .metadata()
-            .map_err(|e| ctx(e, "stat pool file", path))?
-            .len();
+        let len = file.metadata().map_err(|e| ctx(e, "stat pool file", path))?.len();
         check_len(len, min_len, io::ErrorKind::InvalidData).map_err(|e| match e {
             PmemError::Io(e) => ctx(e, "check pool file", path),
             other => other,
@@ -569,27 +490,15 @@ pub(crate) use file_impl::{create_file, open_file, open_file_private};
 #[cfg(not(unix))]
 pub(crate) fn create_file(path: &Path, len: u64, min_len: u64) -> Result<FileMapping, PmemError> {
     check_len(len, min_len, io::ErrorKind::InvalidInput)?;
-    Err(ctx(
-        io::Error::from(io::ErrorKind::Unsupported),
-        "file pools need a Unix system; cannot create",
-        path,
-    ))
+    Err(ctx(io::Error::from(io::ErrorKind::Unsupported), "file pools need a Unix system; cannot create", path))
 }
 
 #[cfg(not(unix))]
-pub(crate) fn open_file_private(
-    path: &Path,
-    min_len: u64,
-    _shared_lock: bool,
-) -> Result<FileMapping, PmemError> {
+pub(crate) fn open_file_private(path: &Path, min_len: u64, _shared_lock: bool) -> Result<FileMapping, PmemError> {
     open_file(path, min_len)
 }
 
 #[cfg(not(unix))]
 pub(crate) fn open_file(path: &Path, _min_len: u64) -> Result<FileMapping, PmemError> {
-    Err(ctx(
-        io::Error::from(io::ErrorKind::Unsupported),
-        "file pools need a Unix system; cannot open",
-        path,
-    ))
+    Err(ctx(io::Error::from(io::ErrorKind::Unsupported), "file pools need a Unix system; cannot open", path))
 }

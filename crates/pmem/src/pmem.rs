@@ -72,26 +72,15 @@ impl NtSplit {
         let down = end - end % CACHE_LINE;
         if up >= down {
             // No whole line inside: the whole range takes the cached path.
-            NtSplit {
-                body_start: end,
-                body_end: end,
-            }
+            NtSplit { body_start: end, body_end: end }
         } else {
-            NtSplit {
-                body_start: up,
-                body_end: down,
-            }
+            NtSplit { body_start: up, body_end: down }
         }
     }
 }
 
 impl Pmem {
-    fn with_region(
-        region: Region,
-        domain: PersistenceDomain,
-        map_sync: bool,
-        path: Option<PathBuf>,
-    ) -> Pmem {
+    fn with_region(region: Region, domain: PersistenceDomain, map_sync: bool, path: Option<PathBuf>) -> Pmem {
         Pmem {
             region,
             domain,
@@ -112,12 +101,7 @@ impl Pmem {
     /// open elsewhere gives `AlreadyOpen` and is left unchanged.
     pub fn create_file(path: &Path, len: u64, min_len: u64) -> Result<Pmem, PmemError> {
         let m = mapping::create_file(path, len, min_len)?;
-        Ok(Pmem::with_region(
-            m.region,
-            m.domain,
-            m.map_sync,
-            Some(path.to_path_buf()),
-        ))
+        Ok(Pmem::with_region(m.region, m.domain, m.map_sync, Some(path.to_path_buf())))
     }
 
     /// Opens an existing pool file read-write: locks it (`AlreadyOpen` if
@@ -126,12 +110,7 @@ impl Pmem {
     /// `InvalidData`), and maps it.
     pub fn open_file(path: &Path, min_len: u64) -> Result<Pmem, PmemError> {
         let m = mapping::open_file(path, min_len)?;
-        Ok(Pmem::with_region(
-            m.region,
-            m.domain,
-            m.map_sync,
-            Some(path.to_path_buf()),
-        ))
+        Ok(Pmem::with_region(m.region, m.domain, m.map_sync, Some(path.to_path_buf())))
     }
 
     /// Opens a pool file as a private copy-on-write view: reads see the
@@ -139,18 +118,9 @@ impl Pmem {
     /// (fsck and dump recover and inspect such a view without changing the
     /// pool). With `shared_lock`, fails with `AlreadyOpen` while another
     /// process has the pool open for writing.
-    pub fn open_file_private(
-        path: &Path,
-        min_len: u64,
-        shared_lock: bool,
-    ) -> Result<Pmem, PmemError> {
+    pub fn open_file_private(path: &Path, min_len: u64, shared_lock: bool) -> Result<Pmem, PmemError> {
         let m = mapping::open_file_private(path, min_len, shared_lock)?;
-        Ok(Pmem::with_region(
-            m.region,
-            m.domain,
-            m.map_sync,
-            Some(path.to_path_buf()),
-        ))
+        Ok(Pmem::with_region(m.region, m.domain, m.map_sync, Some(path.to_path_buf())))
     }
 
     /// A zeroed heap pool of `len` bytes, 4096-aligned, using the detected
@@ -165,14 +135,8 @@ impl Pmem {
     /// process. Panics if this CPU cannot execute `flush` or `nt` (see
     /// [`FlushKind::is_supported`]).
     pub fn heap_with_kinds(len: u64, flush: FlushKind, nt: NtKind) -> Pmem {
-        assert!(
-            flush.is_supported(),
-            "ferrite-pmem: this CPU cannot execute {flush:?}"
-        );
-        assert!(
-            nt.is_supported(),
-            "ferrite-pmem: this CPU cannot run {nt:?}"
-        );
+        assert!(flush.is_supported(), "ferrite-pmem: this CPU cannot execute {flush:?}");
+        assert!(nt.is_supported(), "ferrite-pmem: this CPU cannot run {nt:?}");
         let mut p = Pmem::heap(len);
         p.flush_kind = flush;
         p.nt_kind = nt;
@@ -332,10 +296,7 @@ impl Pmem {
         let mut rec = self.recorder();
         self.region.copy_in(off, data);
         if let Some(r) = rec.as_mut() {
-            r.push(|| Event::Store {
-                offset: offset.0,
-                data: data.to_vec(),
-            });
+            r.push(|| Event::Store { offset: offset.0, data: data.to_vec() });
         }
     }
 
@@ -367,14 +328,10 @@ impl Pmem {
         }
         if split.body_end > split.body_start {
             let body = &data[ix(split.body_start)..ix(split.body_end)];
-            self.region
-                .nt_copy(self.nt_kind, split.body_start as usize, body);
+            self.region.nt_copy(self.nt_kind, split.body_start as usize, body);
             lines += body.len() as u64 / CACHE_LINE;
             if let Some(r) = rec.as_mut() {
-                r.push(|| Event::NtStore {
-                    offset: split.body_start,
-                    data: body.to_vec(),
-                });
+                r.push(|| Event::NtStore { offset: split.body_start, data: body.to_vec() });
             }
         }
         if split.body_end < end && split.body_end > split.body_start {
@@ -406,14 +363,10 @@ impl Pmem {
         }
         if split.body_end > split.body_start {
             let n = (split.body_end - split.body_start) as usize;
-            self.region
-                .nt_fill(self.nt_kind, split.body_start as usize, n, byte);
+            self.region.nt_fill(self.nt_kind, split.body_start as usize, n, byte);
             lines += n as u64 / CACHE_LINE;
             if let Some(r) = rec.as_mut() {
-                r.push(|| Event::NtStore {
-                    offset: split.body_start,
-                    data: vec![byte; n],
-                });
+                r.push(|| Event::NtStore { offset: split.body_start, data: vec![byte; n] });
             }
         }
         if split.body_end < end && split.body_end > split.body_start {
@@ -426,23 +379,12 @@ impl Pmem {
 
     /// The cached half of the nt path: store `data` at `off`, flush its
     /// lines, record both. Returns the lines flushed.
-    fn cached_and_flush(
-        &self,
-        rec: &mut Option<MutexGuard<'_, Recorder>>,
-        off: usize,
-        data: &[u8],
-    ) -> u64 {
+    fn cached_and_flush(&self, rec: &mut Option<MutexGuard<'_, Recorder>>, off: usize, data: &[u8]) -> u64 {
         self.region.copy_in(off, data);
         let lines = self.region.flush(self.flush_kind, off, data.len());
         if let Some(r) = rec.as_mut() {
-            r.push(|| Event::Store {
-                offset: off as u64,
-                data: data.to_vec(),
-            });
-            r.push(|| Event::Flush {
-                offset: off as u64,
-                len: data.len() as u64,
-            });
+            r.push(|| Event::Store { offset: off as u64, data: data.to_vec() });
+            r.push(|| Event::Flush { offset: off as u64, len: data.len() as u64 });
         }
         lines
     }
@@ -457,14 +399,8 @@ impl Pmem {
         self.region.fill(off, len, byte);
         let lines = self.region.flush(self.flush_kind, off, len);
         if let Some(r) = rec.as_mut() {
-            r.push(|| Event::Store {
-                offset: off as u64,
-                data: vec![byte; len],
-            });
-            r.push(|| Event::Flush {
-                offset: off as u64,
-                len: len as u64,
-            });
+            r.push(|| Event::Store { offset: off as u64, data: vec![byte; len] });
+            r.push(|| Event::Flush { offset: off as u64, len: len as u64 });
         }
         lines
     }
@@ -482,10 +418,7 @@ impl Pmem {
         let mut rec = self.recorder();
         let lines = self.region.flush(self.flush_kind, off, len as usize);
         if let Some(r) = rec.as_mut() {
-            r.push(|| Event::Flush {
-                offset: offset.0,
-                len,
-            });
+            r.push(|| Event::Flush { offset: offset.0, len });
         }
         drop(rec);
         self.latency.after_lines(lines);
@@ -523,10 +456,7 @@ impl Pmem {
         let mut rec = self.recorder();
         self.region.store_u64(off, value);
         if let Some(r) = rec.as_mut() {
-            r.push(|| Event::Commit {
-                offset: offset.0,
-                value,
-            });
+            r.push(|| Event::Commit { offset: offset.0, value });
         }
     }
 
@@ -586,10 +516,7 @@ impl Pmem {
 #[cold]
 #[track_caller]
 fn out_of_bounds(op: &str, offset: PoolOffset, len: u64, pool_len: u64) -> ! {
-    panic!(
-        "ferrite-pmem: {op} of {len} bytes at offset {} is outside the pool of {pool_len} bytes",
-        offset.0
-    )
+    panic!("ferrite-pmem: {op} of {len} bytes at offset {} is outside the pool of {pool_len} bytes", offset.0)
 }
 
 #[inline]
@@ -603,8 +530,5 @@ fn check_aligned(op: &str, offset: PoolOffset) {
 #[cold]
 #[track_caller]
 fn misaligned(op: &str, offset: PoolOffset) -> ! {
-    panic!(
-        "ferrite-pmem: {op} at offset {} is not 8-byte aligned",
-        offset.0
-    )
+    panic!("ferrite-pmem: {op} at offset {} is not 8-byte aligned", offset.0)
 }

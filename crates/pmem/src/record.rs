@@ -32,9 +32,7 @@ impl Event {
             Event::Store { offset, data } | Event::NtStore { offset, data } => {
                 Some((*offset, Cow::Borrowed(data.as_slice())))
             }
-            Event::Commit { offset, value } => {
-                Some((*offset, Cow::Owned(value.to_ne_bytes().to_vec())))
-            }
+            Event::Commit { offset, value } => Some((*offset, Cow::Owned(value.to_ne_bytes().to_vec()))),
             Event::Flush { .. } | Event::Fence | Event::Mark { .. } => None,
         }
     }
@@ -47,16 +45,13 @@ pub fn replay_stores(image: &mut [u8], events: &[Event]) {
     for ev in events {
         if let Some((off, bytes)) = ev.stored_bytes() {
             let start = usize::try_from(off).expect("event offset overflows usize");
-            let end = start
-                .checked_add(bytes.len())
-                .filter(|&e| e <= image.len())
-                .unwrap_or_else(|| {
-                    panic!(
-                        "ferrite-pmem: event at offset {off} of {} bytes lies outside an image of {} bytes",
-                        bytes.len(),
-                        image.len()
-                    )
-                });
+            let end = start.checked_add(bytes.len()).filter(|&e| e <= image.len()).unwrap_or_else(|| {
+                panic!(
+                    "ferrite-pmem: event at offset {off} of {} bytes lies outside an image of {} bytes",
+                    bytes.len(),
+                    image.len()
+                )
+            });
             image[start..end].copy_from_slice(&bytes);
         }
     }

@@ -43,10 +43,7 @@ fn create_then_open_sees_the_data() {
         assert_eq!(pool.len(), LEN);
         assert_eq!(pool.path(), Some(path.as_path()));
         assert_ne!(pool.domain(), PersistenceDomain::Heap);
-        assert_eq!(
-            pool.map_sync(),
-            pool.domain() == PersistenceDomain::DaxMapSync
-        );
+        assert_eq!(pool.map_sync(), pool.domain() == PersistenceDomain::DaxMapSync);
         assert!(pool.image().iter().all(|&b| b == 0), "new pool is zeroed");
         pool.write_nt(PoolOffset(100), b"hello, persistent world");
         pool.write(PoolOffset(8192), &[7u8; 5000]);
@@ -87,11 +84,7 @@ fn second_open_is_refused_and_changes_nothing() {
         other => panic!("expected AlreadyOpen, got {other:?}"),
     }
     let after = std::fs::read(&path).unwrap();
-    assert_eq!(
-        after.len() as u64,
-        LEN,
-        "create_file on a locked pool truncated it"
-    );
+    assert_eq!(after.len() as u64, LEN, "create_file on a locked pool truncated it");
     assert_eq!(before, after);
 
     // The first handle still works, and dropping it releases the lock.
@@ -120,16 +113,10 @@ fn lengths_are_checked() {
     let path = dir.file("pool");
 
     match Pmem::create_file(&path, 4096, 8192) {
-        Err(PmemError::TooSmall {
-            len: 4096,
-            min: 8192,
-        }) => {}
+        Err(PmemError::TooSmall { len: 4096, min: 8192 }) => {}
         other => panic!("expected TooSmall, got {other:?}"),
     }
-    assert!(
-        !path.exists(),
-        "a refused create_file must not create the file"
-    );
+    assert!(!path.exists(), "a refused create_file must not create the file");
     match Pmem::create_file(&path, 0, 0) {
         Err(PmemError::TooSmall { len: 0, .. }) => {}
         other => panic!("expected TooSmall, got {other:?}"),
@@ -141,10 +128,7 @@ fn lengths_are_checked() {
 
     drop(Pmem::create_file(&path, 4096, 0).unwrap());
     match Pmem::open_file(&path, 8192) {
-        Err(PmemError::TooSmall {
-            len: 4096,
-            min: 8192,
-        }) => {}
+        Err(PmemError::TooSmall { len: 4096, min: 8192 }) => {}
         other => panic!("expected TooSmall, got {other:?}"),
     }
     std::fs::write(&path, vec![1u8; 5000]).unwrap();
@@ -164,9 +148,7 @@ fn open_of_a_missing_file_says_which_file() {
     let path = dir.file("no-such-pool");
     match Pmem::open_file(&path, 0) {
         Err(e @ PmemError::Io(_)) => {
-            let PmemError::Io(io) = &e else {
-                unreachable!()
-            };
+            let PmemError::Io(io) = &e else { unreachable!() };
             assert_eq!(io.kind(), ErrorKind::NotFound);
             let msg = e.to_string();
             assert!(msg.contains("no-such-pool"), "{msg}");

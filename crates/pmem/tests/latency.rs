@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 fn fences_take_at_least_the_configured_time() {
     let pool = Pmem::heap(4096);
     assert_eq!(pool.emulated_latency(), EmulatedLatency::default());
-    let lat = EmulatedLatency {
-        flush_line_ns: 0,
-        fence_ns: 2_000_000,
-    };
+    let lat = EmulatedLatency { flush_line_ns: 0, fence_ns: 2_000_000 };
     pool.set_emulated_latency(lat);
     assert_eq!(pool.emulated_latency(), lat);
     let t = Instant::now();
@@ -35,10 +32,7 @@ fn fences_take_at_least_the_configured_time() {
 #[test]
 fn flushed_and_streamed_lines_take_at_least_the_configured_time() {
     let pool = Pmem::heap(1 << 20);
-    pool.set_emulated_latency(EmulatedLatency {
-        flush_line_ns: 20_000,
-        fence_ns: 0,
-    });
+    pool.set_emulated_latency(EmulatedLatency { flush_line_ns: 20_000, fence_ns: 0 });
     // 4096 bytes streamed: 64 lines, so at least 1.28 ms.
     let t = Instant::now();
     pool.write_nt(PoolOffset(0), &[1u8; 4096]);
@@ -47,11 +41,7 @@ fn flushed_and_streamed_lines_take_at_least_the_configured_time() {
     // Unaligned: 63 streamed lines, plus the flushed head and tail lines
     // unless there is no flush instruction (which writes nothing back, so
     // costs nothing).
-    let flushed = if pool.flush_kind() == FlushKind::NoFlush {
-        0
-    } else {
-        2
-    };
+    let flushed = if pool.flush_kind() == FlushKind::NoFlush { 0 } else { 2 };
     let t = Instant::now();
     pool.fill_nt(PoolOffset(8192 + 10), 4096, 3);
     assert!(t.elapsed() >= Duration::from_micros((63 + flushed) * 20));

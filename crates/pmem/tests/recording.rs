@@ -11,17 +11,11 @@ use ferrite_pmem::{replay_stores, Event, Pmem, PoolOffset};
 use std::sync::Arc;
 
 fn store(offset: u64, data: &[u8]) -> Event {
-    Event::Store {
-        offset,
-        data: data.to_vec(),
-    }
+    Event::Store { offset, data: data.to_vec() }
 }
 
 fn nt(offset: u64, data: &[u8]) -> Event {
-    Event::NtStore {
-        offset,
-        data: data.to_vec(),
-    }
+    Event::NtStore { offset, data: data.to_vec() }
 }
 
 fn flush(offset: u64, len: u64) -> Event {
@@ -66,10 +60,7 @@ fn events_are_exactly_as_specified() {
         store(100, &[1; 10]),
         flush(100, 10),
         Event::Fence,
-        Event::Commit {
-            offset: 4096,
-            value: 7,
-        },
+        Event::Commit { offset: 4096, value: 7 },
         flush(4096, 8),
         Event::Fence,
         Event::Mark { label: 42 },
@@ -108,13 +99,7 @@ fn events_are_exactly_as_specified() {
     // Recording continues after take_events; stop returns the rest.
     pool.store_u64(PoolOffset(0), 1);
     assert!(pool.is_recording());
-    assert_eq!(
-        pool.stop_recording(),
-        vec![Event::Commit {
-            offset: 0,
-            value: 1
-        }]
-    );
+    assert_eq!(pool.stop_recording(), vec![Event::Commit { offset: 0, value: 1 }]);
     assert!(!pool.is_recording());
     pool.write(PoolOffset(0), &[1]);
     pool.mark(1);
@@ -136,13 +121,7 @@ fn recording_started_late_keeps_only_later_events() {
     pool.store_u64(PoolOffset(512), 3);
     let events = pool.stop_recording();
     assert!(matches!(events[0], Event::Store { offset: 10, .. }));
-    assert!(matches!(
-        events.last(),
-        Some(Event::Commit {
-            offset: 512,
-            value: 3
-        })
-    ));
+    assert!(matches!(events.last(), Some(Event::Commit { offset: 512, value: 3 })));
     let mut replayed = start;
     replay_stores(&mut replayed, &events);
     assert_eq!(replayed, pool.image());

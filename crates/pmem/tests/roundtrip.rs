@@ -25,12 +25,7 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 /// Every (flush, nt) combination this CPU can run.
 fn all_kinds() -> Vec<(FlushKind, NtKind)> {
     let mut v = Vec::new();
-    for f in [
-        FlushKind::Clwb,
-        FlushKind::ClflushOpt,
-        FlushKind::Clflush,
-        FlushKind::NoFlush,
-    ] {
+    for f in [FlushKind::Clwb, FlushKind::ClflushOpt, FlushKind::Clflush, FlushKind::NoFlush] {
         for n in [NtKind::Avx2, NtKind::Sse2] {
             if f.is_supported() && n.is_supported() {
                 v.push((f, n));
@@ -47,11 +42,7 @@ const WINDOW: usize = 2048;
 /// Sweeps alignments and lengths with one store routine, checking the whole
 /// window against a shadow copy after each store. `make` builds the data for
 /// a (seed, length).
-fn sweep(
-    pool: &Pmem,
-    make: impl Fn(u64, usize) -> Vec<u8>,
-    store: impl Fn(&Pmem, PoolOffset, &[u8]),
-) {
+fn sweep(pool: &Pmem, make: impl Fn(u64, usize) -> Vec<u8>, store: impl Fn(&Pmem, PoolOffset, &[u8])) {
     let mut shadow = vec![0u8; WINDOW];
     pool.read(PoolOffset(BASE), &mut shadow);
     let mut seen = vec![0u8; WINDOW];
@@ -63,10 +54,7 @@ fn sweep(
             let s = (at - BASE) as usize;
             shadow[s..s + len].copy_from_slice(&data);
             pool.read(PoolOffset(BASE), &mut seen);
-            assert!(
-                seen == shadow,
-                "mismatch after a store at alignment {align} length {len}"
-            );
+            assert!(seen == shadow, "mismatch after a store at alignment {align} length {len}");
         }
     }
 }
@@ -179,10 +167,7 @@ fn store_u64_and_read_u64() {
     assert_eq!(u64::from_ne_bytes(b), 0x0102_0304_0506_0708);
     pool.write(PoolOffset(128), &7u64.to_ne_bytes());
     assert_eq!(pool.read_u64(PoolOffset(128)), 7);
-    assert_eq!(
-        pool.read_u64_checked(PoolOffset(4088)),
-        Some(0xabcd | 511 << 32)
-    );
+    assert_eq!(pool.read_u64_checked(PoolOffset(4088)), Some(0xabcd | 511 << 32));
 }
 
 #[test]

@@ -6,14 +6,7 @@ use ferrite::{Ferrite, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFla
 use ferrite_pmem::Pmem;
 
 fn fresh(pages: u64) -> Ferrite {
-    Ferrite::format(
-        Pmem::heap(pages * 4096),
-        &FormatOptions {
-            lanes: 2,
-            ..Default::default()
-        },
-    )
-    .unwrap()
+    Ferrite::format(Pmem::heap(pages * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap()
 }
 
 fn remount_clean(fs: Ferrite) -> Ferrite {
@@ -62,8 +55,7 @@ fn write_remount_read() {
     assert_eq!(read_all(&fs, b"/link"), expect);
     assert_eq!(fs.stat(b"/a/hard").unwrap().nlink, 2);
     assert_eq!(fs.stat(b"/a").unwrap().nlink, 3);
-    fs.rename(b"/a/hard", b"/hard2", RenameFlags::Replace)
-        .unwrap();
+    fs.rename(b"/a/hard", b"/hard2", RenameFlags::Replace).unwrap();
     fs.truncate(b"/hard2", 5000).unwrap();
     let fs = remount_crash(fs);
     assert!(fs.mount_report().recovered);

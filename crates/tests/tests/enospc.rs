@@ -12,15 +12,9 @@ fn fsck_clean(fs: &Ferrite) {
 
 #[test]
 fn data_space_runs_out_and_comes_back() {
-    let fs = Ferrite::format(
-        Pmem::heap(512 * 4096),
-        &FormatOptions {
-            lanes: 2,
-            inodes: Some(64),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let fs =
+        Ferrite::format(Pmem::heap(512 * 4096), &FormatOptions { lanes: 2, inodes: Some(64), ..Default::default() })
+            .unwrap();
     let chunk = vec![0xabu8; 64 * 1024];
     let mut written = Vec::new();
     let mut i = 0;
@@ -67,15 +61,9 @@ fn data_space_runs_out_and_comes_back() {
 
 #[test]
 fn inodes_run_out_and_come_back() {
-    let fs = Ferrite::format(
-        Pmem::heap(1024 * 4096),
-        &FormatOptions {
-            lanes: 2,
-            inodes: Some(64),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let fs =
+        Ferrite::format(Pmem::heap(1024 * 4096), &FormatOptions { lanes: 2, inodes: Some(64), ..Default::default() })
+            .unwrap();
     let mut made = 0;
     let err = loop {
         match fs.mkdir(format!("/d{made}").as_bytes(), 0o755) {
@@ -88,9 +76,6 @@ fn inodes_run_out_and_come_back() {
     fsck_clean(&fs);
     fs.rmdir(b"/d0").unwrap();
     fs.mkdir(b"/again", 0o755).unwrap();
-    assert_eq!(
-        fs.open(b"/nope", OpenFlags::WRONLY.create(), 0o644),
-        Err(Errno::ENOSPC)
-    );
+    assert_eq!(fs.open(b"/nope", OpenFlags::WRONLY.create(), 0o644), Err(Errno::ENOSPC));
     fsck_clean(&fs);
 }

@@ -10,8 +10,8 @@
 //! `FERRITE_STEPS` sets the number of steps per seed.
 
 use ferrite::{
-    Errno, FallocateMode, Fd, Ferrite, FormatOptions, FsResult, ManualClock, MountOptions,
-    OpenFlags, PathFs, RenameFlags, Stat, TimeSet, TimeSpec, Whence,
+    Errno, FallocateMode, Fd, Ferrite, FormatOptions, FsResult, ManualClock, MountOptions, OpenFlags, PathFs,
+    RenameFlags, Stat, TimeSet, TimeSpec, Whence,
 };
 use ferrite_model::{diff_trees, tree_of, ModelFs};
 use ferrite_pmem::Pmem;
@@ -39,10 +39,7 @@ impl Pair {
 }
 
 fn mount_opts(clock: &Arc<ManualClock>) -> MountOptions {
-    MountOptions {
-        clock: clock.clone(),
-        recovery_threads: 2,
-    }
+    MountOptions { clock: clock.clone(), recovery_threads: 2 }
 }
 
 fn remount(p: &mut Pair, crash: bool) {
@@ -56,13 +53,8 @@ fn remount(p: &mut Pair, crash: bool) {
     let image = pmem.image();
     drop(pmem);
     let report = ferrite::fsck::check(&Pmem::from_image(&image)).expect("fsck runs");
-    assert!(
-        report.is_clean(),
-        "fsck after {} remount:\n{report}",
-        if crash { "crash" } else { "clean" }
-    );
-    p.engine =
-        Some(Ferrite::mount(Pmem::from_image(&image), &mount_opts(&p.clock)).expect("remount"));
+    assert!(report.is_clean(), "fsck after {} remount:\n{report}", if crash { "crash" } else { "clean" });
+    p.engine = Some(Ferrite::mount(Pmem::from_image(&image), &mount_opts(&p.clock)).expect("remount"));
     p.model.close_all();
     p.fds.clear();
     p.dirs.clear();
@@ -109,37 +101,21 @@ fn time_set(rng: &mut ChaCha8Rng) -> TimeSet {
     match rng.gen_range(0..3) {
         0 => TimeSet::Omit,
         1 => TimeSet::Now,
-        _ => TimeSet::At(TimeSpec {
-            sec: rng.gen_range(-100..2_000_000_000),
-            nsec: rng.gen_range(0..1_000_000_000),
-        }),
+        _ => TimeSet::At(TimeSpec { sec: rng.gen_range(-100..2_000_000_000), nsec: rng.gen_range(0..1_000_000_000) }),
     }
 }
+
+/// The stat fields both sides define the same way: perm, kind, nlink, uid,
+/// gid, size, blocks (not for directories), atime, mtime, ctime.
+type Comparable = (u32, ferrite::FileType, u32, u32, u32, u64, Option<u64>, TimeSpec, TimeSpec, TimeSpec);
 
 /// Stat fields that both sides define the same way.
 fn comparable(
     s: FsResult<Stat>,
-) -> FsResult<(
-    u32,
-    ferrite::FileType,
-    u32,
-    u32,
-    u32,
-    u64,
-    Option<u64>,
-    TimeSpec,
-    TimeSpec,
-    TimeSpec,
-)> {
+) -> FsResult<Comparable> {
     s.map(|s| {
-        let blocks = if s.kind == ferrite::FileType::Directory {
-            None
-        } else {
-            Some(s.blocks)
-        };
-        (
-            s.perm, s.kind, s.nlink, s.uid, s.gid, s.size, blocks, s.atime, s.mtime, s.ctime,
-        )
+        let blocks = if s.kind == ferrite::FileType::Directory { None } else { Some(s.blocks) };
+        (s.perm, s.kind, s.nlink, s.uid, s.gid, s.size, blocks, s.atime, s.mtime, s.ctime)
     })
 }
 
@@ -193,15 +169,10 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
             let flags = open_flags(rng);
             let perm = rng.gen_range(0..0o1000);
             let (a, b) = (e.open(&path, flags, perm), m.open(&path, flags, perm));
-            let d = format!(
-                "open {:?} {flags:?} {perm:o}",
-                String::from_utf8_lossy(&path)
-            );
+            let d = format!("open {:?} {flags:?} {perm:o}", String::from_utf8_lossy(&path));
             match (a, b) {
                 (Ok(x), Ok(y)) => {
-                    if flags.directory
-                        || e.fstat(x).map(|s| s.kind) == Ok(ferrite::FileType::Directory)
-                    {
+                    if flags.directory || e.fstat(x).map(|s| s.kind) == Ok(ferrite::FileType::Directory) {
                         p.dirs.push((x, y));
                     } else {
                         p.fds.push((x, y));
@@ -217,11 +188,7 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
                 return ("close (none open)".into(), Ok(()));
             }
             let i = rng.gen_range(0..all_len);
-            let (x, y) = if i < p.fds.len() {
-                p.fds.remove(i)
-            } else {
-                p.dirs.remove(i - p.fds.len())
-            };
+            let (x, y) = if i < p.fds.len() { p.fds.remove(i) } else { p.dirs.remove(i - p.fds.len()) };
             same!(format!("close {x:?}"), e.close(x), m.close(y))
         }
         17..=26 => {
@@ -230,22 +197,14 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
             };
             let buf = data(rng);
             let off = offset(rng);
-            same!(
-                format!("pwrite {x:?} len {} at {off}", buf.len()),
-                e.pwrite(x, &buf, off),
-                m.pwrite(y, &buf, off)
-            )
+            same!(format!("pwrite {x:?} len {} at {off}", buf.len()), e.pwrite(x, &buf, off), m.pwrite(y, &buf, off))
         }
         27..=31 => {
             let Some((x, y)) = pick_fd(rng, &p.fds) else {
                 return ("write (none)".into(), Ok(()));
             };
             let buf = data(rng);
-            same!(
-                format!("write {x:?} len {}", buf.len()),
-                e.write(x, &buf),
-                m.write(y, &buf)
-            )
+            same!(format!("write {x:?} len {}", buf.len()), e.write(x, &buf), m.write(y, &buf))
         }
         32..=36 => {
             let Some((x, y)) = pick_fd(rng, &p.fds) else {
@@ -255,11 +214,7 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
             let off = offset(rng);
             let (mut ba, mut bb) = (vec![0u8; len], vec![0u8; len]);
             let (ra, rb) = (e.pread(x, &mut ba, off), m.pread(y, &mut bb, off));
-            same!(
-                format!("pread {x:?} len {len} at {off}"),
-                ra.map(|n| ba[..n].to_vec()),
-                rb.map(|n| bb[..n].to_vec())
-            )
+            same!(format!("pread {x:?} len {len} at {off}"), ra.map(|n| ba[..n].to_vec()), rb.map(|n| bb[..n].to_vec()))
         }
         37..=38 => {
             let Some((x, y)) = pick_fd(rng, &p.fds) else {
@@ -268,50 +223,28 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
             let len = rng.gen_range(0..6000);
             let (mut ba, mut bb) = (vec![0u8; len], vec![0u8; len]);
             let (ra, rb) = (e.read(x, &mut ba), m.read(y, &mut bb));
-            same!(
-                format!("read {x:?} len {len}"),
-                ra.map(|n| ba[..n].to_vec()),
-                rb.map(|n| bb[..n].to_vec())
-            )
+            same!(format!("read {x:?} len {len}"), ra.map(|n| ba[..n].to_vec()), rb.map(|n| bb[..n].to_vec()))
         }
         39..=41 => {
             let Some((x, y)) = pick_fd(rng, &p.fds) else {
                 return ("lseek (none)".into(), Ok(()));
             };
-            let whence = [
-                Whence::Set,
-                Whence::Cur,
-                Whence::End,
-                Whence::Data,
-                Whence::Hole,
-            ][rng.gen_range(0..5)];
+            let whence = [Whence::Set, Whence::Cur, Whence::End, Whence::Data, Whence::Hole][rng.gen_range(0..5)];
             let off: i64 = rng.gen_range(-5000..40_000);
-            same!(
-                format!("lseek {x:?} {off} {whence:?}"),
-                e.lseek(x, off, whence),
-                m.lseek(y, off, whence)
-            )
+            same!(format!("lseek {x:?} {off} {whence:?}"), e.lseek(x, off, whence), m.lseek(y, off, whence))
         }
         42..=45 => {
             let Some((x, y)) = pick_fd(rng, &p.fds) else {
                 return ("ftruncate (none)".into(), Ok(()));
             };
             let size = offset(rng);
-            same!(
-                format!("ftruncate {x:?} {size}"),
-                e.ftruncate(x, size),
-                m.ftruncate(y, size)
-            )
+            same!(format!("ftruncate {x:?} {size}"), e.ftruncate(x, size), m.ftruncate(y, size))
         }
         46..=47 => {
             let Some((x, y)) = pick_fd(rng, &p.fds) else {
                 return ("fallocate (none)".into(), Ok(()));
             };
-            let mode = if rng.gen_bool(0.5) {
-                FallocateMode::Default
-            } else {
-                FallocateMode::KeepSize
-            };
+            let mode = if rng.gen_bool(0.5) { FallocateMode::Default } else { FallocateMode::KeepSize };
             let (off, len) = (offset(rng), rng.gen_range(0..20_000));
             same!(
                 format!("fallocate {x:?} {mode:?} {off}+{len}"),
@@ -329,20 +262,12 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
             let Some((x, y)) = pick_fd(rng, &p.fds) else {
                 return ("fstat (none)".into(), Ok(()));
             };
-            same!(
-                format!("fstat {x:?}"),
-                comparable(e.fstat(x)),
-                comparable(m.fstat(y))
-            )
+            same!(format!("fstat {x:?}"), comparable(e.fstat(x)), comparable(m.fstat(y)))
         }
         51..=53 => {
             let path = path(rng);
             let follow = rng.gen_bool(0.5);
-            let d = format!(
-                "{} {:?}",
-                if follow { "stat" } else { "lstat" },
-                String::from_utf8_lossy(&path)
-            );
+            let d = format!("{} {:?}", if follow { "stat" } else { "lstat" }, String::from_utf8_lossy(&path));
             if follow {
                 same!(d, comparable(e.stat(&path)), comparable(m.stat(&path)))
             } else {
@@ -369,16 +294,8 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
         }
         57 => {
             let path = path(rng);
-            let uid = if rng.gen_bool(0.5) {
-                Some(rng.gen_range(0..5))
-            } else {
-                None
-            };
-            let gid = if rng.gen_bool(0.5) {
-                Some(rng.gen_range(0..5))
-            } else {
-                None
-            };
+            let uid = if rng.gen_bool(0.5) { Some(rng.gen_range(0..5)) } else { None };
+            let gid = if rng.gen_bool(0.5) { Some(rng.gen_range(0..5)) } else { None };
             same!(
                 format!("chown {:?} {uid:?} {gid:?}", String::from_utf8_lossy(&path)),
                 e.chown(&path, uid, gid),
@@ -405,34 +322,18 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
         }
         66..=69 => {
             let path = path(rng);
-            same!(
-                format!("rmdir {:?}", String::from_utf8_lossy(&path)),
-                e.rmdir(&path),
-                m.rmdir(&path)
-            )
+            same!(format!("rmdir {:?}", String::from_utf8_lossy(&path)), e.rmdir(&path), m.rmdir(&path))
         }
         70..=75 => {
             let path = path(rng);
-            same!(
-                format!("unlink {:?}", String::from_utf8_lossy(&path)),
-                e.unlink(&path),
-                m.unlink(&path)
-            )
+            same!(format!("unlink {:?}", String::from_utf8_lossy(&path)), e.unlink(&path), m.unlink(&path))
         }
         76..=82 => {
             let (from, to) = (path(rng), path(rng));
-            let flags = [
-                RenameFlags::Replace,
-                RenameFlags::Replace,
-                RenameFlags::NoReplace,
-                RenameFlags::Exchange,
-            ][rng.gen_range(0..4)];
+            let flags = [RenameFlags::Replace, RenameFlags::Replace, RenameFlags::NoReplace, RenameFlags::Exchange]
+                [rng.gen_range(0..4)];
             same!(
-                format!(
-                    "rename {:?} {:?} {flags:?}",
-                    String::from_utf8_lossy(&from),
-                    String::from_utf8_lossy(&to)
-                ),
+                format!("rename {:?} {:?} {flags:?}", String::from_utf8_lossy(&from), String::from_utf8_lossy(&to)),
                 e.rename(&from, &to, flags),
                 m.rename(&from, &to, flags)
             )
@@ -440,11 +341,7 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
         83..=85 => {
             let (from, to) = (path(rng), path(rng));
             same!(
-                format!(
-                    "link {:?} {:?}",
-                    String::from_utf8_lossy(&from),
-                    String::from_utf8_lossy(&to)
-                ),
+                format!("link {:?} {:?}", String::from_utf8_lossy(&from), String::from_utf8_lossy(&to)),
                 e.link(&from, &to),
                 m.link(&from, &to)
             )
@@ -458,22 +355,14 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
             };
             let link = path(rng);
             same!(
-                format!(
-                    "symlink {:?} {:?}",
-                    String::from_utf8_lossy(&target),
-                    String::from_utf8_lossy(&link)
-                ),
+                format!("symlink {:?} {:?}", String::from_utf8_lossy(&target), String::from_utf8_lossy(&link)),
                 e.symlink(&target, &link),
                 m.symlink(&target, &link)
             )
         }
         89 => {
             let path = path(rng);
-            same!(
-                format!("readlink {:?}", String::from_utf8_lossy(&path)),
-                e.readlink(&path),
-                m.readlink(&path)
-            )
+            same!(format!("readlink {:?}", String::from_utf8_lossy(&path)), e.readlink(&path), m.readlink(&path))
         }
         90..=93 => {
             // List a whole directory in small batches on both sides.
@@ -535,28 +424,15 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
 
 fn run_seed(seed: u64, steps: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let clock = Arc::new(ManualClock::new(TimeSpec {
-        sec: 1_700_000_000,
-        nsec: 0,
-    }));
+    let clock = Arc::new(ManualClock::new(TimeSpec { sec: 1_700_000_000, nsec: 0 }));
     let engine = Ferrite::format(
         Pmem::heap(POOL_PAGES * 4096),
-        &FormatOptions {
-            lanes: 2,
-            inodes: Some(INODES),
-            clock: clock.clone(),
-        },
+        &FormatOptions { lanes: 2, inodes: Some(INODES), clock: clock.clone() },
     )
     .expect("format");
     let files = engine.statfs().expect("statfs").files;
     let model = ModelFs::new(clock.clone(), POOL_PAGES, files);
-    let mut p = Pair {
-        engine: Some(engine),
-        model,
-        clock,
-        fds: Vec::new(),
-        dirs: Vec::new(),
-    };
+    let mut p = Pair { engine: Some(engine), model, clock, fds: Vec::new(), dirs: Vec::new() };
     let mut history: Vec<String> = Vec::new();
     for i in 0..steps {
         p.clock.advance_ns(1_000 + rng.gen_range(0..1000));
@@ -579,14 +455,11 @@ fn run_seed(seed: u64, steps: usize) {
             fail(why, &history);
         }
         // Compare the whole trees every step while they are small.
-        let te = tree_of(p.engine())
-            .unwrap_or_else(|e: Errno| fail(format!("engine tree walk failed: {e:?}"), &history));
+        let te =
+            tree_of(p.engine()).unwrap_or_else(|e: Errno| fail(format!("engine tree walk failed: {e:?}"), &history));
         let tm = p.model.tree();
         if te != tm {
-            fail(
-                format!("trees differ (expected = model):\n{}", diff_trees(&tm, &te)),
-                &history,
-            );
+            fail(format!("trees differ (expected = model):\n{}", diff_trees(&tm, &te)), &history);
         }
     }
     remount(&mut p, false);
@@ -594,14 +467,8 @@ fn run_seed(seed: u64, steps: usize) {
 
 #[test]
 fn model_based_random_sequences() {
-    let steps: usize = std::env::var("FERRITE_STEPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5000);
-    if let Some(seed) = std::env::var("FERRITE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    let steps: usize = std::env::var("FERRITE_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5000);
+    if let Some(seed) = std::env::var("FERRITE_SEED").ok().and_then(|s| s.parse().ok()) {
         run_seed(seed, steps);
         return;
     }

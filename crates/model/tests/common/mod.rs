@@ -29,9 +29,7 @@ pub fn rw_create() -> OpenFlags {
 
 /// Create (or truncate) `path` with `data`.
 pub fn put(fs: &ModelFs, path: &str, data: &[u8]) {
-    let fd = fs
-        .open(path.as_bytes(), OpenFlags::WRONLY.create().trunc(), 0o644)
-        .unwrap();
+    let fd = fs.open(path.as_bytes(), OpenFlags::WRONLY.create().trunc(), 0o644).unwrap();
     assert_eq!(fs.pwrite(fd, data, 0).unwrap(), data.len());
     fs.close(fd).unwrap();
 }
