@@ -41,12 +41,24 @@ pub fn thread_lane(lanes: usize) -> usize {
 struct FreeList {
     /// start page -> length in pages.
     extents: BTreeMap<u64, u64>,
+    /// Single pages freed recently, reused first: a copy-on-write overwrite
+    /// frees one page and allocates one, and this keeps that pair off the
+    /// extent map (and the page just freed is likely still in cache).
+    singles: Vec<u64>,
     free_pages: u64,
 }
+
+/// Most single pages a lane keeps outside its extent map.
+const SINGLES_MAX: usize = 256;
 
 impl FreeList {
     fn insert(&mut self, start: u64, len: u64) {
         assert!(len > 0);
+        if len == 1 && self.singles.len() < SINGLES_MAX {
+            self.singles.push(start);
+            self.free_pages += 1;
+            return;
+        }
         let added = len;
         let mut start = start;
         let mut len = len;
@@ -71,6 +83,13 @@ impl FreeList {
 
     /// Take up to `want` pages as runs, lowest addresses first.
     fn take(&mut self, want: u64, out: &mut Runs) -> u64 {
+        if want == 1 {
+            if let Some(p) = self.singles.pop() {
+                self.free_pages -= 1;
+                out.push((PageNo(p), 1));
+                return 1;
+            }
+        }
         let mut got = 0;
         while got < want {
             let Some((&s, &l)) = self.extents.iter().next() else {
@@ -83,6 +102,11 @@ impl FreeList {
             }
             out.push((PageNo(s), take as u32));
             got += take;
+        }
+        while got < want {
+            let Some(p) = self.singles.pop() else { break };
+            out.push((PageNo(p), 1));
+            got += 1;
         }
         self.free_pages -= got;
         got
@@ -307,7 +331,9 @@ impl PageAllocator {
     pub fn free_extents(&self) -> Vec<(u64, u64)> {
         let mut v: Vec<(u64, u64)> = Vec::new();
         for lane in &self.lanes {
-            v.extend(lane.lock().extents.iter().map(|(&s, &l)| (s, l)));
+            let lane = lane.lock();
+            v.extend(lane.extents.iter().map(|(&s, &l)| (s, l)));
+            v.extend(lane.singles.iter().map(|&s| (s, 1)));
         }
         v.sort_unstable();
         v

@@ -379,15 +379,16 @@ impl Ferrite {
         tx.set(slot + format::INODE_HEAD_OFFSET, head);
         tx.set(slot + INODE_TAIL_OFFSET, staged.new_tail);
         self.journals.run(&self.media, &tx);
-        let old_pages = d.log.pages.len() as u64;
-        for &p in &d.log.pages {
+        let old = d.log.live.page_list();
+        let old_pages = old.len() as u64;
+        for &p in &old {
             self.pages.free(p, 1);
         }
         let mut fresh = InodeData::load(&self.media, inode.ino, inode.kind, inode.generation, head, staged.new_tail)
             .unwrap_or_else(|c| panic!("compacted log of inode {} does not replay: {}", inode.ino.0, c.0));
         fresh.open_count = d.open_count;
         *d = fresh;
-        self.gc_pages.fetch_add(old_pages.saturating_sub(d.log.pages.len() as u64), Ordering::Relaxed);
+        self.gc_pages.fetch_add(old_pages.saturating_sub(d.log.live.page_count() as u64), Ordering::Relaxed);
     }
 
     /// Free the pages an aborted stage allocated.
@@ -460,7 +461,7 @@ impl Ferrite {
             FileType::Directory => crate::inode::Body::Dir(Default::default()),
             _ => crate::inode::Body::Pages(Default::default()),
         };
-        d.log.pages.clear();
+        d.log.live = Default::default();
         self.cache_remove(inode.ino);
         self.inodes_free.free(inode.ino);
     }

@@ -247,7 +247,7 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
     let mut parent_of: HashMap<InodeNo, InodeNo> = HashMap::new();
     for (&ino, (kind, d)) in &inodes {
         r.live_inodes += 1;
-        r.log_pages += d.log.pages.len() as u64;
+        r.log_pages += d.log.live.page_count() as u64;
         r.dead_log_pages += d.dead_log_pages() as u64;
         r.live_log_entries += d.log.live.live_entries() as u64;
         match (kind, &d.body) {

@@ -23,7 +23,7 @@
 
 use crate::alloc::PageAllocator;
 use crate::format::{
-    self, corrupt, AttrEntry, Corrupt, DentryEntry, Entry, PageNo, TruncateEntry, WriteEntry, LOG_NEXT_OFFSET,
+    self, corrupt, LOG_UNITS_PER_PAGE, AttrEntry, Corrupt, DentryEntry, Entry, PageNo, TruncateEntry, WriteEntry, LOG_NEXT_OFFSET,
     LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SHIFT, PAGE_SIZE,
 };
 use crate::media::Media;
@@ -94,67 +94,158 @@ pub enum Body {
     Dir(DirIndex),
 }
 
-/// Liveness accounting for log GC (see the module comment).
-#[derive(Default)]
+/// What DRAM keeps about one log page: its place in the chain and the
+/// reference counts of its entries (indexed by 64-byte unit).
+struct LogPage {
+    prev: u64,
+    next: u64,
+    live_entries: u32,
+    /// Highest file page end mapped by a Write entry in this page (for
+    /// Truncate pins).
+    max_file_end: u64,
+    refs: [u32; LOG_UNITS_PER_PAGE as usize],
+    /// Entries (locations) this page pins: they stay live while it exists.
+    pins: Vec<u64>,
+}
+
+const NO_PAGE: u64 = u64::MAX;
+
+/// Liveness accounting for log GC (see the module comment), and the order
+/// of the log's pages, kept as a doubly linked list so that unlinking a
+/// dead page costs O(1) whatever the length of the log.
 pub struct Liveness {
-    refs: Map<u64, u32>,
-    page_live: Map<u64, u32>,
-    pins: Map<u64, Vec<u64>>,
-    page_max_file_end: Map<u64, u64>,
+    pages: Map<u64, Box<LogPage>>,
+    first: u64,
+    last: u64,
+    live_entries: usize,
     dead_pages: BTreeSet<u64>,
     last_attr: Option<u64>,
     last_size: Option<u64>,
     last_entry: Option<u64>,
 }
 
+impl Default for Liveness {
+    fn default() -> Self {
+        Liveness {
+            pages: Map::default(),
+            first: NO_PAGE,
+            last: NO_PAGE,
+            live_entries: 0,
+            dead_pages: BTreeSet::new(),
+            last_attr: None,
+            last_size: None,
+            last_entry: None,
+        }
+    }
+}
+
 fn page_of(loc: u64) -> u64 {
     loc >> PAGE_SHIFT
 }
 
+fn unit_of(loc: u64) -> usize {
+    (((loc & (PAGE_SIZE - 1)) - LOG_PAGE_HEADER_SIZE) / LOG_UNIT) as usize
+}
+
 impl Liveness {
+    /// Append a page to the end of the chain.
+    fn push_page(&mut self, p: PageNo) {
+        let page = Box::new(LogPage {
+            prev: self.last,
+            next: NO_PAGE,
+            live_entries: 0,
+            max_file_end: 0,
+            refs: [0; LOG_UNITS_PER_PAGE as usize],
+            pins: Vec::new(),
+        });
+        assert!(self.pages.insert(p.0, page).is_none(), "log page {} linked twice", p.0);
+        if self.last == NO_PAGE {
+            self.first = p.0;
+        } else {
+            self.pages.get_mut(&self.last).expect("last page").next = p.0;
+        }
+        self.last = p.0;
+    }
+
+    pub fn page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// The pages from head to tail.
+    pub fn page_list(&self) -> Vec<PageNo> {
+        let mut v = Vec::with_capacity(self.pages.len());
+        let mut p = self.first;
+        while p != NO_PAGE {
+            v.push(PageNo(p));
+            p = self.pages[&p].next;
+        }
+        v
+    }
+
+    fn page_mut(&mut self, loc: u64) -> &mut LogPage {
+        self.pages.get_mut(&page_of(loc)).expect("entry in a page of this log")
+    }
+
     fn add_ref(&mut self, loc: u64, n: u32) {
         if n == 0 {
             return;
         }
-        let r = self.refs.entry(loc).or_insert(0);
-        if *r == 0 {
-            let p = self.page_live.entry(page_of(loc)).or_insert(0);
-            *p += 1;
-            if *p == 1 {
+        let unit = unit_of(loc);
+        let page = self.page_mut(loc);
+        let was = page.refs[unit];
+        page.refs[unit] += n;
+        if was == 0 {
+            page.live_entries += 1;
+            let revived = page.live_entries == 1;
+            self.live_entries += 1;
+            if revived {
                 self.dead_pages.remove(&page_of(loc));
             }
         }
-        *r += n;
     }
 
     fn unref(&mut self, loc: u64) {
-        let r = self.refs.get_mut(&loc).expect("unref of an entry with no references");
-        *r -= 1;
-        if *r == 0 {
-            self.refs.remove(&loc);
-            let page = page_of(loc);
-            let p = self.page_live.get_mut(&page).expect("page of a live entry");
-            *p -= 1;
-            if *p == 0 {
-                self.page_live.remove(&page);
-                self.dead_pages.insert(page);
+        let unit = unit_of(loc);
+        let page = self.page_mut(loc);
+        assert!(page.refs[unit] > 0, "unref of an entry with no references");
+        page.refs[unit] -= 1;
+        if page.refs[unit] == 0 {
+            page.live_entries -= 1;
+            let dead = page.live_entries == 0;
+            self.live_entries -= 1;
+            if dead {
+                self.dead_pages.insert(page_of(loc));
             }
         }
     }
 
-    /// A log page left the log: release the pins it held.
-    fn page_removed(&mut self, page: u64) {
+    fn pin(&mut self, pinning_page: u64, loc: u64) {
+        self.pages.get_mut(&pinning_page).expect("pinning page in the log").pins.push(loc);
+        self.add_ref(loc, 1);
+    }
+
+    /// Unlink a page from the chain and release the pins it held.
+    fn remove_page(&mut self, page: u64) {
+        let info = self.pages.remove(&page).expect("removed page is in the log");
         self.dead_pages.remove(&page);
-        self.page_max_file_end.remove(&page);
-        if let Some(pinned) = self.pins.remove(&page) {
-            for loc in pinned {
-                self.unref(loc);
-            }
+        self.live_entries -= info.live_entries as usize;
+        if info.prev == NO_PAGE {
+            self.first = info.next;
+        } else {
+            self.pages.get_mut(&info.prev).expect("prev page").next = info.next;
+        }
+        if info.next == NO_PAGE {
+            self.last = info.prev;
+        } else {
+            self.pages.get_mut(&info.next).expect("next page").prev = info.prev;
+        }
+        for loc in info.pins {
+            self.unref(loc);
         }
     }
 
     pub fn live_entries(&self) -> usize {
-        self.refs.len()
+        self.live_entries
     }
 }
 
@@ -162,7 +253,6 @@ impl Liveness {
 pub struct Log {
     pub head: u64,
     pub tail: u64,
-    pub pages: Vec<PageNo>,
     pub next_seq: u64,
     pub live: Liveness,
 }
@@ -206,7 +296,7 @@ impl InodeData {
         InodeData {
             alive: true,
             attrs,
-            log: Log { head: 0, tail: 0, pages: Vec::new(), next_seq: 1, live: Liveness::default() },
+            log: Log { head: 0, tail: 0, next_seq: 1, live: Liveness::default() },
             body: match kind {
                 FileType::Directory => Body::Dir(DirIndex::default()),
                 _ => Body::Pages(BTreeMap::new()),
@@ -232,7 +322,7 @@ impl InodeData {
     pub fn stat(&self, ino: InodeNo, kind: FileType) -> Stat {
         let a = &self.attrs;
         let (nlink, size, blocks) = match &self.body {
-            Body::Dir(d) => (if a.nlink == 0 { 0 } else { 2 + d.subdirs }, 4096, self.log.pages.len() as u64 * 8),
+            Body::Dir(d) => (if a.nlink == 0 { 0 } else { 2 + d.subdirs }, 4096, self.log.live.page_count() as u64 * 8),
             Body::Pages(p) => (a.nlink, a.size, p.len() as u64 * 8),
         };
         Stat {
@@ -299,8 +389,8 @@ impl InodeData {
                         freed.push(old.pool);
                     }
                 }
-                let end = live.page_max_file_end.entry(page_of(loc)).or_insert(0);
-                *end = (*end).max(w.file_page + w.num_pages as u64);
+                let page = live.page_mut(loc);
+                page.max_file_end = page.max_file_end.max(w.file_page + w.num_pages as u64);
                 self.attrs.size = w.size_after;
                 self.attrs.mtime_ns = w.mtime_ns;
                 self.attrs.ctime_ns = w.ctime_ns;
@@ -337,14 +427,14 @@ impl InodeData {
                 // Pin this entry to every older log page that maps file
                 // pages beyond the new end.
                 let own = page_of(loc);
-                for p in &self.log.pages {
-                    if p.0 == own {
-                        break;
+                let mut p = live.first;
+                while p != NO_PAGE && p != own {
+                    let info = &live.pages[&p];
+                    let next = info.next;
+                    if info.max_file_end > keep_pages {
+                        live.pin(p, loc);
                     }
-                    if live.page_max_file_end.get(&p.0).is_some_and(|&end| end > keep_pages) {
-                        live.pins.entry(p.0).or_default().push(loc);
-                        live.add_ref(loc, 1);
-                    }
+                    p = next;
                 }
                 self.attrs.size = t.size;
                 self.attrs.mtime_ns = t.mtime_ns;
@@ -399,8 +489,7 @@ impl InodeData {
                 }
                 live.unref(old.entry);
                 if page_of(old.entry) != page_of(loc) {
-                    live.pins.entry(page_of(old.entry)).or_default().push(loc);
-                    live.add_ref(loc, 1);
+                    live.pin(page_of(old.entry), loc);
                 }
                 self.attrs.mtime_ns = d.time_ns;
                 self.attrs.ctime_ns = d.time_ns;
@@ -459,7 +548,7 @@ impl InodeData {
             }
             media.read_checked(page.offset(), &mut buf)?;
             let next = format::decode_log_page_header(&buf, ino, generation)?;
-            data.log.pages.push(page);
+            data.log.live.push_page(page);
             let end = if page == tail_page { tail_in_page } else { PAGE_SIZE };
             let mut at = LOG_PAGE_HEADER_SIZE;
             while at < end {
@@ -511,9 +600,14 @@ impl InodeData {
     /// Is the log worth compacting (thorough GC)? Its live entries would
     /// fill at most half of its pages even if each were of the largest size.
     pub fn compaction_due(&self) -> bool {
-        let pages = self.log.pages.len() as u64;
+        let pages = self.log.live.page_count() as u64;
         let live = self.log.live.live_entries() as u64;
-        pages >= 4 && (live + 1) * format::ENTRY_UNITS_MAX as u64 * 2 <= (pages - 1) * format::LOG_UNITS_PER_PAGE
+        // File entries take one unit; directory entries up to five.
+        let units = match self.body {
+            Body::Pages(_) => 1,
+            Body::Dir(_) => format::ENTRY_UNITS_MAX as u64,
+        };
+        pages >= 4 && (live + 1) * units * 2 <= (pages - 1) * format::LOG_UNITS_PER_PAGE
     }
 
     /// Thorough GC, first half: write a checkpoint of the inode as a fresh
@@ -626,9 +720,10 @@ fn write_log_entries(
         let len = e.size_bytes() as u64;
         if needs_new {
             let page = fresh.next().expect("planned page count");
-            let mut init = vec![0u8; PAGE_SIZE as usize];
-            init[..64].copy_from_slice(&format::encode_log_page_header(owner, generation));
-            media.write_nt(page.offset(), &init);
+            // A new log page is written whole: its header and zeros (so the
+            // unused rest of a full page reads as the end of its entries).
+            media.write_nt(page.offset(), &format::encode_log_page_header(owner, generation));
+            media.fill_nt(page.offset() + LOG_PAGE_HEADER_SIZE, PAGE_SIZE - LOG_PAGE_HEADER_SIZE, 0);
             if let Some(prev) = prev_page {
                 media.store_u64(prev.offset() + LOG_NEXT_OFFSET, page.offset());
                 media.flush(prev.offset() + LOG_NEXT_OFFSET, 8);
@@ -653,7 +748,9 @@ impl InodeData {
         if self.log.head == 0 {
             self.log.head = staged.new_pages[0].offset();
         }
-        self.log.pages.extend_from_slice(&staged.new_pages);
+        for &p in &staged.new_pages {
+            self.log.live.push_page(p);
+        }
         self.log.tail = staged.new_tail;
         for (e, &(loc, seq)) in staged.entries.iter().zip(&staged.locs) {
             self.apply(kind, e, loc, seq, freed).expect("an entry built by the engine applies cleanly");
@@ -669,40 +766,33 @@ impl InodeData {
             return 0;
         }
         let dead_set: crate::Set<u64> = dead.iter().copied().collect();
-        // Relink around each run of dead pages with one 8-byte store.
-        let old_pages = std::mem::take(&mut self.log.pages);
-        let mut kept: Vec<PageNo> = Vec::with_capacity(old_pages.len());
-        let mut i = 0;
-        while i < old_pages.len() {
-            if !dead_set.contains(&old_pages[i].0) {
-                kept.push(old_pages[i]);
-                i += 1;
-                continue;
+        // Relink around each dead page with one 8-byte store: the previous
+        // live page's next pointer (or the head) skips to the next live page.
+        let live = &self.log.live;
+        for &p in &dead {
+            let info = &live.pages[&p];
+            let mut next = info.next;
+            while dead_set.contains(&next) {
+                next = live.pages[&next].next;
             }
-            let mut j = i;
-            while j < old_pages.len() && dead_set.contains(&old_pages[j].0) {
-                j += 1;
+            // The tail page is never dead, so a live successor exists.
+            assert!(next != NO_PAGE, "dead page {p} has no live successor");
+            if info.prev != NO_PAGE && dead_set.contains(&info.prev) {
+                continue; // an earlier dead page of this run does the relink
             }
-            // old_pages[j] exists: the tail page is never dead here.
-            let next = old_pages[j].offset();
-            match kept.last() {
-                None => {
-                    media.store_u64(slot_offset + format::INODE_HEAD_OFFSET, next);
-                    media.flush(slot_offset + format::INODE_HEAD_OFFSET, 8);
-                    self.log.head = next;
-                }
-                Some(prev) => {
-                    media.store_u64(prev.offset() + LOG_NEXT_OFFSET, next);
-                    media.flush(prev.offset() + LOG_NEXT_OFFSET, 8);
-                }
+            if info.prev == NO_PAGE {
+                media.store_u64(slot_offset + format::INODE_HEAD_OFFSET, PageNo(next).offset());
+                media.flush(slot_offset + format::INODE_HEAD_OFFSET, 8);
+                self.log.head = PageNo(next).offset();
+            } else {
+                media.store_u64(PageNo(info.prev).offset() + LOG_NEXT_OFFSET, PageNo(next).offset());
+                media.flush(PageNo(info.prev).offset() + LOG_NEXT_OFFSET, 8);
             }
-            i = j;
         }
-        self.log.pages = kept;
         // The unlinks must be durable before the pages can be reused.
         media.fence();
         for &p in &dead {
-            self.log.live.page_removed(p);
+            self.log.live.remove_page(p);
             alloc.free(PageNo(p), 1);
         }
         dead.len()
@@ -710,7 +800,7 @@ impl InodeData {
 
     /// Every pool page this inode owns: its log pages and its data pages.
     pub fn owned_pages(&self) -> Vec<PageNo> {
-        let mut v = self.log.pages.clone();
+        let mut v = self.log.live.page_list();
         if let Body::Pages(map) = &self.body {
             v.extend(map.values().map(|r| r.pool));
         }
