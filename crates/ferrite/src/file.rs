@@ -69,7 +69,7 @@ impl Ferrite {
             let len = (hi - lo) as usize;
             let dst = &mut buf[done..done + len];
             match mapped.peek() {
-                Some((&fp, r)) if fp == p => {
+                Some((fp, r)) if *fp == p => {
                     self.read_pool(r.pool, lo as usize, dst);
                     mapped.next();
                 }
@@ -214,7 +214,7 @@ impl Ferrite {
         let holes: Vec<u64> = {
             let map = d.pages();
             let mut v = Vec::new();
-            let mut mapped = map.range(first..=last).map(|(&k, _)| k).peekable();
+            let mut mapped = map.range(first..=last).map(|(k, _)| k).peekable();
             for p in first..=last {
                 if mapped.peek() == Some(&p) {
                     mapped.next();
@@ -263,12 +263,12 @@ impl Ferrite {
         let p = offset >> PAGE_SHIFT;
         if data {
             match map.range(p..).next() {
-                Some((&fp, _)) if (fp << PAGE_SHIFT) < size => Ok(offset.max(fp << PAGE_SHIFT)),
+                Some((fp, _)) if (fp << PAGE_SHIFT) < size => Ok(offset.max(fp << PAGE_SHIFT)),
                 _ => Err(Errno::ENXIO),
             }
         } else {
             let mut q = p;
-            for (&fp, _) in map.range(p..) {
+            for (fp, _) in map.range(p..) {
                 if fp != q {
                     break;
                 }

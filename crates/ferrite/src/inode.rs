@@ -90,7 +90,7 @@ pub struct DirIndex {
 
 pub enum Body {
     /// Regular files and symlinks: file page -> pool page.
-    Pages(BTreeMap<u64, PageRef>),
+    Pages(crate::pagemap::PageMap),
     Dir(DirIndex),
 }
 
@@ -299,13 +299,13 @@ impl InodeData {
             log: Log { head: 0, tail: 0, next_seq: 1, live: Liveness::default() },
             body: match kind {
                 FileType::Directory => Body::Dir(DirIndex::default()),
-                _ => Body::Pages(BTreeMap::new()),
+                _ => Body::Pages(Default::default()),
             },
             open_count: 0,
         }
     }
 
-    pub fn pages(&self) -> &BTreeMap<u64, PageRef> {
+    pub fn pages(&self) -> &crate::pagemap::PageMap {
         match &self.body {
             Body::Pages(p) => p,
             Body::Dir(_) => panic!("page map of a directory"),
@@ -418,7 +418,7 @@ impl InodeData {
                     return Ok(());
                 }
                 let keep_pages = t.size.div_ceil(PAGE_SIZE);
-                let cut: Vec<u64> = map.range(keep_pages..).map(|(&k, _)| k).collect();
+                let cut: Vec<u64> = map.range(keep_pages..).map(|(k, _)| k).collect();
                 for k in cut {
                     let old = map.remove(&k).expect("key just listed");
                     live.unref(old.entry);
@@ -633,7 +633,7 @@ impl InodeData {
         match &self.body {
             Body::Pages(map) => {
                 let mut run: Option<WriteEntry> = None;
-                for (&fp, r) in map {
+                for (fp, r) in map.iter() {
                     if let Some(w) = &mut run {
                         if w.file_page + w.num_pages as u64 == fp
                             && w.pool_page.0 + w.num_pages as u64 == r.pool.0

@@ -20,6 +20,7 @@ mod inode;
 mod journal;
 mod media;
 mod ns;
+mod pagemap;
 mod path;
 mod recovery;
 pub mod types;

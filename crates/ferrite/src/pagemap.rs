@@ -1,0 +1,148 @@
+//! The DRAM index of a file: file page number to pool page (and the log
+//! entry that maps it). The first `DENSE_PAGES_MAX` file pages (1 GiB of
+//! file) live in a vector indexed by page number, so the common lookups and
+//! updates cost one array access; pages beyond live in an ordered map, so a
+//! sparse file with a far offset costs memory only for what it maps.
+
+use crate::format::PageNo;
+use crate::inode::PageRef;
+use std::collections::BTreeMap;
+use std::ops::{Bound, RangeBounds};
+
+/// File pages kept in the dense vector.
+const DENSE_PAGES_MAX: u64 = 1 << 18;
+
+/// Pool page 0 holds a superblock, so it never maps file data: it marks an
+/// empty slot of the dense vector.
+const EMPTY: PageRef = PageRef { pool: PageNo(0), entry: 0 };
+
+#[derive(Default)]
+pub struct PageMap {
+    dense: Vec<PageRef>,
+    sparse: BTreeMap<u64, PageRef>,
+    count: usize,
+}
+
+impl PageMap {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn get(&self, page: &u64) -> Option<&PageRef> {
+        if *page < DENSE_PAGES_MAX {
+            self.dense.get(*page as usize).filter(|r| r.pool != EMPTY.pool)
+        } else {
+            self.sparse.get(page)
+        }
+    }
+
+    pub fn insert(&mut self, page: u64, r: PageRef) -> Option<PageRef> {
+        assert!(r.pool != EMPTY.pool, "file page mapped to pool page 0");
+        let old = if page < DENSE_PAGES_MAX {
+            let i = page as usize;
+            if i >= self.dense.len() {
+                self.dense.resize(i + 1, EMPTY);
+            }
+            let old = std::mem::replace(&mut self.dense[i], r);
+            (old.pool != EMPTY.pool).then_some(old)
+        } else {
+            self.sparse.insert(page, r)
+        };
+        if old.is_none() {
+            self.count += 1;
+        }
+        old
+    }
+
+    pub fn remove(&mut self, page: &u64) -> Option<PageRef> {
+        let old = if *page < DENSE_PAGES_MAX {
+            let slot = self.dense.get_mut(*page as usize)?;
+            let old = std::mem::replace(slot, EMPTY);
+            (old.pool != EMPTY.pool).then_some(old)
+        } else {
+            self.sparse.remove(page)
+        };
+        if old.is_some() {
+            self.count -= 1;
+        }
+        old
+    }
+
+    /// Mapped pages in `range`, in file order.
+    pub fn range(&self, range: impl RangeBounds<u64>) -> impl Iterator<Item = (u64, &PageRef)> + '_ {
+        let lo = match range.start_bound() {
+            Bound::Included(&x) => x,
+            Bound::Excluded(&x) => x.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let hi = match range.end_bound() {
+            Bound::Included(&x) => Some(x),
+            Bound::Excluded(&0) => None,
+            Bound::Excluded(&x) => Some(x - 1),
+            Bound::Unbounded => Some(u64::MAX),
+        };
+        let (dense_lo, dense_hi, sparse_lo, sparse_hi) = match hi {
+            Some(hi) if lo <= hi => {
+                let dense_end = (self.dense.len() as u64).min(hi.saturating_add(1));
+                (lo.min(dense_end), dense_end, lo.max(DENSE_PAGES_MAX), hi)
+            }
+            _ => (0, 0, 1, 0),
+        };
+        let dense = self.dense[dense_lo as usize..dense_hi as usize]
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.pool != EMPTY.pool)
+            .map(move |(i, r)| (dense_lo + i as u64, r));
+        let sparse = (sparse_lo <= sparse_hi)
+            .then(|| self.sparse.range(sparse_lo..=sparse_hi).map(|(&k, r)| (k, r)))
+            .into_iter()
+            .flatten();
+        dense.chain(sparse)
+    }
+
+    /// Every mapping, in file order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &PageRef)> + '_ {
+        self.range(..)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &PageRef> + '_ {
+        self.iter().map(|(_, r)| r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(p: u64) -> PageRef {
+        PageRef { pool: PageNo(p), entry: p * 64 }
+    }
+
+    #[test]
+    fn behaves_like_an_ordered_map() {
+        let mut m = PageMap::default();
+        let mut model = BTreeMap::new();
+        let keys = [0u64, 1, 5, 100, DENSE_PAGES_MAX - 1, DENSE_PAGES_MAX, DENSE_PAGES_MAX + 7, 1 << 30];
+        for (i, &k) in keys.iter().enumerate() {
+            assert_eq!(m.insert(k, r(i as u64 + 10)), model.insert(k, r(i as u64 + 10)));
+        }
+        assert_eq!(m.insert(5, r(99)), model.insert(5, r(99)));
+        assert_eq!(m.remove(&1), model.remove(&1));
+        assert_eq!(m.remove(&2), model.remove(&2));
+        assert_eq!(m.len(), model.len());
+        for (lo, hi) in [(0, u64::MAX), (2, 100), (101, DENSE_PAGES_MAX), (DENSE_PAGES_MAX, 1 << 31), (7, 3)] {
+            let got: Vec<(u64, PageRef)> = m.range(lo..=hi).map(|(k, v)| (k, *v)).collect();
+            let want: Vec<(u64, PageRef)> =
+                if lo <= hi { model.range(lo..=hi).map(|(&k, &v)| (k, v)).collect() } else { Vec::new() };
+            assert_eq!(got, want, "range {lo}..={hi}");
+        }
+        let from: Vec<u64> = m.range(6..).map(|(k, _)| k).collect();
+        assert_eq!(from, model.range(6..).map(|(&k, _)| k).collect::<Vec<_>>());
+        assert_eq!(m.get(&5), model.get(&5));
+        assert_eq!(m.get(&3), None);
+    }
+}
