@@ -342,13 +342,13 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> TimeSpec;
 }
 
-/// The real-time clock.
+/// The real-time clock, read coarsely (the kernel tick, 1–4 ms) as Linux
+/// file systems stamp files: a few nanoseconds instead of a precise read.
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> TimeSpec {
-        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        TimeSpec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+        TimeSpec::from_ns(ferrite_pmem::coarse_realtime_ns())
     }
 }
 

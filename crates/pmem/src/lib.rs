@@ -32,7 +32,7 @@ mod record;
 
 use std::fmt;
 
-pub use arch::{detected_flush_kind, detected_nt_kind};
+pub use arch::{coarse_realtime_ns, detected_flush_kind, detected_nt_kind};
 pub use latency::EmulatedLatency;
 pub use pmem::Pmem;
 pub use record::{replay_stores, Event};
