@@ -8,6 +8,7 @@
 //! mismatch; 2 the command could not run (one line on stderr says why).
 
 mod demo;
+mod mount;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -18,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 use util::{
-    human_bytes, human_duration, outln, parse_size, pool_message, pool_path, CliError, CliResult,
-    Existing, EXIT_DAMAGED, EXIT_OK, MIN_POOL_BYTES,
+    human_bytes, human_duration, outln, parse_size, pool_message, pool_path, CliError, CliResult, Existing,
+    EXIT_DAMAGED, EXIT_OK, MIN_POOL_BYTES,
 };
 
 const POOL_HELP: &str = "Pool file [default: $FERRITE_POOL, else /dev/shm/ferrite.pool]";
@@ -44,6 +45,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    #[command(flatten)]
+    Fuse(mount::FuseCommand),
     /// Create a pool file and format an empty file system in it
     ///
     /// The file is created (or truncated) to SIZE bytes and formatted, then
@@ -123,15 +126,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = mount::helper_from_argv0() {
+        return code;
+    }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Mkfs {
-            pool,
-            size,
-            lanes,
-            inodes,
-            force,
-        } => mkfs(&pool_path(pool), size, lanes, inodes, force),
+        Command::Fuse(c) => mount::run(c),
+        Command::Mkfs { pool, size, lanes, inodes, force } => mkfs(&pool_path(pool), size, lanes, inodes, force),
         Command::Info { pool, usage } => info(&pool_path(pool), usage),
         Command::Fsck { pool } => fsck(&pool_path(pool)),
         Command::Dump { pool, inode } => dump(&pool_path(pool), inode),
@@ -149,20 +150,11 @@ fn main() -> ExitCode {
 /// Create the pool file and format it. Checks the geometry first, so that
 /// bad parameters never truncate an existing file. Removes a file it
 /// created if formatting fails.
-pub(crate) fn create_and_format(
-    path: &Path,
-    size: u64,
-    lanes: u32,
-    inodes: Option<u64>,
-) -> CliResult<Ferrite> {
+pub(crate) fn create_and_format(path: &Path, size: u64, lanes: u32, inodes: Option<u64>) -> CliResult<Ferrite> {
     if size < MIN_POOL_BYTES {
         return Err(CliError::pool(
             path,
-            format!(
-                "a pool of {} is too small: at least {} is needed",
-                human_bytes(size),
-                human_bytes(MIN_POOL_BYTES)
-            ),
+            format!("a pool of {} is too small: at least {} is needed", human_bytes(size), human_bytes(MIN_POOL_BYTES)),
         ));
     }
     // The engine's own geometry check (lanes, page count, inode count),
@@ -170,13 +162,9 @@ pub(crate) fn create_and_format(
     Layout::compute(size / PAGE_SIZE, lanes, inodes.unwrap_or(2))
         .map_err(|m| CliError::pool(path, format!("invalid parameters: {m}")))?;
     let existed = path.exists();
-    let pmem = Pmem::create_file(path, size, MIN_POOL_BYTES)
-        .map_err(|e| CliError::pool(path, util::create_message(&e)))?;
-    let opts = FormatOptions {
-        lanes,
-        inodes,
-        ..FormatOptions::default()
-    };
+    let pmem =
+        Pmem::create_file(path, size, MIN_POOL_BYTES).map_err(|e| CliError::pool(path, util::create_message(&e)))?;
+    let opts = FormatOptions { lanes, inodes, ..FormatOptions::default() };
     Ferrite::format(pmem, &opts).map_err(|e| {
         let mut msg = format!("cannot format: {}", pool_message(&e));
         if !existed && std::fs::remove_file(path).is_ok() {
@@ -189,10 +177,7 @@ pub(crate) fn create_and_format(
 fn mkfs(path: &Path, size: u64, lanes: u32, inodes: Option<u64>, force: bool) -> CliResult<u8> {
     match util::probe(path)? {
         Existing::Ferrite(what) if !force => {
-            return Err(CliError::pool(
-                path,
-                format!("{what}; not overwritten (use --force to format it anyway)"),
-            ));
+            return Err(CliError::pool(path, format!("{what}; not overwritten (use --force to format it anyway)")));
         }
         Existing::Ferrite(what) | Existing::Other(what) => {
             outln!("replacing {}: {what}", path.display());
@@ -203,15 +188,9 @@ fn mkfs(path: &Path, size: u64, lanes: u32, inodes: Option<u64>, force: bool) ->
     let fs = create_and_format(path, size, lanes, inodes)?;
     let sb = fs.superblock();
     let stats = fs.fs_stats();
-    fs.unmount()
-        .map_err(|e| CliError::pool(path, format!("unmount after format failed: {e}")))?;
+    fs.unmount().map_err(|e| CliError::pool(path, format!("unmount after format failed: {e}")))?;
     let elapsed = started.elapsed();
-    outln!(
-        "formatted {} ({}) in {}",
-        path.display(),
-        human_bytes(size),
-        human_duration(elapsed)
-    );
+    outln!("formatted {} ({}) in {}", path.display(), human_bytes(size), human_duration(elapsed));
     outln!("  pages        {} of {} bytes", sb.total_pages, PAGE_SIZE);
     outln!("  lanes        {}", sb.lane_count);
     outln!(
@@ -220,11 +199,7 @@ fn mkfs(path: &Path, size: u64, lanes: u32, inodes: Option<u64>, force: bool) ->
         sb.inode_table_start.0,
         sb.inode_table_start.0 + sb.inode_table_pages
     );
-    outln!(
-        "  data start   page {} ({} of metadata)",
-        sb.data_start.0,
-        human_bytes(sb.data_start.0 * PAGE_SIZE)
-    );
+    outln!("  data start   page {} ({} of metadata)", sb.data_start.0, human_bytes(sb.data_start.0 * PAGE_SIZE));
     outln!(
         "  free         {} pages ({}), {} inodes",
         stats.blocks_free,
@@ -254,11 +229,7 @@ fn info(path: &Path, usage: bool) -> CliResult<u8> {
         sb.inode_table_start.0,
         sb.inode_table_start.0 + sb.inode_table_pages
     );
-    outln!(
-        "data start     page {} ({} of metadata)",
-        sb.data_start.0,
-        human_bytes(sb.data_start.0 * PAGE_SIZE)
-    );
+    outln!("data start     page {} ({} of metadata)", sb.data_start.0, human_bytes(sb.data_start.0 * PAGE_SIZE));
     match sb.state {
         MountState::Clean => {
             outln!("state          clean (cleanly unmounted)");
@@ -274,20 +245,12 @@ fn info(path: &Path, usage: bool) -> CliResult<u8> {
         }
     }
     outln!("mount count    {}", sb.mount_count);
-    outln!(
-        "created        {} ({} ns)",
-        util::utc_time(sb.created_ns),
-        sb.created_ns
-    );
+    outln!("created        {} ({} ns)", util::utc_time(sb.created_ns), sb.created_ns);
     outln!("uuid           {}", util::hex(&sb.uuid));
     outln!("persistence    {}", pmem.domain());
     outln!(
         "map_sync       {}",
-        if pmem.map_sync() {
-            "yes (DAX: stores reach persistent media at each fence)"
-        } else {
-            "no"
-        }
+        if pmem.map_sync() { "yes (DAX: stores reach persistent media at each fence)" } else { "no" }
     );
     outln!("flush          {}", flush_name(pmem.flush_kind()));
     outln!("copy           {}", nt_name(pmem.nt_kind()));
@@ -306,9 +269,7 @@ fn info(path: &Path, usage: bool) -> CliResult<u8> {
             human_duration(std::time::Duration::from_nanos(r.recovery_ns))
         );
     }
-    let st = fs
-        .statfs()
-        .map_err(|e| CliError::pool(path, format!("statfs failed: {e}")))?;
+    let st = fs.statfs().map_err(|e| CliError::pool(path, format!("statfs failed: {e}")))?;
     let used_pages = st.blocks - st.blocks_free;
     let used_inodes = st.files - st.files_free;
     outln!(
@@ -319,14 +280,8 @@ fn info(path: &Path, usage: bool) -> CliResult<u8> {
         human_bytes(st.blocks_free * st.block_size as u64),
         st.blocks
     );
-    outln!(
-        "inodes         {} used, {} free, {} total",
-        used_inodes,
-        st.files_free,
-        st.files
-    );
-    fs.unmount()
-        .map_err(|e| CliError::pool(path, format!("unmount failed: {e}")))?;
+    outln!("inodes         {} used, {} free, {} total", used_inodes, st.files_free, st.files);
+    fs.unmount().map_err(|e| CliError::pool(path, format!("unmount failed: {e}")))?;
     Ok(EXIT_OK)
 }
 
@@ -335,9 +290,7 @@ fn flush_name(k: FlushKind) -> &'static str {
         FlushKind::Clwb => "clwb (write back, line stays cached)",
         FlushKind::ClflushOpt => "clflushopt",
         FlushKind::Clflush => "clflush (serializing: slowest)",
-        FlushKind::NoFlush => {
-            "none (no cache-line write-back: eADR platform or FERRITE_FLUSH=none)"
-        }
+        FlushKind::NoFlush => "none (no cache-line write-back: eADR platform or FERRITE_FLUSH=none)",
     }
 }
 
@@ -356,11 +309,7 @@ fn fsck(path: &Path) -> CliResult<u8> {
     let elapsed = started.elapsed();
     outln!("{report}");
     if report.is_clean() {
-        outln!(
-            "{}: clean (checked in {})",
-            path.display(),
-            human_duration(elapsed)
-        );
+        outln!("{}: clean (checked in {})", path.display(), human_duration(elapsed));
         Ok(EXIT_OK)
     } else {
         outln!(

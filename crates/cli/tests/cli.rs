@@ -18,10 +18,7 @@ struct Scratch(PathBuf);
 impl Scratch {
     fn new(tag: &str) -> Scratch {
         static N: AtomicU32 = AtomicU32::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
         let dir = PathBuf::from(format!(
             "/dev/shm/ferrite-cli-test-{}-{}-{tag}-{nanos}",
             std::process::id(),
@@ -77,14 +74,7 @@ fn expect_code(o: &Output, code: i32, what: &str) {
 }
 
 fn mkfs(pool: &Path, size: &str) {
-    let o = run(&[
-        "mkfs",
-        pool.to_str().unwrap(),
-        "--size",
-        size,
-        "--lanes",
-        "2",
-    ]);
+    let o = run(&["mkfs", pool.to_str().unwrap(), "--size", size, "--lanes", "2"]);
     expect_code(&o, 0, "mkfs");
 }
 
@@ -97,11 +87,7 @@ fn root_slot(pool: &Path) -> u64 {
 }
 
 fn flip(pool: &Path, offset: u64, len: usize) {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(pool)
-        .unwrap();
+    let f = OpenOptions::new().read(true).write(true).open(pool).unwrap();
     let mut b = vec![0u8; len];
     f.read_exact_at(&mut b, offset).unwrap();
     for x in &mut b {
@@ -128,18 +114,11 @@ fn mkfs_then_info_shows_a_clean_pool() {
     // info without --usage changes nothing: the file is byte-identical.
     let before = std::fs::read(&pool).unwrap();
     expect_code(&run(&["info", p]), 0, "info again");
-    assert!(
-        std::fs::read(&pool).unwrap() == before,
-        "info changed the pool"
-    );
+    assert!(std::fs::read(&pool).unwrap() == before, "info changed the pool");
     // --usage mounts and unmounts cleanly.
     let o = run(&["info", p, "--usage"]);
     expect_code(&o, 0, "info --usage");
-    assert!(
-        stdout(&o).contains("inodes         1 used"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("inodes         1 used"), "{}", stdout(&o));
     assert!(!stdout(&o).contains("recovery"), "{}", stdout(&o));
     assert!(stdout(&run(&["info", p])).contains("state          clean"));
     // dump decodes the root.
@@ -266,11 +245,7 @@ fn ferrite_pool_names_the_default_pool() {
     let o = run_env(&["info"], Some(&pool));
     expect_code(&o, 0, "info via $FERRITE_POOL");
     assert!(stdout(&o).contains(pool.to_str().unwrap()));
-    expect_code(
-        &run_env(&["fsck"], Some(&pool)),
-        0,
-        "fsck via $FERRITE_POOL",
-    );
+    expect_code(&run_env(&["fsck"], Some(&pool)), 0, "fsck via $FERRITE_POOL");
 }
 
 #[test]
@@ -289,28 +264,13 @@ fn info_reports_a_crashed_pool_dirty_and_usage_recovers_it() {
     let before = std::fs::read(&pool).unwrap();
     let o = run(&["info", p]);
     expect_code(&o, 0, "info of a dirty pool");
-    assert!(
-        stdout(&o).contains("state          dirty"),
-        "{}",
-        stdout(&o)
-    );
-    assert!(
-        std::fs::read(&pool).unwrap() == before,
-        "info changed the pool"
-    );
+    assert!(stdout(&o).contains("state          dirty"), "{}", stdout(&o));
+    assert!(std::fs::read(&pool).unwrap() == before, "info changed the pool");
     let o = run(&["info", p, "--usage"]);
     expect_code(&o, 0, "info --usage of a dirty pool");
     assert!(stdout(&o).contains("recovery       ran"), "{}", stdout(&o));
-    assert!(
-        stdout(&o).contains("inodes         2 used"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("inodes         2 used"), "{}", stdout(&o));
     let o = run(&["info", p]);
-    assert!(
-        stdout(&o).contains("state          clean"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("state          clean"), "{}", stdout(&o));
     expect_code(&run(&["fsck", p]), 0, "fsck after recovery");
 }

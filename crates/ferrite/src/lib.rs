@@ -31,6 +31,7 @@ pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::Rand
 pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
+pub use inode::Inode;
 pub use ns::NodeSpec;
 pub use path::OpenFile;
 pub use types::*;

@@ -687,6 +687,17 @@ impl Ferrite {
         self.write_locked(&inode, &mut d, offset, data)
     }
 
+    /// SEEK_DATA (`data`) or SEEK_HOLE from `offset`, at page granularity:
+    /// ENXIO at or past the end of file.
+    pub fn seek_data_hole_ino(&self, ino: InodeNo, offset: u64, data: bool) -> FsResult<u64> {
+        let inode = self.inode(ino)?;
+        if inode.kind != FileType::Regular {
+            return Err(Errno::EINVAL);
+        }
+        let d = inode.data.read();
+        self.seek_data_hole(&d, offset, data)
+    }
+
     pub fn fallocate_ino(&self, ino: InodeNo, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
         let inode = self.inode(ino)?;
         let mut d = inode.data.write();

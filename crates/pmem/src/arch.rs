@@ -350,6 +350,25 @@ impl NtKind {
     }
 }
 
+/// The coarse real-time clock (CLOCK_REALTIME_COARSE) in nanoseconds since
+/// the Unix epoch: what Linux file systems stamp files with, read without a
+/// system call in a few nanoseconds, at the kernel tick's resolution
+/// (1–4 ms). Falls back to the precise clock where it is missing.
+pub fn coarse_realtime_ns() -> i64 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes only into `ts`, which we own.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
+            // time_t and c_long are i64 on 64-bit Linux and narrower elsewhere.
+            #[allow(clippy::useless_conversion)]
+            return i64::from(ts.tv_sec).saturating_mul(1_000_000_000).saturating_add(i64::from(ts.tv_nsec));
+        }
+    }
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    d.as_nanos().min(i64::MAX as u128) as i64
+}
+
 #[cfg(test)]
 mod tests {
     // Proves the environment overrides are parsed, and that an override
@@ -373,19 +392,3 @@ mod tests {
     }
 }
 
-/// The coarse real-time clock (CLOCK_REALTIME_COARSE) in nanoseconds since
-/// the Unix epoch: what Linux file systems stamp files with, read without a
-/// system call in a few nanoseconds, at the kernel tick's resolution
-/// (1–4 ms). Falls back to the precise clock where it is missing.
-pub fn coarse_realtime_ns() -> i64 {
-    #[cfg(target_os = "linux")]
-    {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: clock_gettime writes only into `ts`, which we own.
-        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
-            return (ts.tv_sec as i64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as i64);
-        }
-    }
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    d.as_nanos().min(i64::MAX as u128) as i64
-}

@@ -1,0 +1,364 @@
+//! Mount options: the `-o` list of `ferrite mount` and of the
+//! `mount.fuse.ferrite` helper, parsed once into [`MountConfig`].
+//!
+//! Options are comma-separated `key` or `key=value` words, as mount(8)
+//! passes them. Words that only mean something to mount(8) or fstab
+//! (`defaults`, `noauto`, `nofail`, `_netdev`, `x-*`, ...) are accepted and
+//! ignored; any other unknown word is an error, so that a typo is never
+//! silently dropped.
+
+use ferrite_pmem::EmulatedLatency;
+use std::time::Duration;
+
+/// Consistency mode of the mount (see docs/DESIGN.md).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Consistency {
+    /// Every operation is atomic and durable when it returns (NOVA).
+    #[default]
+    Strict,
+}
+
+/// When to use READDIRPLUS (directory listing that returns attributes too).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum ReaddirPlus {
+    /// Never: the kernel looks each name up.
+    Off,
+    /// Always.
+    On,
+    /// The kernel decides (READDIRPLUS_AUTO: for listings followed by stats).
+    #[default]
+    Auto,
+}
+
+/// Everything a mount is asked to do, from the `-o` options.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    pub consistency: Consistency,
+    /// `ro`: the kernel refuses every change with EROFS (and so does the adapter).
+    pub read_only: bool,
+    /// `allow_other`: users other than the one who mounted may use the mount.
+    pub allow_other: bool,
+    /// `allow_root`: root may use the mount too (the owner always may).
+    pub allow_root: bool,
+    /// The kernel checks permissions from the mode bits (`default_permissions`).
+    /// On by default: the engine does no permission checks of its own.
+    pub default_permissions: bool,
+    /// Owner given to new nodes (and to the root of a pool this mount
+    /// creates) instead of the creating process's.
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Extra bits cleared from the mode of every new node (on top of the
+    /// creating process's umask).
+    pub umask: u32,
+    /// Emulated media latency (extra ns per flushed line and per fence).
+    pub latency: EmulatedLatency,
+    /// How long the kernel may cache attributes / names.
+    pub attr_timeout: Duration,
+    pub entry_timeout: Duration,
+    /// How long the kernel may remember that a name does not exist.
+    pub negative_timeout: Duration,
+    /// Kernel write-back caching: writes are buffered by the kernel and
+    /// reach the pool at fsync, close or memory pressure (weakens the
+    /// durability of a write that returned; off by default).
+    pub writeback_cache: bool,
+    /// Bypass the kernel page cache for file data (no shared mmap on
+    /// kernels before 6.6).
+    pub direct_io: bool,
+    /// Keep the kernel page cache of a file across opens (safe: every
+    /// change goes through this mount).
+    pub keep_cache: bool,
+    pub readdirplus: ReaddirPlus,
+    /// Request-serving threads.
+    pub threads: usize,
+    /// Let fusermount3 unmount if the daemon dies. `None`: when fusermount3
+    /// is installed and other users are let in (allow_other / allow_root).
+    pub auto_unmount: Option<bool>,
+    /// Size of a pool created because none existed (bytes).
+    pub size: Option<u64>,
+    /// Name shown as the mount's source (default: the pool path).
+    pub fsname: Option<String>,
+    pub subtype: String,
+    /// Kernel mount flags passed through.
+    pub nosuid: bool,
+    pub nodev: bool,
+    pub noexec: bool,
+    pub noatime: bool,
+    pub sync: bool,
+    pub dirsync: bool,
+    /// Only meaningful to the mount helper: stay in the foreground.
+    pub foreground: bool,
+    /// Where a detached daemon writes its log (default: nowhere).
+    pub log: Option<std::path::PathBuf>,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            consistency: Consistency::Strict,
+            read_only: false,
+            allow_other: false,
+            allow_root: false,
+            default_permissions: true,
+            uid: None,
+            gid: None,
+            umask: 0,
+            latency: EmulatedLatency::default(),
+            attr_timeout: Duration::from_secs(1),
+            entry_timeout: Duration::from_secs(1),
+            negative_timeout: Duration::from_secs(1),
+            writeback_cache: false,
+            direct_io: false,
+            keep_cache: true,
+            readdirplus: ReaddirPlus::Auto,
+            threads: default_threads(),
+            auto_unmount: None,
+            size: None,
+            fsname: None,
+            subtype: "ferrite".into(),
+            nosuid: true,
+            nodev: true,
+            noexec: false,
+            noatime: false,
+            sync: false,
+            dirsync: false,
+            foreground: false,
+            log: None,
+        }
+    }
+}
+
+/// One request thread per CPU, at least 2, at most 8.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(2, 8)
+}
+
+/// Words mount(8), fstab or systemd pass that mean nothing to the mount itself.
+fn ignored(key: &str) -> bool {
+    matches!(
+        key,
+        "defaults"
+            | "auto"
+            | "noauto"
+            | "user"
+            | "users"
+            | "nouser"
+            | "owner"
+            | "group"
+            | "nofail"
+            | "_netdev"
+            | "rw"
+            | "relatime"
+            | "strictatime"
+            | "lazytime"
+            | "nolazytime"
+            | "loop"
+    ) || key.starts_with("x-")
+        || key.starts_with("comment=")
+}
+
+/// Parse a size: bytes, or a number with a binary suffix K, M, G, T.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a size (examples: 4096, 64M, 1G)"))?;
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("`{s}`: unknown size suffix (use K, M, G or T)")),
+    };
+    n.checked_mul(1u64 << shift)
+        .and_then(|b| b.checked_next_multiple_of(4096))
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("`{s}`: not a usable size"))
+}
+
+fn need<'a>(key: &str, v: Option<&'a str>) -> Result<&'a str, String> {
+    v.ok_or_else(|| format!("option {key} needs a value ({key}=...)"))
+}
+
+fn parse_u32(key: &str, v: &str, radix: u32) -> Result<u32, String> {
+    u32::from_str_radix(v, radix).map_err(|_| format!("option {key}: `{v}` is not a number"))
+}
+
+fn parse_u64(key: &str, v: &str) -> Result<u64, String> {
+    v.parse().map_err(|_| format!("option {key}: `{v}` is not a number"))
+}
+
+fn parse_secs(key: &str, v: &str) -> Result<Duration, String> {
+    let f: f64 = v.parse().map_err(|_| format!("option {key}: `{v}` is not a number of seconds"))?;
+    if !(0.0..=86_400.0 * 365.0).contains(&f) {
+        return Err(format!("option {key}: {v} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(f))
+}
+
+impl MountConfig {
+    /// Apply one `-o` argument (a comma-separated list) on top of `self`.
+    pub fn apply(&mut self, list: &str) -> Result<(), String> {
+        for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            self.apply_word(word)?;
+        }
+        Ok(())
+    }
+
+    /// Parse a sequence of `-o` arguments over the defaults.
+    pub fn parse<'a>(lists: impl IntoIterator<Item = &'a str>) -> Result<MountConfig, String> {
+        let mut c = MountConfig::default();
+        for l in lists {
+            c.apply(l)?;
+        }
+        Ok(c)
+    }
+
+    fn apply_word(&mut self, word: &str) -> Result<(), String> {
+        let (key, val) = match word.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (word, None),
+        };
+        match (key, val) {
+            ("mode", Some(v)) => match v {
+                "strict" => self.consistency = Consistency::Strict,
+                "fsync-atomic" | "buffered" => {
+                    return Err(format!(
+                        "option mode={v}: this consistency mode is not implemented yet (only mode=strict)"
+                    ))
+                }
+                _ => return Err(format!("option mode={v}: unknown mode (strict)")),
+            },
+            ("ro", None) => self.read_only = true,
+            ("rw", None) => self.read_only = false,
+            ("allow_other", None) => self.allow_other = true,
+            ("allow_root", None) => self.allow_root = true,
+            ("default_permissions", None) => self.default_permissions = true,
+            ("no_default_permissions", None) => self.default_permissions = false,
+            ("uid", v) => self.uid = Some(parse_u32(key, need(key, v)?, 10)?),
+            ("gid", v) => self.gid = Some(parse_u32(key, need(key, v)?, 10)?),
+            ("umask", v) => {
+                let m = parse_u32(key, need(key, v)?, 8)?;
+                if m > 0o7777 {
+                    return Err(format!("option umask={m:o}: more than 4 octal digits"));
+                }
+                self.umask = m;
+            }
+            ("flush_latency_ns", v) => self.latency.flush_line_ns = parse_u64(key, need(key, v)?)?,
+            ("fence_latency_ns", v) => self.latency.fence_ns = parse_u64(key, need(key, v)?)?,
+            ("attr_timeout", v) => self.attr_timeout = parse_secs(key, need(key, v)?)?,
+            ("entry_timeout", v) => self.entry_timeout = parse_secs(key, need(key, v)?)?,
+            ("negative_timeout", v) => self.negative_timeout = parse_secs(key, need(key, v)?)?,
+            ("writeback_cache", None) => self.writeback_cache = true,
+            ("no_writeback_cache", None) => self.writeback_cache = false,
+            ("direct_io", None) => self.direct_io = true,
+            ("keep_cache" | "kernel_cache", None) => self.keep_cache = true,
+            ("no_keep_cache", None) => self.keep_cache = false,
+            ("readdirplus", v) => {
+                self.readdirplus = match need(key, v)? {
+                    "yes" | "on" => ReaddirPlus::On,
+                    "no" | "off" => ReaddirPlus::Off,
+                    "auto" => ReaddirPlus::Auto,
+                    other => return Err(format!("option readdirplus={other}: use yes, no or auto")),
+                }
+            }
+            ("threads", v) => {
+                let n = parse_u64(key, need(key, v)?)?;
+                if !(1..=64).contains(&n) {
+                    return Err(format!("option threads={n}: use 1..=64"));
+                }
+                self.threads = n as usize;
+            }
+            ("auto_unmount", None) => self.auto_unmount = Some(true),
+            ("noauto_unmount" | "no_auto_unmount", None) => self.auto_unmount = Some(false),
+            ("size", v) => self.size = Some(parse_size(need(key, v)?).map_err(|e| format!("option size: {e}"))?),
+            ("fsname", v) => self.fsname = Some(need(key, v)?.to_string()),
+            ("subtype", v) => self.subtype = need(key, v)?.to_string(),
+            ("nosuid", None) => self.nosuid = true,
+            ("suid", None) => self.nosuid = false,
+            ("nodev", None) => self.nodev = true,
+            ("dev", None) => self.nodev = false,
+            ("noexec", None) => self.noexec = true,
+            ("exec", None) => self.noexec = false,
+            ("noatime" | "nodiratime", None) => self.noatime = true,
+            ("atime" | "diratime", None) => self.noatime = false,
+            ("sync", None) => self.sync = true,
+            ("async", None) => self.sync = false,
+            ("dirsync", None) => self.dirsync = true,
+            ("foreground", None) => self.foreground = true,
+            ("log", v) => self.log = Some(need(key, v)?.into()),
+            _ if ignored(word) || ignored(key) => {}
+            _ => return Err(format!("unknown mount option `{word}` (see `ferrite mount --help`)")),
+        }
+        Ok(())
+    }
+}
+
+/// The text `ferrite mount --help` shows for `-o`.
+pub const OPTIONS_HELP: &str = "\
+Mount options (-o, comma-separated; may be repeated):
+  mode=strict              consistency mode (the only one so far): every operation
+                           is atomic and durable when it returns
+  ro                       read-only mount
+  allow_other              let every user use the mount (default: only the owner)
+  allow_root               let root use it too
+  default_permissions      the kernel checks mode bits (on by default: the engine has
+                           no permission checks); no_default_permissions turns it off
+  uid=N,gid=N              owner of new files and directories (and of the root of a
+                           pool created by this mount) instead of the caller's
+  umask=OOO                bits cleared from the mode of every new node
+  flush_latency_ns=N       emulated media: extra ns per flushed cache line
+  fence_latency_ns=N       emulated media: extra ns per fence
+  attr_timeout=S           seconds the kernel caches attributes (default 1)
+  entry_timeout=S          seconds the kernel caches names (default 1)
+  negative_timeout=S       seconds the kernel remembers a name does not exist (1)
+                           (all caching is safe: every change goes through this mount)
+  writeback_cache          let the kernel buffer writes (they reach the pool at fsync
+                           or close: a write that returned is no longer durable)
+  direct_io                bypass the kernel page cache for file data
+  no_keep_cache            drop a file's cached pages at every open
+  readdirplus=yes|no|auto  listings that return attributes too (default auto)
+  threads=N                request threads (default: one per CPU, 2..8)
+  auto_unmount             unmount through fusermount3 if the daemon dies (default
+                           with allow_other/allow_root when fusermount3 is
+                           installed; alone it implies allow_root); noauto_unmount:
+                           never. Without it a dead mount is removed by
+                           `ferrite umount DIR` or by the next `ferrite mount`
+  size=SIZE                size of the pool created when POOL does not exist (1G)
+  fsname=NAME,subtype=T    how the mount shows in /proc/mounts
+  log=PATH                 where a detached daemon logs (default: nowhere)
+  foreground               (mount helper only) do not detach
+  nosuid,suid,nodev,dev,noexec,exec,noatime,atime,sync,dirsync   kernel flags
+  defaults,noauto,nofail,_netdev,x-*   accepted for fstab, ignored";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_options() {
+        let c = MountConfig::parse(["ro,allow_other,uid=1000,gid=100,umask=022", "threads=3"]).unwrap();
+        assert!(c.read_only && c.allow_other);
+        assert_eq!((c.uid, c.gid, c.umask, c.threads), (Some(1000), Some(100), 0o22, 3));
+        let c = MountConfig::parse(["attr_timeout=0.5,entry_timeout=0,size=64M,flush_latency_ns=300"]).unwrap();
+        assert_eq!(c.attr_timeout, Duration::from_millis(500));
+        assert_eq!(c.entry_timeout, Duration::ZERO);
+        assert_eq!(c.size, Some(64 << 20));
+        assert_eq!(c.latency.flush_line_ns, 300);
+        let c = MountConfig::parse(["defaults,noauto,nofail,_netdev,x-systemd.automount,rw"]).unwrap();
+        assert!(!c.read_only);
+        assert!(MountConfig::parse(["bogus"]).is_err());
+        assert!(MountConfig::parse(["uid"]).is_err());
+        assert!(MountConfig::parse(["mode=buffered"]).is_err());
+        assert!(MountConfig::parse(["threads=0"]).is_err());
+        assert!(MountConfig::parse(["umask=99"]).is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("1"), Ok(4096));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("1Q").is_err());
+    }
+}
