@@ -180,5 +180,9 @@ fn describe(e: &Entry) -> String {
         Entry::DentryRemove(d) => {
             format!("REMOVE {:?} (inode {})", String::from_utf8_lossy(&d.name), d.ino.0)
         }
+        Entry::Xattr(x) => match &x.value {
+            Some(v) => format!("XATTR SET {:?} ({} bytes)", String::from_utf8_lossy(&x.name), v.len()),
+            None => format!("XATTR REMOVE {:?}", String::from_utf8_lossy(&x.name)),
+        },
     }
 }

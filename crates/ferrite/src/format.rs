@@ -10,7 +10,7 @@
 use crate::types::{FileType, InodeNo};
 
 /// Version of the on-media format this code reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// First 8 bytes of both superblock copies.
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"FeRrItE\x01";
 /// Size of a page: the unit of allocation, of logs and of file data.
@@ -508,14 +508,14 @@ pub fn decode_log_page_header(b: &[u8], owner: InodeNo, generation: u32) -> Resu
 }
 
 // ---------------------------------------------------------------------------
-// Log entries. Each is 1..=5 units of 64 bytes and never crosses a page.
+// Log entries. Each is 1..=16 units of 64 bytes and never crosses a page.
 //
 // Common header (16 bytes): [0] kind; [1] units; [2..4) reserved;
 // [4..8) CRC-32C of the whole entry with this field zero; [8..16) sequence
 // number (per inode, strictly increasing; directory cookies use it).
 
 pub const ENTRY_HEADER_SIZE: usize = 16;
-pub const ENTRY_UNITS_MAX: u8 = 5;
+pub const ENTRY_UNITS_MAX: u8 = 16;
 
 #[repr(u8)]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -525,6 +525,24 @@ pub enum EntryKind {
     Truncate = 3,
     DentryAdd = 4,
     DentryRemove = 5,
+    XattrSet = 6,
+    XattrRemove = 7,
+}
+
+/// Longest extended-attribute name (as Linux's XATTR_NAME_MAX).
+pub const XATTR_NAME_MAX: usize = 255;
+const XATTR_NAME_AT: usize = 32;
+/// Most bytes of name plus value one extended attribute may hold: what fits
+/// in the largest entry.
+pub const XATTR_BYTES_MAX: usize = ENTRY_UNITS_MAX as usize * LOG_UNIT as usize - XATTR_NAME_AT;
+
+/// Set (or, with `value` None, remove) one extended attribute.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct XattrEntry {
+    pub name: Vec<u8>,
+    pub value: Option<Vec<u8>>,
+    /// The inode's new ctime.
+    pub ctime_ns: i64,
 }
 
 /// All inode attributes except the size, as a snapshot (an Attr entry).
@@ -579,6 +597,7 @@ pub enum Entry {
     Truncate(TruncateEntry),
     DentryAdd(DentryEntry),
     DentryRemove(DentryEntry),
+    Xattr(XattrEntry),
 }
 
 /// Largest file page index a write entry may name (file size limit).
@@ -592,6 +611,8 @@ impl Entry {
             Entry::DentryAdd(d) | Entry::DentryRemove(d) => {
                 (DENTRY_NAME_AT + d.name.len()).div_ceil(LOG_UNIT as usize) as u8
             }
+            Entry::Xattr(x) => (XATTR_NAME_AT + x.name.len() + x.value.as_ref().map_or(0, |v| v.len()))
+                .div_ceil(LOG_UNIT as usize) as u8,
             _ => 1,
         }
     }
@@ -646,6 +667,16 @@ impl Entry {
                 b[25] = d.name.len() as u8;
                 put_i64(b, 32, d.time_ns);
                 b[DENTRY_NAME_AT..DENTRY_NAME_AT + d.name.len()].copy_from_slice(&d.name);
+            }
+            Entry::Xattr(x) => {
+                b[0] = if x.value.is_some() { EntryKind::XattrSet as u8 } else { EntryKind::XattrRemove as u8 };
+                b[16] = x.name.len() as u8;
+                let value = x.value.as_deref().unwrap_or(&[]);
+                put_u32(b, 20, value.len() as u32);
+                put_i64(b, 24, x.ctime_ns);
+                let at = XATTR_NAME_AT;
+                b[at..at + x.name.len()].copy_from_slice(&x.name);
+                b[at + x.name.len()..at + x.name.len() + value.len()].copy_from_slice(value);
             }
         }
         let c = crc(b);
@@ -733,6 +764,20 @@ impl Entry {
                     Entry::DentryRemove(d)
                 }
             }
+            k if k == EntryKind::XattrSet as u8 || k == EntryKind::XattrRemove as u8 => {
+                let name_len = e[16] as usize;
+                let value_len = get_u32(e, 20) as usize;
+                let end = XATTR_NAME_AT + name_len + value_len;
+                if name_len == 0 || end > len || (k == EntryKind::XattrRemove as u8 && value_len != 0) {
+                    return Err(corrupt!("extended attribute entry lengths invalid"));
+                }
+                let name = e[XATTR_NAME_AT..XATTR_NAME_AT + name_len].to_vec();
+                if name.contains(&0) {
+                    return Err(corrupt!("extended attribute name invalid"));
+                }
+                let value = (k == EntryKind::XattrSet as u8).then(|| e[XATTR_NAME_AT + name_len..end].to_vec());
+                Entry::Xattr(XattrEntry { name, value, ctime_ns: get_i64(e, 24) })
+            }
             k => return Err(corrupt!("unknown log entry kind {k}")),
         };
         Ok((entry, seq, len))
@@ -786,6 +831,8 @@ mod tests {
                 time_ns: 8,
                 name: b"a".to_vec(),
             }),
+            Entry::Xattr(XattrEntry { name: b"user.x".to_vec(), value: Some(vec![7; 900]), ctime_ns: 3 }),
+            Entry::Xattr(XattrEntry { name: b"user.gone".to_vec(), value: None, ctime_ns: 4 }),
         ];
         let mut buf = Vec::new();
         for (i, e) in entries.iter().enumerate() {

@@ -23,8 +23,8 @@
 
 use crate::alloc::PageAllocator;
 use crate::format::{
-    self, corrupt, LOG_UNITS_PER_PAGE, AttrEntry, Corrupt, DentryEntry, Entry, PageNo, TruncateEntry, WriteEntry, LOG_NEXT_OFFSET,
-    LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SHIFT, PAGE_SIZE,
+    self, corrupt, AttrEntry, Corrupt, DentryEntry, Entry, PageNo, TruncateEntry, WriteEntry, XattrEntry,
+    LOG_NEXT_OFFSET, LOG_PAGE_HEADER_SIZE, LOG_UNIT, LOG_UNITS_PER_PAGE, PAGE_SHIFT, PAGE_SIZE,
 };
 use crate::media::Media;
 use crate::types::{FileType, FsResult, InodeNo, Stat, TimeSpec};
@@ -272,6 +272,9 @@ pub struct Staged {
     pub entries: Vec<Entry>,
 }
 
+/// An extended attribute's value and the location of its XattrSet entry.
+pub type Xattr = (Box<[u8]>, u64);
+
 /// The DRAM state of an inode, behind its lock.
 pub struct InodeData {
     /// False once the inode has been freed; every operation that finds a
@@ -280,6 +283,8 @@ pub struct InodeData {
     pub attrs: Attrs,
     pub log: Log,
     pub body: Body,
+    /// Extended attributes: name -> (value, location of the XattrSet entry).
+    pub xattrs: BTreeMap<Box<[u8]>, Xattr>,
     /// Open descriptors and handles; an unlinked inode is freed at the last close.
     pub open_count: u32,
 }
@@ -301,6 +306,7 @@ impl InodeData {
                 FileType::Directory => Body::Dir(DirIndex::default()),
                 _ => Body::Pages(Default::default()),
             },
+            xattrs: BTreeMap::new(),
             open_count: 0,
         }
     }
@@ -460,6 +466,30 @@ impl InodeData {
                 live.add_ref(loc, 1);
                 self.attrs.mtime_ns = d.time_ns;
                 self.attrs.ctime_ns = d.time_ns;
+            }
+            Entry::Xattr(x) => {
+                // Like directory entries: a set is live while it is the
+                // value of its name; a removal is pinned by the page of the
+                // set it cancels, and one whose set was collected first
+                // finds nothing to remove.
+                let old = self.xattrs.remove(x.name.as_slice());
+                if let Some((_, old_loc)) = old {
+                    live.unref(old_loc);
+                }
+                match &x.value {
+                    Some(v) => {
+                        self.xattrs.insert(x.name.clone().into_boxed_slice(), (v.clone().into_boxed_slice(), loc));
+                        live.add_ref(loc, 1);
+                    }
+                    None => {
+                        if let Some((_, old_loc)) = old {
+                            if page_of(old_loc) != page_of(loc) {
+                                live.pin(page_of(old_loc), loc);
+                            }
+                        }
+                    }
+                }
+                self.attrs.ctime_ns = x.ctime_ns;
             }
             Entry::DentryRemove(d) => {
                 let Body::Dir(dir) = &mut self.body else {
@@ -675,8 +705,17 @@ impl InodeData {
                 }
             }
         }
-        let last_seq = seqs.last().copied().unwrap_or(0);
-        seqs.push(last_seq.max(self.log.next_seq - 1) + 1);
+        let mut last_seq = seqs.last().copied().unwrap_or(0).max(self.log.next_seq - 1);
+        for (name, (value, _)) in &self.xattrs {
+            last_seq += 1;
+            seqs.push(last_seq);
+            entries.push(Entry::Xattr(XattrEntry {
+                name: name.to_vec(),
+                value: Some(value.to_vec()),
+                ctime_ns: a.ctime_ns,
+            }));
+        }
+        seqs.push(last_seq + 1);
         entries.push(Entry::Attr(a.to_entry()));
         write_log_entries(media, alloc, owner, generation, 0, entries, seqs)
     }

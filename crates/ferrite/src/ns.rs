@@ -14,6 +14,7 @@ use crate::inode::{Attrs, Dentry, Inode, InodeData, Staged};
 use crate::journal::Transaction;
 use crate::types::{
     limits, DirEntry, Errno, FallocateMode, FileType, FsResult, InodeNo, RenameFlags, SetAttr, Stat, StatFs, TimeSet,
+    XattrSetMode,
 };
 use parking_lot::RwLockWriteGuard;
 use std::sync::Arc;
@@ -685,6 +686,63 @@ impl Ferrite {
             return Err(Errno::ENOENT);
         }
         self.write_locked(&inode, &mut d, offset, data)
+    }
+
+    /// The value of an extended attribute (ENODATA if it has none).
+    pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> FsResult<Vec<u8>> {
+        let inode = self.inode(ino)?;
+        let d = inode.data.read();
+        d.xattrs.get(name).map(|(v, _)| v.to_vec()).ok_or(Errno::ENODATA)
+    }
+
+    /// The names of an inode's extended attributes, in byte order.
+    pub fn listxattr(&self, ino: InodeNo) -> FsResult<Vec<Vec<u8>>> {
+        let inode = self.inode(ino)?;
+        let d = inode.data.read();
+        Ok(d.xattrs.keys().map(|k| k.to_vec()).collect())
+    }
+
+    /// Set an extended attribute, atomically and durably like every change.
+    /// Names are 1..=255 bytes without NUL (ERANGE otherwise); name and value
+    /// together at most `format::XATTR_BYTES_MAX` bytes (E2BIG).
+    pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: XattrSetMode) -> FsResult<()> {
+        if name.is_empty() || name.len() > crate::format::XATTR_NAME_MAX || name.contains(&0) {
+            return Err(Errno::ERANGE);
+        }
+        if name.len() + value.len() > crate::format::XATTR_BYTES_MAX {
+            return Err(Errno::E2BIG);
+        }
+        self.change_xattr(ino, name, Some(value), mode)
+    }
+
+    /// Remove an extended attribute (ENODATA if it has none).
+    pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> FsResult<()> {
+        if name.is_empty() || name.len() > crate::format::XATTR_NAME_MAX {
+            return Err(Errno::ERANGE);
+        }
+        self.change_xattr(ino, name, None, XattrSetMode::Replace)
+    }
+
+    fn change_xattr(&self, ino: InodeNo, name: &[u8], value: Option<&[u8]>, mode: XattrSetMode) -> FsResult<()> {
+        let inode = self.inode(ino)?;
+        let mut d = inode.data.write();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        let exists = d.xattrs.contains_key(name);
+        match (mode, exists) {
+            (XattrSetMode::Create, true) => return Err(Errno::EEXIST),
+            (XattrSetMode::Replace, false) => return Err(Errno::ENODATA),
+            _ => {}
+        }
+        let entry = Entry::Xattr(crate::format::XattrEntry {
+            name: name.to_vec(),
+            value: value.map(|v| v.to_vec()),
+            ctime_ns: self.now_ns(),
+        });
+        let staged = d.stage(&self.media, &self.pages, inode.ino, inode.generation, vec![entry])?;
+        self.commit_single(&inode, &mut d, staged);
+        Ok(())
     }
 
     /// SEEK_DATA (`data`) or SEEK_HOLE from `offset`, at page granularity:

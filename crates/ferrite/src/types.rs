@@ -37,6 +37,8 @@ impl Errno {
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
     pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
     pub const ENXIO: Errno = Errno(libc::ENXIO);
+    pub const ENODATA: Errno = Errno(libc::ENODATA);
+    pub const E2BIG: Errno = Errno(libc::E2BIG);
     /// The pool holds a structure that fails its checks. Reported as EUCLEAN
     /// ("structure needs cleaning"), the errno Linux file systems use for it.
     pub const ECORRUPT: Errno = Errno(libc::EUCLEAN);
@@ -69,6 +71,8 @@ impl Errno {
             libc::EOPNOTSUPP => "EOPNOTSUPP",
             libc::EOVERFLOW => "EOVERFLOW",
             libc::ENXIO => "ENXIO",
+            libc::ENODATA => "ENODATA",
+            libc::E2BIG => "E2BIG",
             libc::EUCLEAN => "EUCLEAN(corrupt)",
             _ => "E?",
         }
@@ -302,6 +306,18 @@ pub enum RenameFlags {
     NoReplace,
     /// RENAME_EXCHANGE: swap the two names; both must exist.
     Exchange,
+}
+
+/// How `setxattr` treats an existing attribute (XATTR_CREATE / XATTR_REPLACE).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum XattrSetMode {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Fail with EEXIST if it exists.
+    Create,
+    /// Fail with ENODATA if it does not exist.
+    Replace,
 }
 
 /// Mode of `fallocate`.

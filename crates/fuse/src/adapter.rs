@@ -21,7 +21,8 @@
 
 use crate::options::{MountConfig, ReaddirPlus};
 use ferrite::{
-    Errno, FallocateMode, Ferrite, FileType, FsResult, InodeNo, NodeSpec, RenameFlags, SetAttr, Stat, TimeSet, TimeSpec,
+    Errno, FallocateMode, Ferrite, FileType, FsResult, InodeNo, NodeSpec, RenameFlags, SetAttr, Stat, TimeSet,
+    TimeSpec, XattrSetMode,
 };
 use ferrite_pmem::PersistenceDomain;
 use fuser::{
@@ -95,6 +96,8 @@ struct Settings {
     direct_io: bool,
     keep_cache: bool,
     readdirplus: ReaddirPlus,
+    /// Serve extended attributes (else ENOSYS: see `setxattr`).
+    xattr: bool,
     /// fsync must msync the pool (a file in the page cache of a block device).
     sync_backing: bool,
 }
@@ -222,6 +225,7 @@ impl FerriteFuse {
                 direct_io: cfg.direct_io,
                 keep_cache: cfg.keep_cache,
                 readdirplus: cfg.readdirplus,
+                xattr: cfg.xattr,
                 sync_backing,
             },
             fs,
@@ -885,34 +889,83 @@ impl Filesystem for FerriteFuse {
         })
     }
 
-    // Extended attributes: the engine has none yet. ENOSYS makes the kernel
-    // remember that (no_getxattr, no_setxattr, ...) and answer EOPNOTSUPP
-    // itself from then on: `ls -l`, `cp -a` and tar take that quietly, and
-    // a write no longer costs a getxattr("security.capability") round trip
-    // (the kernel checks for file capabilities to drop on every write).
+    // Extended attributes go to the engine. With `noxattr`, ENOSYS makes
+    // the kernel remember (no_getxattr, ...) and answer EOPNOTSUPP itself,
+    // which saves the getxattr("security.capability") round trip it makes
+    // before a write.
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(fuser::Errno::ENOSYS);
+        if !self.set.xattr {
+            return reply.error(fuser::Errno::ENOSYS);
+        }
+        self.guard("setxattr", || {
+            let mode = if flags & libc::XATTR_CREATE != 0 {
+                XattrSetMode::Create
+            } else if flags & libc::XATTR_REPLACE != 0 {
+                XattrSetMode::Replace
+            } else {
+                XattrSetMode::Any
+            };
+            match self.writable().and_then(|()| self.fs.setxattr(node_no(ino), name.as_bytes(), value, mode)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
+        })
     }
 
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        reply.error(fuser::Errno::ENOSYS);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if !self.set.xattr {
+            return reply.error(fuser::Errno::ENOSYS);
+        }
+        self.guard("getxattr", || match self.fs.getxattr(node_no(ino), name.as_bytes()) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() <= size as usize => reply.data(&v),
+            Ok(_) => reply.error(fuser::Errno::ERANGE),
+            Err(e) => reply.error(err(e)),
+        })
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(fuser::Errno::ENOSYS);
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if !self.set.xattr {
+            return reply.error(fuser::Errno::ENOSYS);
+        }
+        self.guard("listxattr", || match self.fs.listxattr(node_no(ino)) {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for n in names {
+                    list.extend_from_slice(&n);
+                    list.push(0);
+                }
+                if size == 0 {
+                    reply.size(list.len() as u32)
+                } else if list.len() <= size as usize {
+                    reply.data(&list)
+                } else {
+                    reply.error(fuser::Errno::ERANGE)
+                }
+            }
+            Err(e) => reply.error(err(e)),
+        })
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(fuser::Errno::ENOSYS);
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if !self.set.xattr {
+            return reply.error(fuser::Errno::ENOSYS);
+        }
+        self.guard("removexattr", || {
+            match self.writable().and_then(|()| self.fs.removexattr(node_no(ino), name.as_bytes())) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
+        })
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -1035,12 +1088,20 @@ impl Filesystem for FerriteFuse {
         })
     }
 
-    fn lseek(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _offset: i64, whence: i32, reply: ReplyLseek) {
-        // The kernel asks only for SEEK_DATA / SEEK_HOLE. The engine answers
-        // them on path-level descriptors only; ENOSYS makes the kernel use
-        // its generic answer for good (the whole file is data, the hole is
-        // at the end), which is correct, only less precise for sparse files.
-        let _ = whence;
-        reply.error(fuser::Errno::ENOSYS);
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        // The kernel asks only for SEEK_DATA / SEEK_HOLE (it handles the
+        // others itself); the engine answers at page granularity.
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return reply.error(fuser::Errno::EINVAL),
+        };
+        if offset < 0 {
+            return reply.error(fuser::Errno::ENXIO);
+        }
+        self.guard("lseek", || match self.fs.seek_data_hole_ino(node_no(ino), offset as u64, data) {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(err(e)),
+        })
     }
 }

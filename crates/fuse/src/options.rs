@@ -68,6 +68,11 @@ pub struct MountConfig {
     /// change goes through this mount).
     pub keep_cache: bool,
     pub readdirplus: ReaddirPlus,
+    /// Serve extended attributes (`xattr`, the default). `noxattr` answers
+    /// ENOSYS instead, so the kernel stops asking: it saves the
+    /// getxattr("security.capability") round trip the kernel makes before
+    /// every write to a file it has not yet seen without capabilities.
+    pub xattr: bool,
     /// Request-serving threads.
     pub threads: usize,
     /// Let fusermount3 unmount if the daemon dies. `None`: when fusermount3
@@ -110,6 +115,7 @@ impl Default for MountConfig {
             direct_io: false,
             keep_cache: true,
             readdirplus: ReaddirPlus::Auto,
+            xattr: true,
             threads: default_threads(),
             auto_unmount: None,
             size: None,
@@ -252,6 +258,8 @@ impl MountConfig {
             ("writeback_cache", None) => self.writeback_cache = true,
             ("no_writeback_cache", None) => self.writeback_cache = false,
             ("direct_io", None) => self.direct_io = true,
+            ("xattr", None) => self.xattr = true,
+            ("noxattr", None) => self.xattr = false,
             ("keep_cache" | "kernel_cache", None) => self.keep_cache = true,
             ("no_keep_cache", None) => self.keep_cache = false,
             ("readdirplus", v) => {
@@ -318,6 +326,8 @@ Mount options (-o, comma-separated; may be repeated):
   direct_io                bypass the kernel page cache for file data
   no_keep_cache            drop a file's cached pages at every open
   readdirplus=yes|no|auto  listings that return attributes too (default auto)
+  noxattr                  no extended attributes (ENOSYS): saves the kernel's
+                           security.capability lookup before writes
   threads=N                request threads (default: one per CPU, 2..8)
   auto_unmount             unmount through fusermount3 if the daemon dies (default
                            with allow_other/allow_root when fusermount3 is

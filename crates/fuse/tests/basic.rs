@@ -3,8 +3,8 @@
 //! RENAME_NOREPLACE / RENAME_EXCHANGE, links, symlinks, big directories,
 //! unlinked-but-open files that live until closed (and then give their space
 //! back), shared mmap, fallocate, SEEK_DATA/SEEK_HOLE, statfs, clean errors
-//! for what the engine lacks (FIFOs: EPERM; xattrs: EOPNOTSUPP, with
-//! `ls -l` quiet) — and that the life cycle is right: SIGTERM and SIGINT
+//! for what the engine lacks (FIFOs: EPERM), extended attributes, `ls -l`
+//! quiet — and that the life cycle is right: SIGTERM and SIGINT
 //! unmount and leave the pool marked clean and fsck-clean, data survives a
 //! remount, `ro` refuses changes, a busy mount detaches on SIGTERM and the
 //! daemon finishes once the last file closes, a panicking handler answers
@@ -200,7 +200,7 @@ fn posix_semantics() {
     }
     assert_eq!(&fs::read(&mp).unwrap()[5000..5005], b"mmap!");
 
-    // fallocate, and SEEK_DATA / SEEK_HOLE (the kernel's generic answer).
+    // fallocate, and SEEK_DATA / SEEK_HOLE (answered by the engine).
     let fa = m.path("falloc");
     let h = fs::File::create(&fa).unwrap();
     {
@@ -218,6 +218,20 @@ fn posix_semantics() {
             assert_eq!(errno(), libc::EOPNOTSUPP);
         }
     }
+    {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::FileExt;
+        let sparse = fs::File::create(m.path("sparse")).unwrap();
+        sparse.write_all_at(&[1u8; 4096], 0).unwrap();
+        sparse.write_all_at(&[2u8; 100], 32768).unwrap();
+        // SAFETY: valid descriptor.
+        unsafe {
+            assert_eq!(libc::lseek(sparse.as_raw_fd(), 0, libc::SEEK_HOLE), 4096);
+            assert_eq!(libc::lseek(sparse.as_raw_fd(), 4096, libc::SEEK_DATA), 32768);
+            assert_eq!(libc::lseek(sparse.as_raw_fd(), 40000, libc::SEEK_DATA), -1);
+            assert_eq!(errno(), libc::ENXIO);
+        }
+    }
     assert_eq!(fs::metadata(&fa).unwrap().len(), 1 << 20);
     assert!(fs::metadata(&fa).unwrap().blocks() >= 2 * (1 << 20) / 512);
     drop(h);
@@ -226,20 +240,24 @@ fn posix_semantics() {
     // SAFETY: valid path.
     assert_eq!(unsafe { libc::mkfifo(c(&m.path("fifo")).as_ptr(), 0o644) }, -1);
     assert_eq!(errno(), libc::EPERM);
+    // Extended attributes: set, size query, get, list, XATTR_CREATE on an
+    // existing name, remove, and ENODATA after.
     let name = CString::new("user.test").unwrap();
     let mut buf = [0u8; 64];
-    // No extended attributes in the engine yet: "not supported", from the
-    // kernel itself after the first ask.
-    for _ in 0..2 {
-        // SAFETY: valid path, name and buffer.
-        unsafe {
-            assert_eq!(libc::getxattr(c(&f).as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()), -1);
-            assert_eq!(errno(), libc::EOPNOTSUPP);
-            assert_eq!(libc::listxattr(c(&f).as_ptr(), buf.as_mut_ptr().cast(), buf.len()), -1);
-            assert_eq!(errno(), libc::EOPNOTSUPP);
-            assert_eq!(libc::setxattr(c(&f).as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0), -1);
-            assert_eq!(errno(), libc::EOPNOTSUPP);
-        }
+    // SAFETY: valid path, name and buffer.
+    unsafe {
+        let p = c(&f);
+        assert_eq!(libc::setxattr(p.as_ptr(), name.as_ptr(), b"value".as_ptr().cast(), 5, 0), 0);
+        assert_eq!(libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0), 5);
+        assert_eq!(libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()), 5);
+        assert_eq!(&buf[..5], b"value");
+        let n = libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+        assert_eq!(&buf[..n as usize], b"user.test\0");
+        assert_eq!(libc::setxattr(p.as_ptr(), name.as_ptr(), b"x".as_ptr().cast(), 1, libc::XATTR_CREATE), -1);
+        assert_eq!(errno(), libc::EEXIST);
+        assert_eq!(libc::removexattr(p.as_ptr(), name.as_ptr()), 0);
+        assert_eq!(libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()), -1);
+        assert_eq!(errno(), libc::ENODATA);
     }
     let out = std::process::Command::new("ls").arg("-laR").arg(&m.dir).output().unwrap();
     assert!(

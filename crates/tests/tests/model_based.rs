@@ -110,9 +110,7 @@ fn time_set(rng: &mut ChaCha8Rng) -> TimeSet {
 type Comparable = (u32, ferrite::FileType, u32, u32, u32, u64, Option<u64>, TimeSpec, TimeSpec, TimeSpec);
 
 /// Stat fields that both sides define the same way.
-fn comparable(
-    s: FsResult<Stat>,
-) -> FsResult<Comparable> {
+fn comparable(s: FsResult<Stat>) -> FsResult<Comparable> {
     s.map(|s| {
         let blocks = if s.kind == ferrite::FileType::Directory { None } else { Some(s.blocks) };
         (s.perm, s.kind, s.nlink, s.uid, s.gid, s.size, blocks, s.atime, s.mtime, s.ctime)

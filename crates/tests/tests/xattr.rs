@@ -1,0 +1,103 @@
+//! Proves extended attributes: set, get, list and remove with the
+//! XATTR_CREATE / XATTR_REPLACE rules and the size limits; every change
+//! survives clean and crash remounts; thousands of updates keep the log
+//! bounded (GC and compaction keep the current values, and only them); fsck
+//! stays clean throughout.
+
+use ferrite::{Errno, Ferrite, FormatOptions, MountOptions, OpenFlags, PathFs, XattrSetMode};
+use ferrite_pmem::Pmem;
+
+fn remount(fs: Ferrite, crash: bool) -> Ferrite {
+    let pmem = fs.pmem().clone();
+    if crash {
+        drop(fs);
+    } else {
+        fs.unmount().unwrap();
+    }
+    let image = pmem.image();
+    let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
+    assert!(report.is_clean(), "{report}");
+    Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap()
+}
+
+#[test]
+fn xattrs_follow_the_rules_and_persist() {
+    let fs = Ferrite::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    let fd = fs.open(b"/f", OpenFlags::RDWR.create(), 0o644).unwrap();
+    let ino = fs.fstat(fd).unwrap().ino;
+    fs.close(fd).unwrap();
+    fs.mkdir(b"/d", 0o755).unwrap();
+    let dir = fs.stat(b"/d").unwrap().ino;
+
+    assert_eq!(fs.getxattr(ino, b"user.a"), Err(Errno::ENODATA));
+    assert_eq!(fs.listxattr(ino).unwrap(), Vec::<Vec<u8>>::new());
+    fs.setxattr(ino, b"user.a", b"one", XattrSetMode::Create).unwrap();
+    assert_eq!(fs.setxattr(ino, b"user.a", b"two", XattrSetMode::Create), Err(Errno::EEXIST));
+    assert_eq!(fs.setxattr(ino, b"user.b", b"x", XattrSetMode::Replace), Err(Errno::ENODATA));
+    fs.setxattr(ino, b"user.a", b"two", XattrSetMode::Replace).unwrap();
+    fs.setxattr(ino, b"user.empty", b"", XattrSetMode::Any).unwrap();
+    fs.setxattr(dir, b"trusted.t", &[0u8, 1, 2, 255], XattrSetMode::Any).unwrap();
+    let big = vec![0x5a; ferrite::format::XATTR_BYTES_MAX - 6];
+    fs.setxattr(ino, b"user.b", &big, XattrSetMode::Any).unwrap();
+    assert_eq!(fs.setxattr(ino, b"user.bb", &big, XattrSetMode::Any), Err(Errno::E2BIG));
+    assert_eq!(fs.setxattr(ino, b"", b"v", XattrSetMode::Any), Err(Errno::ERANGE));
+    assert_eq!(fs.setxattr(ino, &[b'n'; 256], b"v", XattrSetMode::Any), Err(Errno::ERANGE));
+    assert_eq!(fs.removexattr(ino, b"user.none"), Err(Errno::ENODATA));
+
+    for crash in [false, true] {
+        let fs2 = remount(fs_take(&fs), crash);
+        assert_eq!(fs2.getxattr(ino, b"user.a").unwrap(), b"two");
+        assert_eq!(fs2.getxattr(ino, b"user.b").unwrap(), big);
+        assert_eq!(fs2.getxattr(ino, b"user.empty").unwrap(), b"");
+        assert_eq!(fs2.getxattr(dir, b"trusted.t").unwrap(), vec![0u8, 1, 2, 255]);
+        assert_eq!(fs2.listxattr(ino).unwrap(), vec![b"user.a".to_vec(), b"user.b".to_vec(), b"user.empty".to_vec()]);
+        fs2.unmount().unwrap();
+    }
+    // `fs` was consumed by fs_take's image copies only: it is still usable.
+    fs.removexattr(ino, b"user.a").unwrap();
+    assert_eq!(fs.getxattr(ino, b"user.a"), Err(Errno::ENODATA));
+    let fs = remount(fs, true);
+    assert_eq!(fs.getxattr(ino, b"user.a"), Err(Errno::ENODATA));
+    assert_eq!(fs.listxattr(ino).unwrap(), vec![b"user.b".to_vec(), b"user.empty".to_vec()]);
+}
+
+/// A copy of the pool as a new, separately mounted file system (so one
+/// image can be remounted both cleanly and after a crash).
+fn fs_take(fs: &Ferrite) -> Ferrite {
+    Ferrite::mount(Pmem::from_image(&fs.pmem().image()), &MountOptions::default()).unwrap()
+}
+
+#[test]
+fn many_xattr_updates_keep_a_bounded_log() {
+    let fs = Ferrite::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    let fd = fs.open(b"/f", OpenFlags::RDWR.create(), 0o644).unwrap();
+    let ino = fs.fstat(fd).unwrap().ino;
+    fs.pwrite(fd, b"data stays", 0).unwrap();
+    fs.close(fd).unwrap();
+    fs.setxattr(ino, b"user.keep", b"kept", XattrSetMode::Any).unwrap();
+    for i in 0..20_000u32 {
+        let name = format!("user.k{}", i % 7);
+        if i % 5 == 4 {
+            let _ = fs.removexattr(ino, name.as_bytes());
+        } else {
+            fs.setxattr(ino, name.as_bytes(), &i.to_le_bytes(), XattrSetMode::Any).unwrap();
+        }
+    }
+    let expect: Vec<(Vec<u8>, Vec<u8>)> =
+        fs.listxattr(ino).unwrap().into_iter().map(|n| (n.clone(), fs.getxattr(ino, &n).unwrap())).collect();
+    let pmem = fs.pmem().clone();
+    drop(fs);
+    let image = pmem.image();
+    let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert!(report.log_pages <= 8, "20,000 xattr updates left {} log pages", report.log_pages);
+    let fs = Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap();
+    let got: Vec<(Vec<u8>, Vec<u8>)> =
+        fs.listxattr(ino).unwrap().into_iter().map(|n| (n.clone(), fs.getxattr(ino, &n).unwrap())).collect();
+    assert_eq!(got, expect);
+    assert_eq!(fs.getxattr(ino, b"user.keep").unwrap(), b"kept");
+    let mut buf = [0u8; 10];
+    let fd = fs.open(b"/f", OpenFlags::RDONLY, 0).unwrap();
+    fs.pread(fd, &mut buf, 0).unwrap();
+    assert_eq!(&buf, b"data stays");
+}
