@@ -344,8 +344,15 @@ impl Ferrite {
         self.media.fence();
         self.media.store_u64(slot + INODE_TAIL_OFFSET, staged.new_tail);
         self.media.flush(slot + INODE_TAIL_OFFSET, 8);
+        // The DRAM update overlaps the write-back of the tail; it is private
+        // to this locked inode. Pages it releases are freed only after the
+        // fence: until the new tail is durable, a crash brings back the old
+        // log, which still points at them.
+        let extended = !staged.new_pages.is_empty();
+        let mut freed = Vec::new();
+        d.commit_staged(inode.kind, staged, &mut freed);
         self.media.fence();
-        self.finish_commit(inode, d, staged);
+        self.after_commit(inode, d, extended, freed);
     }
 
     /// DRAM side of a commit (after the tail is durable).
@@ -353,6 +360,11 @@ impl Ferrite {
         let extended = !staged.new_pages.is_empty();
         let mut freed = Vec::new();
         d.commit_staged(inode.kind, staged, &mut freed);
+        self.after_commit(inode, d, extended, freed);
+    }
+
+    /// Free what a durable commit released, then collect dead log pages.
+    fn after_commit(&self, inode: &Inode, d: &mut InodeData, extended: bool, freed: Vec<PageNo>) {
         for p in freed {
             self.pages.free(p, 1);
         }

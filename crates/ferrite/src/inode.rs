@@ -104,6 +104,8 @@ struct LogPage {
     /// Truncate pins).
     max_file_end: u64,
     refs: [u32; LOG_UNITS_PER_PAGE as usize],
+    /// Size in units of the entry starting at each unit.
+    units: [u8; LOG_UNITS_PER_PAGE as usize],
     /// Entries (locations) this page pins: they stay live while it exists.
     pins: Vec<u64>,
 }
@@ -118,6 +120,8 @@ pub struct Liveness {
     first: u64,
     last: u64,
     live_entries: usize,
+    /// Units (of 64 bytes) the live entries take: what a compaction keeps.
+    live_units: usize,
     dead_pages: BTreeSet<u64>,
     last_attr: Option<u64>,
     last_size: Option<u64>,
@@ -131,6 +135,7 @@ impl Default for Liveness {
             first: NO_PAGE,
             last: NO_PAGE,
             live_entries: 0,
+            live_units: 0,
             dead_pages: BTreeSet::new(),
             last_attr: None,
             last_size: None,
@@ -156,6 +161,7 @@ impl Liveness {
             live_entries: 0,
             max_file_end: 0,
             refs: [0; LOG_UNITS_PER_PAGE as usize],
+            units: [0; LOG_UNITS_PER_PAGE as usize],
             pins: Vec::new(),
         });
         assert!(self.pages.insert(p.0, page).is_none(), "log page {} linked twice", p.0);
@@ -197,6 +203,7 @@ impl Liveness {
         if was == 0 {
             page.live_entries += 1;
             let revived = page.live_entries == 1;
+            self.live_units += page.units[unit] as usize;
             self.live_entries += 1;
             if revived {
                 self.dead_pages.remove(&page_of(loc));
@@ -212,6 +219,7 @@ impl Liveness {
         if page.refs[unit] == 0 {
             page.live_entries -= 1;
             let dead = page.live_entries == 0;
+            self.live_units -= page.units[unit] as usize;
             self.live_entries -= 1;
             if dead {
                 self.dead_pages.insert(page_of(loc));
@@ -246,6 +254,14 @@ impl Liveness {
 
     pub fn live_entries(&self) -> usize {
         self.live_entries
+    }
+
+    /// Record the size of a new entry before its first reference.
+    fn set_units(&mut self, loc: u64, units: u8) {
+        let unit = unit_of(loc);
+        let page = self.page_mut(loc);
+        debug_assert_eq!(page.refs[unit], 0);
+        page.units[unit] = units;
     }
 }
 
@@ -364,6 +380,7 @@ impl InodeData {
         self.log.next_seq =
             seq.checked_add(1).ok_or_else(|| corrupt!("log entry sequence number {seq} out of range"))?;
         let live = &mut self.log.live;
+        live.set_units(loc, e.units());
         live.add_ref(loc, 1);
         if let Some(prev) = live.last_entry.replace(loc) {
             live.unref(prev);
@@ -631,13 +648,9 @@ impl InodeData {
     /// fill at most half of its pages even if each were of the largest size.
     pub fn compaction_due(&self) -> bool {
         let pages = self.log.live.page_count() as u64;
-        let live = self.log.live.live_entries() as u64;
-        // File entries take one unit; directory entries up to five.
-        let units = match self.body {
-            Body::Pages(_) => 1,
-            Body::Dir(_) => format::ENTRY_UNITS_MAX as u64,
-        };
-        pages >= 4 && (live + 1) * units * 2 <= (pages - 1) * format::LOG_UNITS_PER_PAGE
+        let live_units = self.log.live.live_units as u64;
+        // A checkpoint takes about the live units (plus an Attr entry).
+        pages >= 4 && (live_units + 2) * 2 <= (pages - 1) * format::LOG_UNITS_PER_PAGE
     }
 
     /// Thorough GC, first half: write a checkpoint of the inode as a fresh

@@ -73,7 +73,7 @@ fn churned_directory_keeps_a_bounded_log() {
     let (fs, report) = check_and_remount(fs, false);
     assert_eq!(fs.free_pages(), free_before);
     // Root and /d logs, plus the (tiny) logs of 10 files.
-    assert!(report.log_pages <= 40, "{ROUNDS} create/unlink rounds left {} log pages", report.log_pages);
+    assert!(report.log_pages <= 40, "{ROUNDS} create/unlink rounds left {} log pages\n{report}", report.log_pages);
     let fd = fs.open(b"/d", OpenFlags::RDONLY.directory(), 0).unwrap();
     let mut names: Vec<Vec<u8>> = fs.readdir(fd, 0, 1000).unwrap().into_iter().map(|e| e.name).collect();
     names.sort();
