@@ -129,6 +129,7 @@ fn check_inner(source: Source<'_>) -> Result<FsckReport, PoolError> {
     let mut r = FsckReport::default();
     // Look at both superblock copies individually.
     let mut copies = Vec::new();
+    let mut bad = Vec::new();
     for (i, copy) in format::SUPERBLOCK_COPIES.iter().enumerate() {
         let mut b = [0u8; format::SUPERBLOCK_SIZE];
         let name = if i == 0 { "A" } else { "B" };
@@ -138,13 +139,27 @@ fn check_inner(source: Source<'_>) -> Result<FsckReport, PoolError> {
         }
         let d = format::Superblock::decode(&b, pmem.len());
         if let Err(e) = &d {
-            match e {
-                SuperblockError::NotFerrite => r.problem(format!("superblock copy {name}: no Ferrite magic")),
-                SuperblockError::Version(v) => r.problem(format!("superblock copy {name}: format version {v}")),
-                SuperblockError::Corrupt(c) => r.problem(format!("superblock copy {name}: {}", c.0)),
-            }
+            bad.push(match e {
+                SuperblockError::NotFerrite => format!("superblock copy {name}: no Ferrite magic"),
+                SuperblockError::Version(v) => format!("superblock copy {name}: format version {v}"),
+                SuperblockError::Corrupt(c) => format!("superblock copy {name}: {}", c.0),
+            });
         }
         copies.push(d);
+    }
+    // One bad copy next to a good one is what a crash in the middle of a
+    // superblock update leaves (the copies are written one after the
+    // other): mount uses the good copy and rewrites both. Only when no copy
+    // is usable is it damage (reported below).
+    if bad.len() == 1 {
+        r.notes.push(format!(
+            "{} (torn by an interrupted superblock update, or damaged); the next mount rewrites it from the other copy",
+            bad[0]
+        ));
+    } else {
+        for b in bad {
+            r.problem(b);
+        }
     }
     let sb = match crate::fs::read_superblock(pmem) {
         Ok(sb) => sb,

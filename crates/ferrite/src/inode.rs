@@ -777,6 +777,15 @@ fn write_log_entries(
             media.write_nt(page.offset(), &format::encode_log_page_header(owner, generation));
             media.fill_nt(page.offset() + LOG_PAGE_HEADER_SIZE, PAGE_SIZE - LOG_PAGE_HEADER_SIZE, 0);
             if let Some(prev) = prev_page {
+                // The page being left may hold stale, never-committed entries
+                // past this position (staged before a crash): once it is no
+                // longer the tail's page, replay reads it to the first
+                // all-zero unit, so write that end marker explicitly.
+                let page_end = prev.offset() + PAGE_SIZE;
+                if pos != 0 && pos < page_end {
+                    media.write(pos, &[0u8; LOG_UNIT as usize]);
+                    media.flush(pos, LOG_UNIT);
+                }
                 media.store_u64(prev.offset() + LOG_NEXT_OFFSET, page.offset());
                 media.flush(prev.offset() + LOG_NEXT_OFFSET, 8);
             }

@@ -238,6 +238,9 @@ impl Ferrite {
             Err(e) => {
                 self.inodes_free.free(ino);
                 if let Some(p) = data_page {
+                    // Complete the target's streaming stores before the page
+                    // can be handed out again.
+                    self.media.fence();
                     self.pages.free(p, 1);
                 }
                 return Err(e);
@@ -252,6 +255,7 @@ impl Ferrite {
         if let Err(e) = self.commit_parts(parts, &mut [&mut pd], Some((child, staged_child))) {
             self.inodes_free.free(ino);
             if let Some(p) = data_page {
+                self.media.fence();
                 self.pages.free(p, 1);
             }
             return Err(e);
