@@ -107,7 +107,7 @@ fn mkfs_then_info_shows_a_clean_pool() {
     expect_code(&o, 0, "info");
     let out = stdout(&o);
     assert!(out.contains("state          clean"), "{out}");
-    assert!(out.contains("version 1"), "{out}");
+    assert!(out.contains(&format!("version {}", ferrite::format::FORMAT_VERSION)), "{out}");
     assert!(out.contains("2048 pages"), "{out}");
     assert!(out.contains("lanes          2"), "{out}");
     assert!(out.contains("persistence"), "{out}");
