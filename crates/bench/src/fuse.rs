@@ -18,6 +18,7 @@ use crate::target::{FileId, PosixDir, TPath, Target};
 pub struct FuseMount {
     name: &'static str,
     direct_io: bool,
+    writeback_cache: bool,
     // Field order is drop order: the directory inside the mount goes
     // first, then the mount, then the mount point and the pool file.
     dir: Option<PosixDir>,
@@ -52,6 +53,7 @@ impl FuseMount {
         Ok(FuseMount {
             name: if direct_io { "fuse-direct" } else { "fuse" },
             direct_io,
+            writeback_cache: cfg.writeback_cache,
             dir: Some(dir),
             mount: Some(mount),
             threads: cfg.threads,
@@ -89,6 +91,13 @@ impl Target for FuseMount {
             self.pool_len >> 20,
             self.mnt.path().display()
         )
+    }
+    fn durable(&self) -> &'static str {
+        if self.writeback_cache {
+            "after fsync (writeback_cache)"
+        } else {
+            "yes (strict mode, write-through)"
+        }
     }
     fn prepare(&self, path: &str) -> TPath {
         self.d().prepare(path)

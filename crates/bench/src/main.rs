@@ -2,64 +2,198 @@
 //! instead, in one process, targets interleaved round by round.
 //!
 //! Structure: `target` (what is measured: Ferrite library, kernel
-//! directories, the hardware limit), `workload` (what is done, written once
-//! against the `Target` trait), `report` (table and CSV). See
-//! docs/BENCHMARKS.md for how to run it and what the figures mean.
+//! directories, the hardware limit), `ext4` and `fuse` (mounted targets),
+//! `workload` and `filebench` (what is done, written once against the
+//! `Target` trait), `report` (tables, CSV, JSON, summary against the goals)
+//! and `plot` (SVG). See docs/BENCHMARKS.md for how to run it and what the
+//! figures mean.
 
+mod ext4;
+mod filebench;
 mod fuse;
+mod plot;
 mod report;
 mod scratch;
 mod stats;
 mod target;
 mod workload;
 
+use std::fmt::Write as _;
 use std::io;
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
 use clap::Parser;
 
-use report::WorkloadResult;
+use report::{AcctOut, WorkloadResult};
 use target::{FerriteLib, HwLimit, PosixDir, Target};
-use workload::{CreateUnlink, Prepared, RandIo, Workload};
+use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, Remount, Workload};
 
 #[derive(Parser, Debug)]
-#[command(name = "ferrite-bench", about = "Benchmark Ferrite against tmpfs and the hardware limit, side by side")]
+#[command(
+    name = "ferrite-bench",
+    about = "Benchmark Ferrite against tmpfs, ext4 and the hardware limit, side by side",
+    after_help = "Workload groups: fio, sizes, fsync, mix, threads, meta, filebench, remount (or `all`).\n\
+                  Targets: ferrite, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-direct."
+)]
 struct Args {
-    /// Short run (CI): fewer ops and rounds, well under a minute.
+    /// Short run (CI smoke test): scaled-down counts, 2 rounds, under 2 minutes.
     #[arg(long)]
     quick: bool,
+    /// Write results.md, results.csv, results.json and the SVG plots to this directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
     /// Also write every per-round figure as CSV rows to this file.
     #[arg(long, value_name = "PATH")]
     csv: Option<PathBuf>,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Also write the SVG plots to this directory.
+    #[arg(long, value_name = "DIR")]
+    plots: Option<PathBuf>,
     /// Measured rounds per workload and target (default 5, quick 2).
     #[arg(long)]
     rounds: Option<usize>,
-    /// Where pools and scratch directories go (must be tmpfs for the
-    /// "tmpfs" target to mean what it says).
+    /// Where pools, images and scratch directories go (must be tmpfs for
+    /// the "tmpfs" target to mean what it says).
     #[arg(long, default_value = "/dev/shm", value_name = "DIR")]
     dir: PathBuf,
-    /// Targets to run, comma-separated (ferrite,tmpfs,hw-limit; also fuse and
-    /// fuse-direct: Ferrite through its FUSE mount, with the kernel page
-    /// cache or with direct_io; they need root and /dev/fuse).
-    #[arg(long, value_delimiter = ',', default_value = "ferrite,tmpfs,hw-limit")]
+    /// Targets, comma-separated. ext4 and ext4-journal need root (skipped
+    /// with a message otherwise); fuse and fuse-direct need root and /dev/fuse.
+    #[arg(long, value_delimiter = ',', default_value = "ferrite,tmpfs,ext4,ext4-journal,hw-limit")]
     targets: Vec<String>,
-    /// Workloads to run, comma-separated (randwrite-4k,randread-4k,create-unlink).
-    #[arg(long, value_delimiter = ',', default_value = "randwrite-4k,randread-4k,create-unlink")]
+    /// Workloads or groups of workloads, comma-separated (`--list` shows them).
+    #[arg(long, value_delimiter = ',', default_value = "all")]
     workloads: Vec<String>,
-    /// Seed of every random choice (offsets).
+    /// List the workloads with their parameters and exit.
+    #[arg(long)]
+    list: bool,
+    /// Seed of every random choice (offsets, names, sizes).
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Ferrite pool size in MiB.
-    #[arg(long, default_value_t = 1024)]
-    pool_mib: u64,
-    /// Pin the process to this CPU.
+    /// Ferrite pool size in MiB (default 2048, quick 512).
+    #[arg(long)]
+    pool_mib: Option<u64>,
+    /// Size of each ext4 image in MiB (sparse in /dev/shm).
+    #[arg(long, default_value_t = 4096)]
+    ext4_mib: u64,
+    /// Skip the untimed accounting pass (write amplification, fences per op):
+    /// for profiling, where its recording would swamp the profile.
+    #[arg(long)]
+    no_accounting: bool,
+    /// Pin the process to this CPU (threads of 2-thread workloads too).
     #[arg(long)]
     cpu: Option<usize>,
 }
 
-const FILE_SIZE: u64 = 64 << 20;
-const BLOCK: usize = 4096;
+/// Counts of one mode.
+struct Scale {
+    io_ops: usize,
+    file_size: u64,
+    /// Bytes per round for large write sizes (ops = min(io_ops, this / size)).
+    size_budget: u64,
+    fsync1_ops: usize,
+    fsync10_ops: usize,
+    dir_n: usize,
+    nova_files: usize,
+    lookup_big: usize,
+    lookups: usize,
+    remount_files: usize,
+}
+
+impl Scale {
+    fn new(quick: bool) -> Scale {
+        if quick {
+            Scale {
+                io_ops: 20_000,
+                file_size: 16 << 20,
+                size_budget: 32 << 20,
+                fsync1_ops: 1_000,
+                fsync10_ops: 5_000,
+                dir_n: 2_000,
+                nova_files: 500,
+                lookup_big: 10_000,
+                lookups: 20_000,
+                remount_files: 10_000,
+            }
+        } else {
+            Scale {
+                io_ops: 200_000,
+                file_size: 64 << 20,
+                size_budget: 512 << 20,
+                fsync1_ops: 10_000,
+                fsync10_ops: 50_000,
+                dir_n: 10_000,
+                nova_files: 10_000,
+                lookup_big: 100_000,
+                lookups: 200_000,
+                remount_files: 100_000,
+            }
+        }
+    }
+}
+
+fn all_workloads(s: &Scale, quick: bool) -> Vec<Box<dyn Workload>> {
+    let fio = |name: &str,
+               group,
+               io_size: usize,
+               random,
+               read_pct,
+               fsync_every,
+               threads,
+               shared,
+               ops: usize|
+     -> Box<dyn Workload> {
+        Box::new(Fio {
+            name: name.to_string(),
+            group,
+            io_size,
+            file_size: s.file_size,
+            ops: ops.max(threads),
+            random,
+            read_pct,
+            fsync_every,
+            threads,
+            shared,
+        })
+    };
+    let by_size = |size: usize| s.io_ops.min((s.size_budget / size as u64) as usize);
+    let n = s.io_ops;
+    let mut v: Vec<Box<dyn Workload>> = vec![
+        fio("seqread-4k", "fio", 4096, false, 100, 0, 1, true, n),
+        fio("seqwrite-4k", "fio", 4096, false, 0, 0, 1, true, n),
+        fio("randread-4k", "fio", 4096, true, 100, 0, 1, true, n),
+        fio("randwrite-4k", "fio", 4096, true, 0, 0, 1, true, n),
+    ];
+    for (name, size) in
+        [("randwrite-128", 128), ("randwrite-1k", 1024), ("randwrite-64k", 64 << 10), ("randwrite-2m", 2 << 20)]
+    {
+        v.push(fio(name, "sizes", size, true, 0, 0, 1, true, by_size(size)));
+    }
+    for (k, ops) in [(1, s.fsync1_ops), (10, s.fsync10_ops), (100, n), (1000, n)] {
+        v.push(fio(&format!("randwrite-4k-fsync{k}"), "fsync", 4096, true, 0, k, 1, true, ops));
+    }
+    for r in [100, 80, 60, 40, 0] {
+        v.push(fio(&format!("mix-{r}-{}", 100 - r), "mix", 4096, true, r, 0, 1, true, n));
+    }
+    for (name, read, shared) in [
+        ("2t-shared-randwrite", 0, true),
+        ("2t-private-randwrite", 0, false),
+        ("2t-shared-randread", 100, true),
+        ("2t-private-randread", 100, false),
+    ] {
+        v.push(fio(name, "threads", 4096, true, read, 0, 2, shared, n));
+    }
+    v.push(Box::new(DirOps { n: s.dir_n }));
+    v.push(Box::new(NovaMicro { files: s.nova_files, appends: 16 }));
+    v.push(Box::new(Lookup { big: s.lookup_big, small: 10, lookups: s.lookups }));
+    for p in filebench::Personality::all(quick) {
+        v.push(Box::new(p));
+    }
+    v.push(Box::new(Remount { files: s.remount_files }));
+    v
+}
 
 fn main() {
     let args = Args::parse();
@@ -72,134 +206,297 @@ fn main() {
 fn run(args: &Args) -> io::Result<()> {
     let mode = if args.quick { "quick" } else { "full" };
     let rounds = args.rounds.unwrap_or(if args.quick { 2 } else { 5 }).max(1);
-    let (io_ops, files) = if args.quick { (50_000, 2_000) } else { (200_000, 10_000) };
+    let scale = Scale::new(args.quick);
+    let all = all_workloads(&scale, args.quick);
+    let selected = |w: &dyn Workload| {
+        args.workloads
+            .iter()
+            .any(|n| n == "all" || n == w.name() || n == w.group() || (n == "create-unlink" && w.name() == "dirops"))
+    };
+    for n in &args.workloads {
+        if n != "all" && n != "create-unlink" && !all.iter().any(|w| w.name() == n || w.group() == n) {
+            return Err(io::Error::other(format!("unknown workload or group {n:?} (see --list)")));
+        }
+    }
+    let workloads: Vec<&dyn Workload> = all.iter().map(|w| w.as_ref()).filter(|w| selected(*w)).collect();
+    if args.list {
+        for w in &all {
+            println!("{} [{}]: {}", w.name(), w.group(), w.params());
+        }
+        return Ok(());
+    }
     if let Some(cpu) = args.cpu {
         pin_to_cpu(cpu)?;
     }
 
-    let all: Vec<Box<dyn Workload>> = vec![
-        Box::new(RandIo { write: true, file_size: FILE_SIZE, block: BLOCK, ops: io_ops }),
-        Box::new(RandIo { write: false, file_size: FILE_SIZE, block: BLOCK, ops: io_ops }),
-        Box::new(CreateUnlink { n: files }),
-    ];
-    for w in &args.workloads {
-        if !all.iter().any(|x| x.name() == w) {
-            return Err(io::Error::other(format!("unknown workload {w:?}")));
-        }
+    for msg in ext4::remove_stale(&args.dir) {
+        eprintln!("ferrite-bench: {msg} (left by a killed run)");
     }
-    let workloads: Vec<&dyn Workload> =
-        all.iter().map(|w| w.as_ref()).filter(|w| args.workloads.iter().any(|n| n == w.name())).collect();
-
     for stale in scratch::remove_stale(&args.dir) {
         eprintln!("ferrite-bench: removed {} (left by a killed run)", stale.display());
     }
+    let pool_len = args.pool_mib.unwrap_or(if args.quick { 512 } else { 2048 }) << 20;
+    let ring = if args.quick { 128 << 20 } else { 512 << 20 };
     let mut targets: Vec<Box<dyn Target>> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
     for name in &args.targets {
-        targets.push(match name.as_str() {
-            "ferrite" => Box::new(FerriteLib::new(&args.dir, args.pool_mib << 20)?),
+        let t: Box<dyn Target> = match name.as_str() {
+            "ferrite" => Box::new(FerriteLib::new(&args.dir, pool_len)?),
             "tmpfs" => Box::new(PosixDir::new("tmpfs", &args.dir)?),
-            "fuse" => Box::new(fuse::FuseMount::new(&args.dir, args.pool_mib << 20, false)?),
-            "fuse-direct" => Box::new(fuse::FuseMount::new(&args.dir, args.pool_mib << 20, true)?),
-            "hw-limit" => Box::new(HwLimit::new(&args.dir, FILE_SIZE, 2)?),
+            "ext4" | "ext4-journal" => {
+                if let Some(why) = ext4::unavailable() {
+                    let msg = format!("{name}: skipped: {why}");
+                    eprintln!("ferrite-bench: {msg}");
+                    skipped.push(msg);
+                    continue;
+                }
+                Box::new(ext4::Ext4::new(&args.dir, args.ext4_mib << 20, name == "ext4-journal")?)
+            }
+            "fuse" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, false)?),
+            "fuse-direct" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, true)?),
+            "hw-limit" => Box::new(HwLimit::new(&args.dir, ring)?),
             other => return Err(io::Error::other(format!("unknown target {other:?}"))),
-        });
+        };
+        targets.push(t);
     }
 
-    println!("# ferrite-bench ({mode} mode)\n");
-    println!("- command: `{}`", command_line());
-    println!("- date: {}", utc_now());
-    println!("- machine: {}", machine());
-    println!("- load average at start: {}", loadavg());
-    println!(
-        "- rounds: {rounds} measured per workload and target, after 1 untimed warm-up pass; \
-         targets interleaved (round r starts at target r mod {}); seed {}",
+    let date = utc_now();
+    let command = command_line();
+    let machine = machine();
+    let load_start = loadavg();
+    let mut head = String::new();
+    let _ = writeln!(head, "# ferrite-bench ({mode} mode)\n");
+    let _ = writeln!(head, "- command: `{command}`");
+    let _ = writeln!(head, "- date: {date}");
+    let _ = writeln!(head, "- machine: {machine}");
+    let _ = writeln!(head, "- load average at start: {load_start}");
+    let _ = writeln!(
+        head,
+        "- rounds: {rounds} measured per workload and target, after 1 untimed warm-up pass, then 1 untimed \
+         accounting pass for workloads that write; targets interleaved (round r starts at target r mod {}); seed {}",
         targets.len(),
         args.seed
     );
-    println!(
+    let _ = writeln!(
+        head,
         "- timer: one `Instant::now()` costs {:.1} ns here (included in every per-op latency)",
         stats::instant_overhead_ns()
     );
-    println!("- targets:");
+    let _ = writeln!(head, "- targets:");
     for t in &targets {
-        println!("  - `{}`: {}", t.name(), t.describe());
+        let _ = writeln!(
+            head,
+            "  - `{}` (durable on return: {}; media accounting: {}): {}",
+            t.name(),
+            t.durable(),
+            t.accounting_note(),
+            t.describe()
+        );
     }
-    println!("- workloads:");
+    for s in &skipped {
+        let _ = writeln!(head, "  - {s}");
+    }
+    let _ = writeln!(head, "- workloads:");
     for w in &workloads {
-        println!("  - `{}`: {}", w.name(), w.params());
+        let _ = writeln!(head, "  - `{}`: {}", w.name(), w.params());
     }
+    print!("{head}");
     println!();
 
     let started = Instant::now();
     let mut results = Vec::new();
+    let mut errors = Vec::new();
     for (wi, w) in workloads.iter().enumerate() {
-        results.push(run_workload(*w, &targets, rounds, args.seed, wi as u64)?);
+        let t0 = Instant::now();
+        results.push(run_workload(*w, &targets, rounds, args.seed, wi as u64, !args.no_accounting, &mut errors));
+        eprintln!("  {}: {:.1} s", w.name(), t0.elapsed().as_secs_f64());
     }
+    let target_info: Vec<(String, String)> = targets.iter().map(|t| (t.name().to_string(), t.describe())).collect();
     for t in targets {
-        t.finish()?;
+        let name = t.name().to_string();
+        if let Err(e) = t.finish() {
+            errors.push(format!("{name}: finish: {e}"));
+        }
     }
+    let wall = started.elapsed().as_secs_f64();
+    let load_end = loadavg();
 
-    println!("{}", report::markdown_table(&results));
-    println!(
-        "Medians over {rounds} rounds in bold, min–max across rounds in parentheses. \
-         Ratio columns: > 1 means Ferrite is better — for ops/s it is ferrite/other, \
-         for latencies it is the speedup other_time/ferrite_time (computed per round, \
-         then median and range)."
+    let goals = report::evaluate(&results, args.quick);
+    let mut body = String::new();
+    let _ = writeln!(body, "## Results\n");
+    let _ = writeln!(
+        body,
+        "Medians over {rounds} rounds in bold, min–max across rounds in parentheses. Ratio columns: \
+         > 1 means Ferrite is better — for ops/s and MB/s it is ferrite/other, for times it is the \
+         speedup other_time/ferrite_time (computed per round, then median and range). Accounting \
+         rows come from one untimed pass with media writes counted; n/a where the target cannot tell."
     );
-    println!(
-        "\ntotal wall time {:.1} s; load average at end: {} (other processes on the \
-         machine show up as load above ~1 and as wide min–max ranges)",
-        started.elapsed().as_secs_f64(),
-        loadavg()
+    body.push_str(&report::markdown_tables(&results));
+    let _ = writeln!(body, "\n## Summary against the goals of issue 4\n");
+    body.push_str(&report::summary_markdown(&goals));
+    if !errors.is_empty() {
+        let _ = writeln!(body, "\n## Errors\n");
+        for e in &errors {
+            let _ = writeln!(body, "- {e}");
+        }
+    }
+    let _ = writeln!(
+        body,
+        "\ntotal wall time {wall:.1} s; load average at start {load_start}, at end {load_end} (other \
+         processes on the machine show up as load above ~1 and as wide min–max ranges)"
     );
-    if let Some(path) = &args.csv {
-        report::write_csv(path, mode, &results)?;
-        println!("CSV written to {}", path.display());
+    print!("{body}");
+
+    let info = report::RunInfo {
+        mode,
+        command: &command,
+        date: &date,
+        machine: &machine,
+        load_start: &load_start,
+        load_end: &load_end,
+        rounds,
+        seed: args.seed,
+        targets: &target_info,
+        skipped: &skipped,
+        errors: &errors,
+        wall_s: wall,
+    };
+    let (mut csv, mut json, mut plots) = (args.csv.clone(), args.json.clone(), args.plots.clone());
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out)?;
+        std::fs::write(out.join("results.md"), format!("{head}\n{body}"))?;
+        csv.get_or_insert(out.join("results.csv"));
+        json.get_or_insert(out.join("results.json"));
+        plots.get_or_insert(out.clone());
+    }
+    if let Some(p) = &csv {
+        report::write_csv(p, mode, &results)?;
+        println!("CSV written to {}", p.display());
+    }
+    if let Some(p) = &json {
+        report::write_json(p, &info, &results, &goals)?;
+        println!("JSON written to {}", p.display());
+    }
+    if let Some(d) = &plots {
+        let made = plot::write_all(d, &results, &goals)?;
+        println!("{} plots written to {}", made.len(), d.display());
+    }
+    if !errors.is_empty() {
+        return Err(io::Error::other(format!("{} workload(s) failed on some target (see Errors)", errors.len())));
     }
     Ok(())
 }
 
 /// Prepare `w` on every target, warm up each once, then `rounds` measured
-/// rounds with the targets interleaved, then clean up.
+/// rounds with the targets interleaved, then an accounting pass, then
+/// clean up. A target that fails is reported and left out of this
+/// workload; the run goes on.
 fn run_workload(
     w: &dyn Workload,
     targets: &[Box<dyn Target>],
     rounds: usize,
     seed: u64,
     wi: u64,
-) -> io::Result<WorkloadResult> {
-    let ctx = |t: &dyn Target, what: &str, e: io::Error| {
-        io::Error::new(e.kind(), format!("{} on {} ({what}): {e}", w.name(), t.name()))
-    };
-    let mut prepared: Vec<Box<dyn Prepared + '_>> = Vec::new();
-    for t in targets {
-        prepared.push(w.prepare(t.as_ref()).map_err(|e| ctx(t.as_ref(), "setup", e))?);
-    }
-    // Seeds: the same offsets on every target in a round, others per round.
-    let seed_of = |round: u64| seed ^ (wi << 32) ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    for (t, p) in targets.iter().zip(prepared.iter_mut()) {
-        p.run(seed_of(u64::MAX)).map_err(|e| ctx(t.as_ref(), "warm-up", e))?;
-    }
+    accounting: bool,
+    errors: &mut Vec<String>,
+) -> WorkloadResult {
     let n = targets.len();
-    let mut values = vec![Vec::with_capacity(rounds); n];
+    let mut notes = Vec::new();
+    let mut fail = |t: &dyn Target, what: &str, e: io::Error, notes: &mut Vec<String>| {
+        let msg = format!("{} on {} ({what}): {e}", w.name(), t.name());
+        eprintln!("ferrite-bench: {msg}");
+        errors.push(msg.clone());
+        notes.push(format!("{}: failed ({what}): {e}", t.name()));
+    };
+    let mut prepared: Vec<Option<Box<dyn Prepared + '_>>> = Vec::new();
+    for t in targets {
+        prepared.push(match w.prepare(t.as_ref()) {
+            Ok(Some(p)) => {
+                if let Some(d) = p.describe() {
+                    notes.push(format!("{}: {d}", t.name()));
+                }
+                Some(p)
+            }
+            Ok(None) => {
+                notes.push(format!("{}: n/a (nothing to remount / not applicable to this target)", t.name()));
+                None
+            }
+            Err(e) => {
+                fail(t.as_ref(), "setup", e, &mut notes);
+                None
+            }
+        });
+    }
+    // Seeds: the same choices on every target in a round, others per round.
+    let seed_of = |round: u64| seed ^ (wi << 32) ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut failed = vec![false; n];
+    for i in 0..n {
+        if let Some(p) = prepared[i].as_mut() {
+            if let Err(e) = p.run(seed_of(u64::MAX)) {
+                fail(targets[i].as_ref(), "warm-up", e, &mut notes);
+                failed[i] = true;
+            }
+        }
+    }
+    let mut values: Vec<Vec<Vec<f64>>> = vec![Vec::with_capacity(rounds); n];
     for r in 0..rounds {
         for k in 0..n {
             let i = (r + k) % n;
-            let v = prepared[i].run(seed_of(r as u64)).map_err(|e| ctx(targets[i].as_ref(), "measure", e))?;
-            values[i].push(v);
+            if failed[i] {
+                continue;
+            }
+            if let Some(p) = prepared[i].as_mut() {
+                match p.run(seed_of(r as u64)) {
+                    Ok(out) => values[i].push(out.values),
+                    Err(e) => {
+                        fail(targets[i].as_ref(), "measure", e, &mut notes);
+                        failed[i] = true;
+                    }
+                }
+            }
         }
         eprintln!("  {}: round {}/{} done", w.name(), r + 1, rounds);
     }
-    for (t, p) in targets.iter().zip(prepared) {
-        p.cleanup().map_err(|e| ctx(t.as_ref(), "cleanup", e))?;
+    let mut media = vec![None; n];
+    if accounting && w.accounting() != Accounting::None {
+        for i in 0..n {
+            let t = targets[i].as_ref();
+            let Some(p) = prepared[i].as_mut().filter(|_| !failed[i]) else { continue };
+            let res = t.accounting_begin().and_then(|()| {
+                let out = p.run(seed_of(u64::MAX - 1));
+                let m = t.accounting_end();
+                Ok((out?, m?))
+            });
+            match res {
+                Ok((out, Some(m))) => {
+                    media[i] = Some(AcctOut { media: m, bytes_written: out.bytes_written, ops: out.ops })
+                }
+                Ok((_, None)) => {}
+                Err(e) => {
+                    fail(t, "accounting pass", e, &mut notes);
+                    failed[i] = true;
+                }
+            }
+        }
     }
-    Ok(WorkloadResult {
-        name: w.name(),
+    for (i, p) in prepared.into_iter().enumerate() {
+        if let Some(p) = p {
+            if let Err(e) = p.cleanup() {
+                fail(targets[i].as_ref(), "cleanup", e, &mut notes);
+            }
+        }
+    }
+    WorkloadResult {
+        name: w.name().to_string(),
+        group: w.group(),
         params: w.params(),
         metrics: w.metrics(),
         targets: targets.iter().map(|t| t.name().to_string()).collect(),
-        values,
-    })
+        values: values.into_iter().enumerate().map(|(i, v)| (!failed[i] && !v.is_empty()).then_some(v)).collect(),
+        accounting: w.accounting(),
+        media,
+        notes,
+    }
 }
 
 fn pin_to_cpu(cpu: usize) -> io::Result<()> {

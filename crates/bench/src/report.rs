@@ -1,38 +1,106 @@
-//! Results of a run: the Markdown table and the CSV rows.
+//! Results of a run: the Markdown tables, the CSV rows, the JSON document
+//! and the summary against the project's targets.
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::Path;
 
 use crate::stats::Spread;
-use crate::workload::{Better, Metric};
+use crate::target::MediaBytes;
+use crate::workload::{Accounting, Better, Metric};
+
+/// What the accounting pass found on one target.
+#[derive(Clone, Copy, Debug)]
+pub struct AcctOut {
+    pub media: MediaBytes,
+    pub bytes_written: u64,
+    pub ops: u64,
+}
 
 /// Everything measured for one workload.
 pub struct WorkloadResult {
-    pub name: &'static str,
+    pub name: String,
+    pub group: &'static str,
     pub params: String,
     pub metrics: &'static [Metric],
-    /// Target names, in the order of `values`.
+    /// Every target of the run, in the order of `values`.
     pub targets: Vec<String>,
-    /// `values[target][round][metric]`.
-    pub values: Vec<Vec<Vec<f64>>>,
+    /// `values[target]` = `Some(rounds[metric])`, or `None` when the
+    /// workload does not apply to the target (or failed on it: see `notes`).
+    pub values: Vec<Option<Vec<Vec<f64>>>>,
+    pub accounting: Accounting,
+    /// Per target, when the target can count its media writes.
+    pub media: Vec<Option<AcctOut>>,
+    /// Why a target has no figures, and what probes described.
+    pub notes: Vec<String>,
 }
 
 impl WorkloadResult {
-    fn target_ix(&self, name: &str) -> Option<usize> {
+    pub fn target_ix(&self, name: &str) -> Option<usize> {
         self.targets.iter().position(|t| t == name)
     }
 
-    fn series(&self, target: usize, metric: usize) -> Vec<f64> {
-        self.values[target].iter().map(|r| r[metric]).collect()
+    pub fn metric_ix(&self, key: &str) -> Option<usize> {
+        self.metrics.iter().position(|m| m.key == key)
+    }
+
+    /// Per-round values of one figure (NaN rounds dropped).
+    pub fn series(&self, target: usize, metric: usize) -> Option<Vec<f64>> {
+        let v: Vec<f64> = self.values[target].as_ref()?.iter().map(|r| r[metric]).filter(|x| x.is_finite()).collect();
+        (!v.is_empty()).then_some(v)
+    }
+
+    pub fn spread(&self, target: &str, key: &str) -> Option<Spread> {
+        Spread::of(&self.series(self.target_ix(target)?, self.metric_ix(key)?)?)
     }
 
     /// Per-round "how much better is `a` than `b`" (> 1 = `a` better):
     /// a / b for throughput, b / a for times. Rounds are interleaved, so
     /// round i of both ran back to back.
-    fn ratios(&self, a: usize, b: usize, metric: usize) -> Vec<f64> {
+    pub fn ratios(&self, a: usize, b: usize, metric: usize) -> Option<Vec<f64>> {
         let better = self.metrics[metric].better;
-        self.values[a].iter().zip(&self.values[b]).map(|(ra, rb)| ratio(better, ra[metric], rb[metric])).collect()
+        let (va, vb) = (self.values[a].as_ref()?, self.values[b].as_ref()?);
+        let v: Vec<f64> =
+            va.iter().zip(vb).map(|(ra, rb)| ratio(better, ra[metric], rb[metric])).filter(|x| x.is_finite()).collect();
+        (!v.is_empty()).then_some(v)
+    }
+
+    pub fn ratio_spread(&self, a: &str, b: &str, key: &str) -> Option<Spread> {
+        Spread::of(&self.ratios(self.target_ix(a)?, self.target_ix(b)?, self.metric_ix(key)?)?)
+    }
+
+    /// The accounting rows: (key, label, value per target).
+    pub fn accounting_rows(&self) -> Vec<(&'static str, &'static str, Vec<Option<f64>>)> {
+        let per = |f: &dyn Fn(&AcctOut) -> Option<f64>| -> Vec<Option<f64>> {
+            self.media.iter().map(|m| m.as_ref().and_then(f)).collect()
+        };
+        match self.accounting {
+            Accounting::None => vec![],
+            Accounting::PerByte => vec![
+                (
+                    "write_amp",
+                    "write amplification (bytes stored to media / bytes written)",
+                    per(&|a| (a.bytes_written > 0).then(|| a.media.stored as f64 / a.bytes_written as f64)),
+                ),
+                (
+                    "write_amp_lines",
+                    "write amplification in 64 B lines written back",
+                    per(&|a| {
+                        let l = a.media.lines?;
+                        (a.bytes_written > 0).then(|| (l * 64) as f64 / a.bytes_written as f64)
+                    }),
+                ),
+                ("fences_per_op", "fences per op", per(&|a| Some(a.media.fences? as f64 / a.ops.max(1) as f64))),
+            ],
+            Accounting::PerOp => vec![
+                (
+                    "media_bytes_per_op",
+                    "bytes stored to media per op",
+                    per(&|a| Some(a.media.stored as f64 / a.ops.max(1) as f64)),
+                ),
+                ("fences_per_op", "fences per op", per(&|a| Some(a.media.fences? as f64 / a.ops.max(1) as f64))),
+            ],
+        }
     }
 }
 
@@ -43,20 +111,32 @@ fn ratio(better: Better, a: f64, b: f64) -> f64 {
     }
 }
 
-fn fmt_value(unit: &str, v: f64) -> String {
+pub fn fmt_value(unit: &str, v: f64) -> String {
+    if !v.is_finite() {
+        return "–".into();
+    }
     match unit {
-        "ops/s" => format!("{:.0}k", v / 1000.0),
+        "ops/s" if v >= 1e6 => format!("{:.2}M", v / 1e6),
+        "ops/s" if v >= 1e4 => format!("{:.0}k", v / 1e3),
+        "ops/s" if v >= 1e3 => format!("{:.1}k", v / 1e3),
+        "ops/s" => format!("{v:.0}"),
+        "x" => fmt_ratio(v),
         _ if v >= 100.0 => format!("{v:.0}"),
         _ if v >= 10.0 => format!("{v:.1}"),
-        _ => format!("{v:.2}"),
+        _ if v >= 0.1 => format!("{v:.2}"),
+        _ => format!("{v:.3}"),
     }
 }
 
 fn fmt_spread(s: Spread, f: impl Fn(f64) -> String) -> String {
-    format!("**{}** ({}–{})", f(s.median), f(s.min), f(s.max))
+    if s.min == s.max {
+        format!("**{}**", f(s.median))
+    } else {
+        format!("**{}** ({}–{})", f(s.median), f(s.min), f(s.max))
+    }
 }
 
-fn fmt_ratio(v: f64) -> String {
+pub fn fmt_ratio(v: f64) -> String {
     if v >= 10.0 {
         format!("{v:.0}×")
     } else {
@@ -64,55 +144,105 @@ fn fmt_ratio(v: f64) -> String {
     }
 }
 
-/// The names of the ratio columns, for the table header and the CSV.
-pub const VS_TMPFS: &str = "ferrite/tmpfs";
-pub const VS_LIMIT: &str = "ferrite/hw-limit";
+fn unit_label(unit: &str) -> &str {
+    match unit {
+        "us" => "µs",
+        u => u,
+    }
+}
 
-/// The results as one Markdown table: medians over rounds in bold, with
-/// the min–max spread in parentheses.
-pub fn markdown_table(results: &[WorkloadResult]) -> String {
-    let mut targets: Vec<String> = Vec::new();
+/// Targets ferrite is compared with, in the order of the run.
+fn others(targets: &[String]) -> Vec<&String> {
+    targets.iter().filter(|t| *t != "ferrite").collect()
+}
+
+/// The results as Markdown tables, one per group: medians over rounds in
+/// bold with the min–max spread in parentheses, then one "ferrite vs X"
+/// ratio column per other target.
+pub fn markdown_tables(results: &[WorkloadResult]) -> String {
+    let mut out = String::new();
+    let mut groups: Vec<&str> = Vec::new();
     for w in results {
-        for t in &w.targets {
-            if !targets.contains(t) {
-                targets.push(t.clone());
-            }
+        if !groups.contains(&w.group) {
+            groups.push(w.group);
         }
     }
-    let mut out = String::new();
-    out.push_str("| workload | metric |");
-    for t in &targets {
-        let _ = write!(out, " {t} |");
-    }
-    out.push_str(" speedup ferrite vs tmpfs | ferrite vs hw-limit |\n|---|---|");
-    for _ in &targets {
-        out.push_str("---:|");
-    }
-    out.push_str("---:|---:|\n");
-    for w in results {
-        for (mi, m) in w.metrics.iter().enumerate() {
-            let unit = if m.unit == "ops/s" { "ops/s" } else { "µs" };
-            let _ = write!(out, "| {} | {} ({unit}) |", w.name, m.label);
-            for t in &targets {
-                let cell = w
-                    .target_ix(t)
-                    .and_then(|ti| Spread::of(&w.series(ti, mi)))
-                    .map_or("–".to_string(), |s| fmt_spread(s, |v| fmt_value(m.unit, v)));
-                let _ = write!(out, " {cell} |");
+    for g in groups {
+        let rs: Vec<&WorkloadResult> = results.iter().filter(|w| w.group == g).collect();
+        let targets = &rs[0].targets;
+        let has_ferrite = targets.iter().any(|t| t == "ferrite");
+        let _ = writeln!(out, "\n#### {}\n", group_title(g));
+        out.push_str("| workload | metric |");
+        for t in targets {
+            let _ = write!(out, " {t} |");
+        }
+        if has_ferrite {
+            for o in others(targets) {
+                let _ = write!(out, " ferrite vs {o} |");
             }
-            for other in ["tmpfs", "hw-limit"] {
-                let cell = match (w.target_ix("ferrite"), w.target_ix(other)) {
-                    (Some(f), Some(o)) => {
-                        Spread::of(&w.ratios(f, o, mi)).map_or("–".to_string(), |s| fmt_spread(s, fmt_ratio))
+        }
+        out.push_str("\n|---|---|");
+        let ncols = targets.len() + if has_ferrite { others(targets).len() } else { 0 };
+        for _ in 0..ncols {
+            out.push_str("---:|");
+        }
+        out.push('\n');
+        for w in rs {
+            for (mi, m) in w.metrics.iter().enumerate() {
+                let _ = write!(out, "| {} | {} ({}) |", w.name, m.label, unit_label(m.unit));
+                for ti in 0..targets.len() {
+                    let cell = w
+                        .series(ti, mi)
+                        .and_then(|s| Spread::of(&s))
+                        .map_or("n/a".to_string(), |s| fmt_spread(s, |v| fmt_value(m.unit, v)));
+                    let _ = write!(out, " {cell} |");
+                }
+                if let (true, Some(f)) = (has_ferrite, w.target_ix("ferrite")) {
+                    for o in others(targets) {
+                        let oi = w.target_ix(o).unwrap();
+                        let cell = w
+                            .ratios(f, oi, mi)
+                            .and_then(|r| Spread::of(&r))
+                            .map_or("–".to_string(), |s| fmt_spread(s, fmt_ratio));
+                        let _ = write!(out, " {cell} |");
                     }
-                    _ => "–".to_string(),
-                };
-                let _ = write!(out, " {cell} |");
+                }
+                out.push('\n');
             }
-            out.push('\n');
+            for (_, label, vals) in w.accounting_rows() {
+                let _ = write!(out, "| {} | {label} |", w.name);
+                for v in &vals {
+                    let _ = write!(out, " {} |", v.map_or("n/a".to_string(), |v| fmt_value("", v)));
+                }
+                if has_ferrite {
+                    for _ in others(targets) {
+                        out.push_str(" |");
+                    }
+                }
+                out.push('\n');
+            }
+        }
+        for w in results.iter().filter(|w| w.group == g) {
+            for n in &w.notes {
+                let _ = writeln!(out, "\n- {}: {n}", w.name);
+            }
         }
     }
     out
+}
+
+pub fn group_title(g: &str) -> &str {
+    match g {
+        "fio" => "fio-style I/O, 1 thread, 4 KiB",
+        "sizes" => "Write sizes (random aligned overwrites)",
+        "fsync" => "Random 4 KiB writes with fsync every k writes",
+        "mix" => "Read/write mixes (random 4 KiB)",
+        "threads" => "Two threads (random 4 KiB)",
+        "meta" => "Metadata: directory operations, NOVA microbenchmark, lookups",
+        "filebench" => "Filebench-like personalities",
+        "remount" => "Remount",
+        g => g,
+    }
 }
 
 fn csv_field(s: &str) -> String {
@@ -123,9 +253,10 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// One row per (workload, metric, target, round), plus rows for the
-/// per-round ratios (target `ferrite/tmpfs`, `ferrite/hw-limit`; unit `x`;
-/// > 1 means Ferrite is better, whatever the metric's direction).
+/// One row per (workload, metric, target, round); rows for the per-round
+/// ratios (target `ferrite/X`, unit `x`, > 1 means Ferrite is better,
+/// whatever the metric's direction); one row per accounting figure (round
+/// `acct`).
 pub fn write_csv(path: &Path, mode: &str, results: &[WorkloadResult]) -> io::Result<()> {
     let mut f = io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(f, "mode,workload,metric,unit,better,target,round,value,params")?;
@@ -133,18 +264,358 @@ pub fn write_csv(path: &Path, mode: &str, results: &[WorkloadResult]) -> io::Res
         let params = csv_field(&w.params);
         for (mi, m) in w.metrics.iter().enumerate() {
             for (ti, t) in w.targets.iter().enumerate() {
-                for (r, v) in w.series(ti, mi).iter().enumerate() {
-                    writeln!(f, "{mode},{},{},{},{},{t},{r},{v},{params}", w.name, m.key, m.unit, m.better.as_str())?;
+                if let Some(rounds) = &w.values[ti] {
+                    for (r, round) in rounds.iter().enumerate() {
+                        let v = round[mi];
+                        writeln!(
+                            f,
+                            "{mode},{},{},{},{},{t},{r},{v},{params}",
+                            w.name,
+                            m.key,
+                            m.unit,
+                            m.better.as_str()
+                        )?;
+                    }
                 }
             }
-            for (label, other) in [(VS_TMPFS, "tmpfs"), (VS_LIMIT, "hw-limit")] {
-                if let (Some(a), Some(b)) = (w.target_ix("ferrite"), w.target_ix(other)) {
-                    for (r, v) in w.ratios(a, b, mi).iter().enumerate() {
-                        writeln!(f, "{mode},{},{},x,higher,{label},{r},{v},{params}", w.name, m.key)?;
+            if let Some(fi) = w.target_ix("ferrite") {
+                for o in others(&w.targets) {
+                    let oi = w.target_ix(o).unwrap();
+                    if let Some(rs) = w.ratios(fi, oi, mi) {
+                        for (r, v) in rs.iter().enumerate() {
+                            writeln!(f, "{mode},{},{},x,higher,ferrite/{o},{r},{v},{params}", w.name, m.key)?;
+                        }
                     }
+                }
+            }
+        }
+        for (key, _, vals) in w.accounting_rows() {
+            for (t, v) in w.targets.iter().zip(vals) {
+                if let Some(v) = v {
+                    writeln!(f, "{mode},{},{key},x,lower,{t},acct,{v},{params}", w.name)?;
                 }
             }
         }
     }
     f.flush()
+}
+
+// ---------------------------------------------------------------- summary
+
+/// One of the goals of issue 4.
+pub struct Goal {
+    pub text: &'static str,
+    pub workload: &'static str,
+    pub metric: &'static str,
+    pub kind: GoalKind,
+}
+
+pub enum GoalKind {
+    /// The per-round ratio ferrite-vs-`other` (> 1 = Ferrite better) is at
+    /// least `at_least`.
+    Ratio { other: &'static str, at_least: f64 },
+    /// Ferrite's own figure is at most `at_most` (in the metric's unit).
+    AtMost { at_most: f64 },
+}
+
+pub fn goals() -> Vec<Goal> {
+    use GoalKind::*;
+    let r = |text, workload, metric, other, at_least| Goal { text, workload, metric, kind: Ratio { other, at_least } };
+    vec![
+        r("random 4 KiB write ≥ 3× tmpfs ops/s", "randwrite-4k", "ops_per_s", "tmpfs", 3.0),
+        r("random 4 KiB read ≥ 4× tmpfs ops/s", "randread-4k", "ops_per_s", "tmpfs", 4.0),
+        r("sequential 4 KiB read ≥ 4× tmpfs ops/s", "seqread-4k", "ops_per_s", "tmpfs", 4.0),
+        r("random 4 KiB write + fsync every write ≥ 3× tmpfs", "randwrite-4k-fsync1", "ops_per_s", "tmpfs", 3.0),
+        r("random 4 KiB write + fsync every write ≥ 30× ext4", "randwrite-4k-fsync1", "ops_per_s", "ext4", 30.0),
+        r(
+            "random 4 KiB write + fsync every write ≥ 30× ext4 data=journal (extra)",
+            "randwrite-4k-fsync1",
+            "ops_per_s",
+            "ext4-journal",
+            30.0,
+        ),
+        r("create ≥ 5× tmpfs", "dirops", "create_us", "tmpfs", 5.0),
+        r("unlink ≥ 5× tmpfs", "dirops", "unlink_us", "tmpfs", 5.0),
+        r("mkdir ≥ 5× tmpfs", "dirops", "mkdir_us", "tmpfs", 5.0),
+        r("rmdir ≥ 5× tmpfs", "dirops", "rmdir_us", "tmpfs", 5.0),
+        Goal {
+            text: "stat in a 100,000-entry directory no slower than in a 10-entry one (big/small ≤ 1.10, a 10 % noise margin)",
+            workload: "lookup",
+            metric: "big_over_small",
+            kind: AtMost { at_most: 1.10 },
+        },
+        r("random 4 KiB write within 1.5× of the hardware limit (ops/s ≥ 0.67× hw-limit)", "randwrite-4k", "ops_per_s", "hw-limit", 1.0 / 1.5),
+        r("sequential 4 KiB write within 1.5× of the hardware limit (extra)", "seqwrite-4k", "ops_per_s", "hw-limit", 1.0 / 1.5),
+        Goal {
+            text: "remount after a clean unmount of a pool with 100,000 files < 10 ms",
+            workload: "remount",
+            metric: "clean_mount_ms",
+            kind: AtMost { at_most: 10.0 },
+        },
+    ]
+}
+
+/// A goal evaluated on the results.
+pub struct GoalResult {
+    pub text: &'static str,
+    pub workload: &'static str,
+    /// Median, min, max of the judged figure; `None` if not measured.
+    pub value: Option<Spread>,
+    pub threshold: String,
+    pub met: Option<bool>,
+    /// The same figure for the hw-limit target: the most any file system
+    /// could reach here (a ratio goal against tmpfs is out of reach when
+    /// even the hardware limit falls short of it).
+    pub ceiling: Option<Spread>,
+    pub note: String,
+}
+
+pub fn evaluate(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
+    goals()
+        .into_iter()
+        .map(|g| {
+            let w = results.iter().find(|w| w.name == g.workload);
+            let (value, threshold, met, ceiling) = match g.kind {
+                GoalKind::Ratio { other, at_least } => {
+                    let v = w.and_then(|w| w.ratio_spread("ferrite", other, g.metric));
+                    let c = if other == "hw-limit" {
+                        None
+                    } else {
+                        w.and_then(|w| w.ratio_spread("hw-limit", other, g.metric))
+                    };
+                    (v, format!("≥ {}", fmt_ratio(at_least)), v.map(|s| s.median >= at_least), c)
+                }
+                GoalKind::AtMost { at_most } => {
+                    let v = w.and_then(|w| w.spread("ferrite", g.metric));
+                    let c = w.and_then(|w| w.spread("hw-limit", g.metric));
+                    (v, format!("≤ {at_most}"), v.map(|s| s.median <= at_most), c)
+                }
+            };
+            let mut note = String::new();
+            if g.workload == "remount" {
+                if let Some(s) = w.and_then(|w| w.spread("ferrite", "clean_first_ms")) {
+                    note = format!("mount + first stat: {} ms", fmt_value("ms", s.median));
+                }
+            }
+            if quick && matches!(g.workload, "lookup" | "remount") {
+                note = format!("{note} (quick mode: scaled-down counts)").trim().to_string();
+            }
+            if w.is_none() {
+                note = "workload not run".into();
+            } else if value.is_none() {
+                note = "a target it needs was not run".into();
+            }
+            GoalResult { text: g.text, workload: g.workload, value, threshold, met, ceiling, note }
+        })
+        .collect()
+}
+
+pub fn summary_markdown(goals: &[GoalResult]) -> String {
+    let mut out = String::from(
+        "| goal | workload | measured: median (min–max over rounds) | target | result | hw-limit on the same scale |\n\
+         |---|---|---:|---:|---|---:|\n",
+    );
+    for g in goals {
+        let unit_ratio = g.threshold.contains('×');
+        let show = |x: Option<Spread>| {
+            x.map_or("–".to_string(), |s| {
+                let f = |v: f64| if unit_ratio { fmt_ratio(v) } else { fmt_value("ms", v) };
+                if s.min == s.max {
+                    f(s.median)
+                } else {
+                    format!("{} ({}–{})", f(s.median), f(s.min), f(s.max))
+                }
+            })
+        };
+        let val = show(g.value);
+        let res = match g.met {
+            Some(true) => "**met**",
+            Some(false) => "**missed**",
+            None => "not measured",
+        };
+        let note = if g.note.is_empty() { String::new() } else { format!("; {}", g.note) };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {val} | {} | {res}{note} | {} |",
+            g.text,
+            g.workload,
+            g.threshold,
+            show(g.ceiling)
+        );
+    }
+    let met = goals.iter().filter(|g| g.met == Some(true)).count();
+    let judged = goals.iter().filter(|g| g.met.is_some()).count();
+    let _ = writeln!(
+        out,
+        "\n{met} of {judged} measured goals met. The last column is the hardware limit's own figure on the \
+         goal's scale (hw-limit vs the same target, or its own value): a goal it does not reach is out of \
+         reach for any design that copies the same bytes on this machine."
+    );
+    out
+}
+
+// ---------------------------------------------------------------- JSON
+
+pub fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn json_num(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v}")
+    } else {
+        "null".into()
+    }
+}
+
+fn json_spread(s: Option<Spread>) -> String {
+    s.map_or("null".into(), |s| {
+        format!("{{\"median\":{},\"min\":{},\"max\":{}}}", json_num(s.median), json_num(s.min), json_num(s.max))
+    })
+}
+
+/// The run header for the JSON document.
+pub struct RunInfo<'a> {
+    pub mode: &'a str,
+    pub command: &'a str,
+    pub date: &'a str,
+    pub machine: &'a str,
+    pub load_start: &'a str,
+    pub load_end: &'a str,
+    pub rounds: usize,
+    pub seed: u64,
+    pub targets: &'a [(String, String)],
+    pub skipped: &'a [String],
+    pub errors: &'a [String],
+    pub wall_s: f64,
+}
+
+pub fn write_json(path: &Path, info: &RunInfo, results: &[WorkloadResult], goals: &[GoalResult]) -> io::Result<()> {
+    let mut o = String::from("{\n");
+    let _ = writeln!(o, "  \"mode\": {},", json_str(info.mode));
+    let _ = writeln!(o, "  \"command\": {},", json_str(info.command));
+    let _ = writeln!(o, "  \"date\": {},", json_str(info.date));
+    let _ = writeln!(o, "  \"machine\": {},", json_str(info.machine));
+    let _ = writeln!(o, "  \"load_start\": {},", json_str(info.load_start));
+    let _ = writeln!(o, "  \"load_end\": {},", json_str(info.load_end));
+    let _ = writeln!(o, "  \"rounds\": {},", info.rounds);
+    let _ = writeln!(o, "  \"seed\": {},", info.seed);
+    let _ = writeln!(o, "  \"wall_seconds\": {:.1},", info.wall_s);
+    let list = |v: &[String]| v.iter().map(|s| json_str(s)).collect::<Vec<_>>().join(", ");
+    let _ = writeln!(
+        o,
+        "  \"targets\": [{}],",
+        info.targets
+            .iter()
+            .map(|(n, d)| format!("{{\"name\": {}, \"describe\": {}}}", json_str(n), json_str(d)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(o, "  \"skipped\": [{}],", list(info.skipped));
+    let _ = writeln!(o, "  \"errors\": [{}],", list(info.errors));
+    o.push_str("  \"workloads\": [\n");
+    for (wi, w) in results.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "    {{\"name\": {}, \"group\": {}, \"params\": {},",
+            json_str(&w.name),
+            json_str(w.group),
+            json_str(&w.params)
+        );
+        let _ = writeln!(o, "     \"notes\": [{}],", list(&w.notes));
+        o.push_str("     \"metrics\": [\n");
+        for (mi, m) in w.metrics.iter().enumerate() {
+            let _ = write!(
+                o,
+                "       {{\"key\": {}, \"label\": {}, \"unit\": {}, \"better\": {}, \"targets\": {{",
+                json_str(m.key),
+                json_str(m.label),
+                json_str(m.unit),
+                json_str(m.better.as_str())
+            );
+            let mut first = true;
+            for (ti, t) in w.targets.iter().enumerate() {
+                let rounds = match &w.values[ti] {
+                    Some(rs) => format!("[{}]", rs.iter().map(|r| json_num(r[mi])).collect::<Vec<_>>().join(",")),
+                    None => "null".into(),
+                };
+                let s = w.series(ti, mi).and_then(|s| Spread::of(&s));
+                let _ = write!(
+                    o,
+                    "{}{}: {{\"rounds\": {rounds}, \"summary\": {}}}",
+                    if first { "" } else { ", " },
+                    json_str(t),
+                    json_spread(s)
+                );
+                first = false;
+            }
+            o.push_str("}, \"ratios\": {");
+            let mut first = true;
+            if let Some(fi) = w.target_ix("ferrite") {
+                for other in others(&w.targets) {
+                    let oi = w.target_ix(other).unwrap();
+                    let s = w.ratios(fi, oi, mi).and_then(|r| Spread::of(&r));
+                    let _ = write!(
+                        o,
+                        "{}{}: {}",
+                        if first { "" } else { ", " },
+                        json_str(&format!("ferrite/{other}")),
+                        json_spread(s)
+                    );
+                    first = false;
+                }
+            }
+            let _ = writeln!(o, "}}}}{}", if mi + 1 < w.metrics.len() { "," } else { "" });
+        }
+        o.push_str("     ],\n     \"accounting\": {");
+        let rows = w.accounting_rows();
+        for (ri, (key, label, vals)) in rows.iter().enumerate() {
+            let per: Vec<String> = w
+                .targets
+                .iter()
+                .zip(vals)
+                .map(|(t, v)| format!("{}: {}", json_str(t), v.map_or("null".into(), json_num)))
+                .collect();
+            let _ = write!(
+                o,
+                "{}{}: {{\"label\": {}, \"targets\": {{{}}}}}",
+                if ri == 0 { "" } else { ", " },
+                json_str(key),
+                json_str(label),
+                per.join(", ")
+            );
+        }
+        let _ = writeln!(o, "}}}}{}", if wi + 1 < results.len() { "," } else { "" });
+    }
+    o.push_str("  ],\n  \"summary\": [\n");
+    for (gi, g) in goals.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "    {{\"goal\": {}, \"workload\": {}, \"value\": {}, \"hw_limit\": {}, \"threshold\": {}, \"met\": {}, \"note\": {}}}{}",
+            json_str(g.text),
+            json_str(g.workload),
+            json_spread(g.value),
+            json_spread(g.ceiling),
+            json_str(&g.threshold),
+            g.met.map_or("null".into(), |m| m.to_string()),
+            json_str(&g.note),
+            if gi + 1 < goals.len() { "," } else { "" }
+        );
+    }
+    o.push_str("  ]\n}\n");
+    std::fs::write(path, o)
 }

@@ -1,0 +1,127 @@
+//! CI smoke test: the quick mode of the benchmark suite runs to the end on
+//! Ferrite, tmpfs and the hardware limit (and ext4 when this is root with
+//! mkfs.ext4 and loop devices), and writes sane outputs. Timings are never
+//! asserted: CI does not judge the figures.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn ext4_possible() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mkfs = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", "/usr/bin/mkfs.ext4"].iter().any(|p| Path::new(p).exists());
+    root && mkfs && Path::new("/dev/loop-control").exists()
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const WORKLOADS: [&str; 29] = [
+    "seqread-4k",
+    "seqwrite-4k",
+    "randread-4k",
+    "randwrite-4k",
+    "randwrite-128",
+    "randwrite-1k",
+    "randwrite-64k",
+    "randwrite-2m",
+    "randwrite-4k-fsync1",
+    "randwrite-4k-fsync10",
+    "randwrite-4k-fsync100",
+    "randwrite-4k-fsync1000",
+    "mix-100-0",
+    "mix-80-20",
+    "mix-60-40",
+    "mix-40-60",
+    "mix-0-100",
+    "2t-shared-randwrite",
+    "2t-private-randwrite",
+    "2t-shared-randread",
+    "2t-private-randread",
+    "dirops",
+    "nova-micro",
+    "lookup",
+    "fileserver",
+    "varmail",
+    "webserver",
+    "webproxy",
+    "remount",
+];
+
+#[test]
+fn quick_mode_completes_with_sane_outputs() {
+    let out = TempDir(std::env::temp_dir().join(format!("fbench-quick-{}", std::process::id())));
+    let mut targets = vec!["ferrite", "tmpfs", "hw-limit"];
+    if ext4_possible() {
+        targets.extend(["ext4", "ext4-journal"]);
+    }
+    let res = Command::new(env!("CARGO_BIN_EXE_ferrite-bench"))
+        .arg("--quick")
+        .arg("--targets")
+        .arg(targets.join(","))
+        .arg("--out")
+        .arg(&out.0)
+        .output()
+        .expect("run ferrite-bench");
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "ferrite-bench --quick failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+
+    // The report: every workload in a table, every goal judged.
+    let md = std::fs::read_to_string(out.0.join("results.md")).expect("results.md");
+    for w in WORKLOADS {
+        assert!(md.contains(&format!("| {w} |")), "{w} missing from results.md");
+    }
+    assert!(md.contains("## Summary against the goals of issue 4"));
+    let goal_rows = md.lines().filter(|l| l.contains("**met**") || l.contains("**missed**")).count();
+    assert!(goal_rows >= 13, "only {goal_rows} goals judged:\n{md}");
+
+    // CSV: every Ferrite figure is a finite positive number, for every
+    // workload; every other target has figures wherever it applies.
+    let csv = std::fs::read_to_string(out.0.join("results.csv")).expect("results.csv");
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("mode,workload,metric,unit,better,target,round,value,params"));
+    let mut seen = std::collections::HashSet::new();
+    for line in lines {
+        let f: Vec<&str> = line.splitn(9, ',').collect();
+        assert_eq!(f.len(), 9, "bad CSV row {line}");
+        assert_eq!(f[0], "quick");
+        let v: f64 = f[7].parse().unwrap_or_else(|_| panic!("bad value in {line}"));
+        if f[5] == "ferrite" {
+            assert!(v.is_finite() && v > 0.0, "insane Ferrite figure: {line}");
+            seen.insert(f[1].to_string());
+        } else if f[2] != "recovery_ms" && !f[2].starts_with("crash_") {
+            assert!(v.is_finite() && v >= 0.0, "insane figure: {line}");
+        }
+    }
+    for w in WORKLOADS {
+        assert!(seen.contains(w), "no Ferrite figures for {w}");
+    }
+
+    // JSON: no errors, the summary present.
+    let json = std::fs::read_to_string(out.0.join("results.json")).expect("results.json");
+    assert!(json.contains("\"errors\": []"), "errors in results.json");
+    assert!(json.contains("\"summary\": ["));
+
+    // Plots: SVG documents.
+    for p in [
+        "fio-4k",
+        "write-sizes",
+        "write-amplification",
+        "fsync",
+        "mixes",
+        "threads",
+        "metadata",
+        "filebench",
+        "remount",
+        "summary",
+    ] {
+        let svg = std::fs::read_to_string(out.0.join(format!("{p}.svg"))).unwrap_or_else(|e| panic!("{p}.svg: {e}"));
+        assert!(svg.starts_with("<svg") && svg.contains("</svg>"), "{p}.svg is not an SVG document");
+    }
+}

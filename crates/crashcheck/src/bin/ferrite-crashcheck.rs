@@ -1,0 +1,187 @@
+//! `ferrite-crashcheck`: the crash-consistency harness from the command line.
+//!
+//! ```text
+//! ferrite-crashcheck replay TOKEN          replay one failure (exit 1 if it reproduces)
+//! ferrite-crashcheck exhaustive [OPTIONS]  the large run: seq-1 and seq-2 on every start
+//!                                          image, sampled seq-3, random workloads, full caps
+//! ferrite-crashcheck run [OPTIONS]         a run of your choice
+//! ferrite-crashcheck child POOL SEED FROM  (internal) the process-crash test's child
+//! ferrite-crashcheck fuzz-input image|ops FILE...   run fuzz inputs (e.g. crashes cargo-fuzz saved)
+//!
+//! OPTIONS (run / exhaustive):
+//!   --seq1 --seq2            catalogue workloads (every op alone / every ordered pair)
+//!   --seq3 N                 N sampled ordered triples
+//!   --random N --len L       N random workloads of L calls
+//!   --start LIST             start images: empty,aged,full (default: all)
+//!   --only ID                only the workload with this id (e.g. s2.create+rename_file)
+//!   --subsets N              line subsets per crash point (default 128)
+//!   --torn N                 torn-store images per crash point (default 32)
+//!   --no-recovery-crash      do not crash recovery itself
+//!   --busy-recovery-crash    crash only recoveries that roll back a journal or free orphans
+//!   --no-usability           skip the usability pass
+//!   --threads N              worker threads (default: available cores)
+//!   --seed S                 the run's seed (default 0xC0FFEE)
+//!   --sample N               check every Nth workload only (sizing runs)
+//! ```
+
+use ferrite_crashcheck::crash::Caps;
+use ferrite_crashcheck::harness::{run_all, Config};
+use ferrite_crashcheck::verify::{RecoveryCrash, VerifyOpts};
+use ferrite_crashcheck::workload::{parse_u64, random_workload, seq1, seq2, seq3_sampled, StartKind, Workload};
+use std::time::Duration;
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: ferrite-crashcheck replay TOKEN | exhaustive [OPTIONS] | run [OPTIONS] | fuzz-input image|ops FILE...\n(see the source or docs/TESTING.md for the options)"
+    );
+    std::process::exit(2)
+}
+
+struct Opts {
+    seq1: bool,
+    seq2: bool,
+    seq3: usize,
+    random: usize,
+    len: usize,
+    starts: Vec<StartKind>,
+    only: Option<String>,
+    cfg: Config,
+    sample: usize,
+}
+
+fn parse(args: &[String], exhaustive: bool) -> Opts {
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let mut o = Opts {
+        seq1: exhaustive,
+        seq2: exhaustive,
+        seq3: if exhaustive { 2000 } else { 0 },
+        random: if exhaustive { 400 } else { 0 },
+        len: 24,
+        starts: StartKind::ALL.to_vec(),
+        only: None,
+        cfg: Config::new(0xC0FFEE),
+        sample: 1,
+    };
+    o.cfg.threads = threads;
+    o.cfg.progress_every = Some(Duration::from_secs(20));
+    if exhaustive {
+        o.cfg.caps = Caps { subsets: 256, torn: 48, older: 16, exhaustive_lines: 8 };
+        o.cfg.verify = VerifyOpts {
+            recovery_caps: Caps { subsets: 64, torn: 16, older: 4, exhaustive_lines: 6 },
+            ..VerifyOpts::FULL
+        };
+    }
+    let mut i = 0;
+    let num = |i: &mut usize| -> u64 {
+        *i += 1;
+        args.get(*i).and_then(|s| parse_u64(s)).unwrap_or_else(|| usage())
+    };
+    while i < args.len() {
+        match args[i].as_str() {
+            "--seq1" => o.seq1 = true,
+            "--seq2" => o.seq2 = true,
+            "--seq3" => o.seq3 = num(&mut i) as usize,
+            "--random" => o.random = num(&mut i) as usize,
+            "--len" => o.len = num(&mut i) as usize,
+            "--subsets" => o.cfg.caps.subsets = num(&mut i) as usize,
+            "--torn" => o.cfg.caps.torn = num(&mut i) as usize,
+            "--threads" => o.cfg.threads = num(&mut i) as usize,
+            "--seed" => o.cfg.seed = num(&mut i),
+            "--sample" => o.sample = (num(&mut i) as usize).max(1),
+            "--no-recovery-crash" => o.cfg.verify.recovery_crash = RecoveryCrash::Off,
+            "--busy-recovery-crash" => o.cfg.verify.recovery_crash = RecoveryCrash::Busy,
+            "--no-usability" => o.cfg.verify.usability = false,
+            "--only" => {
+                i += 1;
+                o.only = Some(args.get(i).cloned().unwrap_or_else(|| usage()));
+            }
+            "--start" => {
+                i += 1;
+                let list = args.get(i).unwrap_or_else(|| usage());
+                o.starts = list.split(',').map(|s| StartKind::parse(s).unwrap_or_else(|| usage())).collect();
+            }
+            _ => usage(),
+        }
+        i += 1;
+    }
+    o
+}
+
+fn run(o: Opts) -> i32 {
+    let mut workloads: Vec<Workload> = Vec::new();
+    if o.seq1 {
+        workloads.extend(seq1());
+    }
+    if o.seq2 {
+        workloads.extend(seq2());
+    }
+    if o.seq3 > 0 {
+        workloads.extend(seq3_sampled(o.cfg.seed, o.seq3));
+    }
+    for n in 0..o.random {
+        workloads.push(random_workload(ferrite_crashcheck::hash::mix(o.cfg.seed ^ n as u64), o.len));
+    }
+    if let Some(id) = &o.only {
+        workloads = match ferrite_crashcheck::workload::workload_by_id(id) {
+            Ok(w) => vec![w],
+            Err(e) => {
+                eprintln!("{e}");
+                return 2;
+            }
+        };
+    }
+    let jobs: Vec<(StartKind, Workload)> = o
+        .starts
+        .iter()
+        .flat_map(|&k| workloads.iter().map(move |w| (k, w.clone())))
+        .enumerate()
+        .filter(|(i, _)| i % o.sample == 0)
+        .map(|(_, j)| j)
+        .collect();
+    eprintln!(
+        "ferrite-crashcheck: {} jobs on {} thread(s), seed {:#x}, caps {:?}",
+        jobs.len(),
+        o.cfg.threads,
+        o.cfg.seed,
+        o.cfg.caps
+    );
+    let (fig, failures) = run_all("crashcheck", &jobs, &o.cfg);
+    eprintln!("ferrite-crashcheck: {fig}");
+    if failures.is_empty() {
+        eprintln!("ferrite-crashcheck: no failures");
+        0
+    } else {
+        eprintln!("ferrite-crashcheck: {} failures (tokens above)", failures.len());
+        1
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else { usage() };
+    let code = match cmd.as_str() {
+        "replay" => {
+            let Some(t) = args.get(1) else { usage() };
+            match ferrite_crashcheck::token::replay(t) {
+                Ok((out, failed)) => {
+                    print!("{out}");
+                    if failed {
+                        1
+                    } else {
+                        0
+                    }
+                }
+                Err(e) => {
+                    eprintln!("replay: {e}");
+                    2
+                }
+            }
+        }
+        "run" => run(parse(&args[1..], false)),
+        "exhaustive" => run(parse(&args[1..], true)),
+        "child" => ferrite_crashcheck::proc_crash::child_main(&args[1..]),
+        "fuzz-input" => ferrite_crashcheck::fuzz::run_files(&args[1..]),
+        _ => usage(),
+    };
+    std::process::exit(code);
+}

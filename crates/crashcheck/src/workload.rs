@@ -1,0 +1,802 @@
+//! Workloads: the calls a workload is made of, the ACE-style catalogue of
+//! single operations over a small file set (seq-1, seq-2, seq-3), the seeded
+//! random generator with several descriptors per file, and the start images
+//! (empty, aged, nearly full) they run on.
+
+use crate::hash::{mix, str_seed};
+use ferrite::{Errno, FallocateMode, Fd, OpenFlags, PathFs, RenameFlags, TimeSet, TimeSpec};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Descriptor slots a workload can hold at once.
+pub const SLOTS: usize = 16;
+
+/// One call of the path API. Descriptors are named by slot, so that the
+/// same workload runs on the engine and on the model (whose descriptor
+/// numbers differ).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    Open {
+        slot: u8,
+        path: Vec<u8>,
+        flags: OpenFlags,
+        perm: u32,
+    },
+    Close {
+        slot: u8,
+    },
+    Pwrite {
+        slot: u8,
+        off: u64,
+        len: u32,
+        tag: u32,
+    },
+    /// write(2) at the descriptor's position (or at the end with O_APPEND).
+    Write {
+        slot: u8,
+        len: u32,
+        tag: u32,
+    },
+    Ftruncate {
+        slot: u8,
+        size: u64,
+    },
+    Fallocate {
+        slot: u8,
+        keep_size: bool,
+        off: u64,
+        len: u64,
+    },
+    Fsync {
+        slot: u8,
+    },
+    Fdatasync {
+        slot: u8,
+    },
+    Truncate {
+        path: Vec<u8>,
+        size: u64,
+    },
+    Mkdir {
+        path: Vec<u8>,
+        perm: u32,
+    },
+    Rmdir {
+        path: Vec<u8>,
+    },
+    Unlink {
+        path: Vec<u8>,
+    },
+    Rename {
+        from: Vec<u8>,
+        to: Vec<u8>,
+        flags: RenameFlags,
+    },
+    Link {
+        from: Vec<u8>,
+        to: Vec<u8>,
+    },
+    Symlink {
+        target: Vec<u8>,
+        path: Vec<u8>,
+    },
+    Chmod {
+        path: Vec<u8>,
+        perm: u32,
+    },
+    Chown {
+        path: Vec<u8>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    },
+    Utimens {
+        path: Vec<u8>,
+        atime: TimeSet,
+        mtime: TimeSet,
+    },
+    /// A clean unmount and a mount of the same pool (every descriptor is
+    /// closed). Only the recorded runs know how (`exec::record`);
+    /// elsewhere it is a no-op that returns 0.
+    Remount,
+}
+
+fn show_path(p: &[u8]) -> String {
+    if p.len() > 40 {
+        format!("{}...({} bytes)", p[..24].escape_ascii(), p.len())
+    } else {
+        p.escape_ascii().to_string()
+    }
+}
+
+fn show_flags(f: &OpenFlags) -> String {
+    let mut s = String::from(match (f.read, f.write) {
+        (true, true) => "RDWR",
+        (false, true) => "WRONLY",
+        _ => "RDONLY",
+    });
+    for (on, name) in [
+        (f.create, "CREAT"),
+        (f.excl, "EXCL"),
+        (f.trunc, "TRUNC"),
+        (f.append, "APPEND"),
+        (f.directory, "DIRECTORY"),
+        (f.nofollow, "NOFOLLOW"),
+    ] {
+        if on {
+            s.push('|');
+            s.push_str(name);
+        }
+    }
+    s
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Call::Open { slot, path, flags, perm } => {
+                write!(f, "fd{slot} = open({}, {}, {perm:o})", show_path(path), show_flags(flags))
+            }
+            Call::Close { slot } => write!(f, "close(fd{slot})"),
+            Call::Pwrite { slot, off, len, tag } => write!(f, "pwrite(fd{slot}, {len} bytes #{tag}, {off})"),
+            Call::Write { slot, len, tag } => write!(f, "write(fd{slot}, {len} bytes #{tag})"),
+            Call::Ftruncate { slot, size } => write!(f, "ftruncate(fd{slot}, {size})"),
+            Call::Fallocate { slot, keep_size, off, len } => {
+                write!(f, "fallocate(fd{slot}, {}, {off}, {len})", if *keep_size { "KEEP_SIZE" } else { "0" })
+            }
+            Call::Fsync { slot } => write!(f, "fsync(fd{slot})"),
+            Call::Fdatasync { slot } => write!(f, "fdatasync(fd{slot})"),
+            Call::Truncate { path, size } => write!(f, "truncate({}, {size})", show_path(path)),
+            Call::Mkdir { path, perm } => write!(f, "mkdir({}, {perm:o})", show_path(path)),
+            Call::Rmdir { path } => write!(f, "rmdir({})", show_path(path)),
+            Call::Unlink { path } => write!(f, "unlink({})", show_path(path)),
+            Call::Rename { from, to, flags } => write!(f, "rename({}, {}, {flags:?})", show_path(from), show_path(to)),
+            Call::Link { from, to } => write!(f, "link({}, {})", show_path(from), show_path(to)),
+            Call::Symlink { target, path } => {
+                write!(f, "symlink({}, {})", show_path(target), show_path(path))
+            }
+            Call::Chmod { path, perm } => write!(f, "chmod({}, {perm:o})", show_path(path)),
+            Call::Chown { path, uid, gid } => {
+                write!(f, "chown({}, {uid:?}, {gid:?})", show_path(path))
+            }
+            Call::Utimens { path, atime, mtime } => {
+                write!(f, "utimens({}, {atime:?}, {mtime:?})", show_path(path))
+            }
+            Call::Remount => write!(f, "unmount + mount"),
+        }
+    }
+}
+
+impl Call {
+    /// Can this call change the persistent state? (Open without create or
+    /// truncate, and close of a file that keeps a name, cannot; close is
+    /// listed because the last close of an unlinked file frees it.)
+    pub fn may_modify(&self) -> bool {
+        match self {
+            Call::Open { flags, .. } => flags.create || flags.trunc,
+            Call::Fsync { .. } | Call::Fdatasync { .. } => false,
+            _ => true,
+        }
+    }
+
+    /// Shift every slot by `by` (to concatenate operations).
+    pub fn shift_slots(&mut self, by: u8) {
+        match self {
+            Call::Open { slot, .. }
+            | Call::Close { slot }
+            | Call::Pwrite { slot, .. }
+            | Call::Write { slot, .. }
+            | Call::Ftruncate { slot, .. }
+            | Call::Fallocate { slot, .. }
+            | Call::Fsync { slot }
+            | Call::Fdatasync { slot } => *slot += by,
+            _ => {}
+        }
+    }
+}
+
+/// Deterministic bytes for file contents: differ by tag and by position.
+pub fn pattern(tag: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    let mut x = mix(tag ^ 0xDA7A);
+    while out.len() < len {
+        x = mix(x);
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Descriptors of one side (engine or model) by slot.
+#[derive(Clone, Debug, Default)]
+pub struct Slots {
+    pub fds: [Option<Fd>; SLOTS],
+}
+
+/// The outcome of a call: a value (bytes written; 0 for calls without one)
+/// or an errno.
+pub type CallResult = Result<u64, Errno>;
+
+/// Run one call on any `PathFs`. A call on an empty slot, or an open into a
+/// busy one, fails with EBADF without calling anything (the same on both
+/// sides, so workloads stay comparable after a crash closed everything).
+pub fn run_call(fs: &dyn PathFs, slots: &mut Slots, call: &Call) -> CallResult {
+    let fd = |slot: u8| -> Result<Fd, Errno> { slots.fds.get(slot as usize).copied().flatten().ok_or(Errno::EBADF) };
+    match call {
+        Call::Open { slot, path, flags, perm } => {
+            let s = *slot as usize;
+            if s >= SLOTS || slots.fds[s].is_some() {
+                return Err(Errno::EBADF);
+            }
+            let f = fs.open(path, *flags, *perm)?;
+            slots.fds[s] = Some(f);
+            Ok(0)
+        }
+        Call::Close { slot } => {
+            let f = fd(*slot)?;
+            slots.fds[*slot as usize] = None;
+            fs.close(f).map(|_| 0)
+        }
+        Call::Pwrite { slot, off, len, tag } => {
+            let f = fd(*slot)?;
+            let data = pattern(*tag as u64, *len as usize);
+            fs.pwrite(f, &data, *off).map(|n| n as u64)
+        }
+        Call::Write { slot, len, tag } => {
+            let f = fd(*slot)?;
+            let data = pattern(*tag as u64, *len as usize);
+            fs.write(f, &data).map(|n| n as u64)
+        }
+        Call::Ftruncate { slot, size } => fs.ftruncate(fd(*slot)?, *size).map(|_| 0),
+        Call::Fallocate { slot, keep_size, off, len } => {
+            let mode = if *keep_size { FallocateMode::KeepSize } else { FallocateMode::Default };
+            fs.fallocate(fd(*slot)?, mode, *off, *len).map(|_| 0)
+        }
+        Call::Fsync { slot } => fs.fsync(fd(*slot)?).map(|_| 0),
+        Call::Fdatasync { slot } => fs.fdatasync(fd(*slot)?).map(|_| 0),
+        Call::Truncate { path, size } => fs.truncate(path, *size).map(|_| 0),
+        Call::Mkdir { path, perm } => fs.mkdir(path, *perm).map(|_| 0),
+        Call::Rmdir { path } => fs.rmdir(path).map(|_| 0),
+        Call::Unlink { path } => fs.unlink(path).map(|_| 0),
+        Call::Rename { from, to, flags } => fs.rename(from, to, *flags).map(|_| 0),
+        Call::Link { from, to } => fs.link(from, to).map(|_| 0),
+        Call::Symlink { target, path } => fs.symlink(target, path).map(|_| 0),
+        Call::Chmod { path, perm } => fs.chmod(path, *perm).map(|_| 0),
+        Call::Chown { path, uid, gid } => fs.chown(path, *uid, *gid).map(|_| 0),
+        Call::Utimens { path, atime, mtime } => fs.utimens(path, *atime, *mtime).map(|_| 0),
+        Call::Remount => Ok(0),
+    }
+}
+
+/// A workload: descriptor opens done before recording starts (they change
+/// nothing persistent), then the calls, each one operation for the oracle.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// The id printed in tokens: `s1.NAME`, `s2.A+B`, `s3.A+B+C`,
+    /// `rnd.SEED.LEN`.
+    pub id: String,
+    pub setup: Vec<Call>,
+    pub calls: Vec<Call>,
+}
+
+/// One entry of the ACE catalogue.
+#[derive(Clone, Debug)]
+pub struct OpDef {
+    pub name: &'static str,
+    pub setup: Vec<Call>,
+    pub calls: Vec<Call>,
+}
+
+fn p(s: &str) -> Vec<u8> {
+    s.as_bytes().to_vec()
+}
+
+fn open(slot: u8, path: &str, flags: OpenFlags) -> Call {
+    Call::Open { slot, path: p(path), flags, perm: 0o644 }
+}
+
+fn op(name: &'static str, setup: Vec<Call>, calls: Vec<Call>) -> OpDef {
+    OpDef { name, setup, calls }
+}
+
+fn one(name: &'static str, call: Call) -> OpDef {
+    op(name, vec![], vec![call])
+}
+
+fn on_fd(name: &'static str, path: &str, flags: OpenFlags, call: Call) -> OpDef {
+    op(name, vec![open(0, path, flags)], vec![call])
+}
+
+fn rename(name: &'static str, from: &str, to: &str, flags: RenameFlags) -> OpDef {
+    one(name, Call::Rename { from: p(from), to: p(to), flags })
+}
+
+/// A 255-byte name: its directory entry takes the largest entry size.
+pub fn long_name(c: char) -> String {
+    std::iter::repeat_n(c, 255).collect()
+}
+
+/// The file set every workload starts from (built by [`build_fileset`]):
+///
+/// ```text
+/// /foo      5000 bytes         /A/foo    8192 bytes (also /B/bar: a hard link)
+/// /bar      100 bytes          /A/bar    pages 0 and 3 written, 1 and 2 holes
+/// /A/C/foo  empty              /A/C/bar  symlink to ../foo
+/// /A /B /A/C directories (B empty)
+/// ```
+pub fn catalogue() -> Vec<OpDef> {
+    use RenameFlags::*;
+    let rdwr = OpenFlags::RDWR;
+    let pw = |slot: u8, off: u64, len: u32, tag: u32| Call::Pwrite { slot, off, len, tag };
+    let fa = |keep_size: bool, off: u64, len: u64| Call::Fallocate { slot: 0, keep_size, off, len };
+    let tr = |path: &str, size: u64| Call::Truncate { path: p(path), size };
+    let long_a = format!("/A/{}", long_name('L'));
+    vec![
+        // ---- create, mkdir, symlink ----
+        one("create", open(0, "/A/C/new", rdwr.create().excl())),
+        one("create_root", open(0, "/new", OpenFlags::WRONLY.create())),
+        one("create_long_name", open(0, &long_a, rdwr.create())),
+        one("open_trunc", open(0, "/A/foo", OpenFlags::WRONLY.trunc())),
+        one("mkdir", Call::Mkdir { path: p("/B/D"), perm: 0o755 }),
+        one("mkdir_nested", Call::Mkdir { path: p("/A/C/D"), perm: 0o700 }),
+        one("symlink", Call::Symlink { target: p("../foo"), path: p("/B/foo") }),
+        one("symlink_long", Call::Symlink { target: vec![b't'; 3000], path: p("/B/long") }),
+        // ---- writes ----
+        on_fd("write_append", "/foo", OpenFlags::WRONLY.append(), Call::Write { slot: 0, len: 300, tag: 1 }),
+        on_fd("write_overwrite_page", "/A/foo", rdwr, pw(0, 0, 4096, 2)),
+        on_fd("write_unaligned", "/foo", rdwr, pw(0, 1000, 100, 3)),
+        on_fd("write_crossing_pages", "/A/foo", rdwr, pw(0, 3000, 5000, 4)),
+        on_fd("write_into_hole", "/A/bar", rdwr, pw(0, 4196, 2000, 5)),
+        on_fd("write_past_eof_hole", "/bar", rdwr, pw(0, 20000, 50, 6)),
+        on_fd("write_large", "/bar", rdwr, pw(0, 0, 20000, 7)),
+        on_fd("write_empty_file", "/A/C/foo", rdwr, pw(0, 0, 10, 8)),
+        // ---- truncate, fallocate ----
+        one("truncate_grow", tr("/bar", 10000)),
+        one("truncate_shrink_mid_page", tr("/A/foo", 5000)),
+        one("truncate_shrink_aligned", tr("/A/foo", 4096)),
+        one("truncate_into_hole", tr("/A/bar", 5000)),
+        one("truncate_regrow", tr("/A/foo", 12000)),
+        on_fd("ftruncate_zero", "/foo", rdwr, Call::Ftruncate { slot: 0, size: 0 }),
+        on_fd("fallocate_extend", "/bar", rdwr, fa(false, 0, 20000)),
+        on_fd("fallocate_keep_size", "/foo", rdwr, fa(true, 8192, 8192)),
+        on_fd("fallocate_fill_holes", "/A/bar", rdwr, fa(false, 4096, 8192)),
+        on_fd("fallocate_mapped", "/A/foo", rdwr, fa(false, 0, 12000)),
+        // ---- link, unlink, rmdir ----
+        one("link", Call::Link { from: p("/foo"), to: p("/B/foo") }),
+        one("link_same_dir", Call::Link { from: p("/A/foo"), to: p("/A/C/new") }),
+        one("link_symlink", Call::Link { from: p("/A/C/bar"), to: p("/B/foo") }),
+        one("unlink", Call::Unlink { path: p("/bar") }),
+        one("unlink_hard_link", Call::Unlink { path: p("/B/bar") }),
+        one("unlink_symlink", Call::Unlink { path: p("/A/C/bar") }),
+        op(
+            "unlink_open_close",
+            vec![open(0, "/foo", OpenFlags::RDONLY)],
+            vec![Call::Unlink { path: p("/foo") }, Call::Close { slot: 0 }],
+        ),
+        op(
+            "write_unlinked_open",
+            vec![open(0, "/A/bar", rdwr)],
+            vec![Call::Unlink { path: p("/A/bar") }, pw(0, 100, 9000, 9)],
+        ),
+        one("rmdir", Call::Rmdir { path: p("/B") }),
+        one("rmdir_not_empty", Call::Rmdir { path: p("/A") }),
+        // ---- rename ----
+        rename("rename_file", "/foo", "/baz", Replace),
+        rename("rename_file_across_dirs", "/foo", "/A/C/baz", Replace),
+        rename("rename_dir", "/A/C", "/B/C", Replace),
+        rename("rename_dir_same_parent", "/A/C", "/A/D", Replace),
+        rename("rename_over_file", "/bar", "/foo", Replace),
+        rename("rename_over_file_across", "/A/C/foo", "/bar", Replace),
+        rename("rename_over_hard_link", "/foo", "/B/bar", Replace),
+        rename("rename_hard_link_same_inode", "/B/bar", "/A/foo", Replace),
+        rename("rename_dir_over_empty_dir", "/A/C", "/B", Replace),
+        rename("rename_exchange_files", "/foo", "/A/bar", Exchange),
+        rename("rename_exchange_dirs", "/A/C", "/B", Exchange),
+        rename("rename_exchange_file_dir", "/bar", "/B", Exchange),
+        rename("rename_noreplace", "/foo", "/B/foo", NoReplace),
+        rename("rename_noreplace_exists", "/foo", "/bar", NoReplace),
+        rename("rename_symlink", "/A/C/bar", "/B/bar2", Replace),
+        rename("rename_into_own_subtree", "/A", "/A/C/X", Replace),
+        // ---- attributes, sync ----
+        one("chmod", Call::Chmod { path: p("/foo"), perm: 0o600 }),
+        one("chmod_dir", Call::Chmod { path: p("/A"), perm: 0o700 }),
+        one("chmod_collects_log", Call::Chmod { path: p("/G"), perm: 0o700 }),
+        one("chown", Call::Chown { path: p("/A/foo"), uid: Some(1000), gid: Some(1000) }),
+        one(
+            "utimens",
+            Call::Utimens {
+                path: p("/foo"),
+                atime: TimeSet::At(TimeSpec { sec: 12345, nsec: 678 }),
+                mtime: TimeSet::At(TimeSpec { sec: 23456, nsec: 789 }),
+            },
+        ),
+        one("utimens_now_dir", Call::Utimens { path: p("/B"), atime: TimeSet::Now, mtime: TimeSet::Omit }),
+        on_fd("fsync", "/foo", rdwr, Call::Fsync { slot: 0 }),
+        one("remount", Call::Remount),
+        on_fd("fdatasync", "/A/foo", rdwr, Call::Fdatasync { slot: 0 }),
+    ]
+}
+
+/// The catalogue entry named `name`.
+pub fn op_by_name(name: &str) -> Option<OpDef> {
+    catalogue().into_iter().find(|o| o.name == name)
+}
+
+/// Concatenate catalogue operations into one workload. The descriptors of
+/// operation k use slots 4k.. so that they never collide.
+pub fn sequence(ops: &[&OpDef]) -> Workload {
+    let id = format!("s{}.{}", ops.len(), ops.iter().map(|o| o.name).collect::<Vec<_>>().join("+"));
+    let mut setup = Vec::new();
+    let mut calls = Vec::new();
+    for (k, o) in ops.iter().enumerate() {
+        let by = (4 * k) as u8;
+        for c in &o.setup {
+            let mut c = c.clone();
+            c.shift_slots(by);
+            setup.push(c);
+        }
+        for c in &o.calls {
+            let mut c = c.clone();
+            c.shift_slots(by);
+            calls.push(c);
+        }
+    }
+    Workload { id, setup, calls }
+}
+
+/// Every operation alone.
+pub fn seq1() -> Vec<Workload> {
+    let cat = catalogue();
+    cat.iter().map(|o| sequence(&[o])).collect()
+}
+
+/// Every ordered pair of operations (including an operation twice).
+pub fn seq2() -> Vec<Workload> {
+    let cat = catalogue();
+    let mut out = Vec::with_capacity(cat.len() * cat.len());
+    for a in &cat {
+        for b in &cat {
+            out.push(sequence(&[a, b]));
+        }
+    }
+    out
+}
+
+/// `count` triples sampled (seeded) from all ordered triples.
+pub fn seq3_sampled(seed: u64, count: usize) -> Vec<Workload> {
+    let cat = catalogue();
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x5E03));
+    (0..count)
+        .map(|_| {
+            let a = &cat[rng.gen_range(0..cat.len())];
+            let b = &cat[rng.gen_range(0..cat.len())];
+            let c = &cat[rng.gen_range(0..cat.len())];
+            sequence(&[a, b, c])
+        })
+        .collect()
+}
+
+/// Parse a workload id back into the workload (for replaying a token).
+pub fn workload_by_id(id: &str) -> Result<Workload, String> {
+    if let Some(rest) = id.strip_prefix("rnd.") {
+        let (seed, len) = rest.split_once('.').ok_or_else(|| format!("bad random workload id {id:?}"))?;
+        let seed = parse_u64(seed).ok_or_else(|| format!("bad seed in {id:?}"))?;
+        let len: usize = len.parse().map_err(|_| format!("bad length in {id:?}"))?;
+        return Ok(random_workload(seed, len));
+    }
+    let (_, names) = id.split_once('.').ok_or_else(|| format!("bad workload id {id:?}"))?;
+    let cat = catalogue();
+    let mut ops = Vec::new();
+    for n in names.split('+') {
+        ops.push(cat.iter().find(|o| o.name == n).ok_or_else(|| format!("no operation {n:?} in the catalogue"))?);
+    }
+    let w = sequence(&ops);
+    if w.id != id {
+        return Err(format!("workload id {id:?} is not canonical (expected {})", w.id));
+    }
+    Ok(w)
+}
+
+/// Parse a decimal or 0x-hexadecimal u64.
+pub fn parse_u64(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The random generator.
+
+const RDIRS: [&str; 4] = ["", "/A", "/B", "/A/C"];
+const RNAMES: [&str; 5] = ["foo", "bar", "baz", "C", "D"];
+
+fn rpath(rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let d = RDIRS[rng.gen_range(0..RDIRS.len())];
+    let n = RNAMES[rng.gen_range(0..RNAMES.len())];
+    format!("{d}/{n}").into_bytes()
+}
+
+/// Offsets that hit page boundaries, the middle of pages and beyond.
+fn roffset(rng: &mut ChaCha8Rng) -> u64 {
+    match rng.gen_range(0..4) {
+        0 => rng.gen_range(0..4) * 4096,
+        1 => rng.gen_range(0..4) * 4096 + rng.gen_range(1..4096),
+        2 => rng.gen_range(0..200),
+        _ => rng.gen_range(0..24_000),
+    }
+}
+
+fn rlen(rng: &mut ChaCha8Rng) -> u32 {
+    [1u32, 64, 100, 4096, 5000, 9000, 13000][rng.gen_range(0..7)]
+}
+
+/// One random call given which slots are open.
+pub fn random_call(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
+    let used: Vec<u8> = (0..SLOTS as u8).filter(|&s| open[s as usize]).collect();
+    let free: Vec<u8> = (0..8u8).filter(|&s| !open[s as usize]).collect();
+    let slot = |rng: &mut ChaCha8Rng| -> u8 {
+        if !used.is_empty() && rng.gen_bool(0.9) {
+            used[rng.gen_range(0..used.len())]
+        } else {
+            rng.gen_range(0..8)
+        }
+    };
+    let tag = rng.gen::<u32>() & 0xFFFF;
+    let r = rng.gen_range(0..100);
+    match r {
+        0..=14 if !free.is_empty() => {
+            let s = free[rng.gen_range(0..free.len())];
+            let mut f = match rng.gen_range(0..3) {
+                0 => OpenFlags::RDONLY,
+                1 => OpenFlags::WRONLY,
+                _ => OpenFlags::RDWR,
+            };
+            f.create = rng.gen_bool(0.5);
+            f.excl = rng.gen_bool(0.1);
+            f.trunc = rng.gen_bool(0.1);
+            f.append = rng.gen_bool(0.15);
+            Call::Open { slot: s, path: rpath(rng), flags: f, perm: 0o644 }
+        }
+        0..=19 => Call::Close { slot: slot(rng) },
+        20..=34 => Call::Pwrite { slot: slot(rng), off: roffset(rng), len: rlen(rng), tag },
+        35..=39 => Call::Write { slot: slot(rng), len: rlen(rng), tag },
+        40..=43 => Call::Ftruncate { slot: slot(rng), size: roffset(rng) },
+        44..=46 => Call::Truncate { path: rpath(rng), size: roffset(rng) },
+        47..=50 => {
+            Call::Fallocate { slot: slot(rng), keep_size: rng.gen_bool(0.5), off: roffset(rng), len: rlen(rng) as u64 }
+        }
+        51..=52 => Call::Fsync { slot: slot(rng) },
+        53..=57 => Call::Rename {
+            from: rpath(rng),
+            to: rpath(rng),
+            flags: match rng.gen_range(0..4) {
+                0 => RenameFlags::NoReplace,
+                1 => RenameFlags::Exchange,
+                _ => RenameFlags::Replace,
+            },
+        },
+        58..=62 => Call::Unlink { path: rpath(rng) },
+        63..=65 => Call::Link { from: rpath(rng), to: rpath(rng) },
+        66..=69 => Call::Mkdir { path: rpath(rng), perm: 0o755 },
+        70..=72 => Call::Rmdir { path: rpath(rng) },
+        73..=75 => Call::Symlink {
+            target: if rng.gen_bool(0.8) { rpath(rng) } else { vec![b'x'; rng.gen_range(1..4000)] },
+            path: rpath(rng),
+        },
+        76..=79 => Call::Chmod { path: rpath(rng), perm: rng.gen_range(0..0o1000) },
+        80..=81 => Call::Chown {
+            path: rpath(rng),
+            uid: rng.gen_bool(0.7).then(|| rng.gen_range(0..3000)),
+            gid: rng.gen_bool(0.7).then(|| rng.gen_range(0..3000)),
+        },
+        82..=84 => Call::Utimens {
+            path: rpath(rng),
+            atime: TimeSet::At(TimeSpec {
+                sec: rng.gen_range(0..2_000_000_000),
+                nsec: rng.gen_range(0..1_000_000_000),
+            }),
+            mtime: if rng.gen_bool(0.5) { TimeSet::Now } else { TimeSet::Omit },
+        },
+        85..=89 => {
+            // Several descriptors on one file: open a path already open.
+            let s = if free.is_empty() { rng.gen_range(0..8) } else { free[rng.gen_range(0..free.len())] };
+            Call::Open { slot: s, path: b"/foo".to_vec(), flags: OpenFlags::RDWR, perm: 0o644 }
+        }
+        _ => Call::Pwrite { slot: slot(rng), off: rng.gen_range(0..3) * 4096, len: 4096, tag },
+    }
+}
+
+/// A seeded random workload of `len` calls over the file set's names, with
+/// several descriptors per file. Slot occupancy is tracked by the
+/// generator's own guess (open succeeds on a free slot); a wrong guess is
+/// harmless (EBADF on both sides).
+pub fn random_workload(seed: u64, len: usize) -> Workload {
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x00AD_0000));
+    let mut open = [false; SLOTS];
+    // Start with two descriptors on /foo and one on /A/foo.
+    let setup = vec![
+        open_call(0, "/foo", OpenFlags::RDWR),
+        open_call(1, "/foo", OpenFlags::WRONLY.append()),
+        open_call(2, "/A/foo", OpenFlags::RDWR),
+    ];
+    open[0] = true;
+    open[1] = true;
+    open[2] = true;
+    let mut calls = Vec::with_capacity(len);
+    for _ in 0..len {
+        let c = random_call(&mut rng, &open);
+        match &c {
+            Call::Open { slot, .. } => open[*slot as usize] = true,
+            Call::Close { slot } => open[*slot as usize] = false,
+            _ => {}
+        }
+        calls.push(c);
+    }
+    Workload { id: format!("rnd.{seed:#x}.{len}"), setup, calls }
+}
+
+fn open_call(slot: u8, path: &str, flags: OpenFlags) -> Call {
+    open(slot, path, flags)
+}
+
+/// A seed for anything derived from a workload id.
+pub fn workload_seed(id: &str) -> u64 {
+    str_seed(id)
+}
+
+// ---------------------------------------------------------------------------
+// Start images.
+
+/// The start image a workload runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StartKind {
+    /// Freshly formatted, then the file set.
+    Empty,
+    /// Many files created, written and deleted (long directory logs, log
+    /// pages collected, reused inode slots and pages), then the file set.
+    Aged,
+    /// The file set, then the pool filled until only a few pages and inodes
+    /// are free (ENOSPC close).
+    Full,
+    /// The file set with logs at the edge of a page: /A/C's log has room
+    /// for two one-unit entries and /foo's for one, so that the next
+    /// operations on them extend their logs mid-operation; and a directory
+    /// /G whose full first log page dies with its next chmod (log GC
+    /// inside an operation).
+    LogEdge,
+}
+
+impl StartKind {
+    pub const ALL: [StartKind; 4] = [StartKind::Empty, StartKind::Aged, StartKind::Full, StartKind::LogEdge];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StartKind::Empty => "empty",
+            StartKind::Aged => "aged",
+            StartKind::Full => "full",
+            StartKind::LogEdge => "logedge",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StartKind> {
+        StartKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
+/// Build the file set (see [`catalogue`]) with `tick` called before each
+/// call (so both sides read the same clock).
+pub fn build_fileset(fs: &dyn PathFs, tick: &mut dyn FnMut()) -> Result<(), String> {
+    let must = |r: Result<(), Errno>, what: &str| r.map_err(|e| format!("{what}: {e:?}"));
+    for d in ["/A", "/B", "/A/C"] {
+        tick();
+        must(fs.mkdir(d.as_bytes(), 0o755), d)?;
+    }
+    let put = |path: &str, parts: &[(u64, usize, u64)], tick: &mut dyn FnMut()| {
+        tick();
+        let fd = fs
+            .open(path.as_bytes(), OpenFlags::RDWR.create().excl(), 0o644)
+            .map_err(|e| format!("create {path}: {e:?}"))?;
+        for &(off, len, tag) in parts {
+            tick();
+            fs.pwrite(fd, &pattern(tag, len), off).map_err(|e| format!("write {path}: {e:?}"))?;
+        }
+        fs.close(fd).map_err(|e| format!("close {path}: {e:?}"))
+    };
+    put("/foo", &[(0, 5000, 101)], tick)?;
+    put("/bar", &[(0, 100, 102)], tick)?;
+    put("/A/foo", &[(0, 8192, 103)], tick)?;
+    put("/A/bar", &[(0, 4096, 104), (3 * 4096 + 50, 100, 105)], tick)?;
+    put("/A/C/foo", &[], tick)?;
+    tick();
+    must(fs.link(b"/A/foo", b"/B/bar"), "link /B/bar")?;
+    tick();
+    must(fs.symlink(b"../foo", b"/A/C/bar"), "symlink /A/C/bar")?;
+    Ok(())
+}
+
+/// Age a file system: create, write, rename and delete many files and
+/// directories, so that directory logs are long (and partly collected),
+/// inode slots have been reused and free pages are fragmented.
+pub fn age(fs: &dyn PathFs, tick: &mut dyn FnMut(), rounds: usize) -> Result<(), String> {
+    let e = |what: String| move |err: Errno| format!("aging: {what}: {err:?}");
+    tick();
+    fs.mkdir(b"/old", 0o755).map_err(e("mkdir /old".into()))?;
+    let mut rng = ChaCha8Rng::seed_from_u64(0xA6ED);
+    let mut kept = std::collections::VecDeque::new();
+    for i in 0..rounds {
+        let dir = if i % 3 == 0 { "" } else { "/old" };
+        let name =
+            if i % 7 == 0 { format!("{dir}/{}{i}", long_name('a').split_at(200).0) } else { format!("{dir}/f{i}") };
+        tick();
+        let fd = fs.open(name.as_bytes(), OpenFlags::RDWR.create(), 0o644).map_err(e(format!("create {name}")))?;
+        let len = [10usize, 4096, 5000, 9000][rng.gen_range(0..4)];
+        tick();
+        fs.pwrite(fd, &pattern(i as u64, len), rng.gen_range(0..8000)).map_err(e(format!("write {name}")))?;
+        fs.close(fd).map_err(e(format!("close {name}")))?;
+        if i % 5 == 0 {
+            tick();
+            fs.chmod(name.as_bytes(), 0o600).map_err(e(format!("chmod {name}")))?;
+        }
+        let renamed = format!("{name}r");
+        tick();
+        fs.rename(name.as_bytes(), renamed.as_bytes(), RenameFlags::Replace).map_err(e(format!("rename {name}")))?;
+        // Keep every fourth file for a while (at most six at a time),
+        // delete the rest at once.
+        if i % 4 != 0 {
+            tick();
+            fs.unlink(renamed.as_bytes()).map_err(e(format!("unlink {renamed}")))?;
+        } else {
+            kept.push_back(renamed);
+            if kept.len() > 6 {
+                let old = kept.pop_front().expect("six kept");
+                tick();
+                fs.unlink(old.as_bytes()).map_err(e(format!("unlink {old}")))?;
+            }
+        }
+        if i % 10 == 0 {
+            let d = format!("/old/d{i}");
+            tick();
+            fs.mkdir(d.as_bytes(), 0o755).map_err(e(format!("mkdir {d}")))?;
+            tick();
+            fs.rmdir(d.as_bytes()).map_err(e(format!("rmdir {d}")))?;
+        }
+    }
+    // Remove whatever is left in /old, then /old itself.
+    let fd = fs.open(b"/old", OpenFlags::RDONLY.directory(), 0).map_err(e("open /old".into()))?;
+    let mut names = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let b = fs.readdir(fd, cookie, 64).map_err(e("readdir".into()))?;
+        let Some(last) = b.last() else { break };
+        cookie = last.next_cookie;
+        names.extend(b.into_iter().map(|d| d.name));
+    }
+    fs.close(fd).map_err(e("close /old".into()))?;
+    for n in names {
+        let mut path = b"/old/".to_vec();
+        path.extend_from_slice(&n);
+        tick();
+        fs.unlink(&path).map_err(e("unlink leftover".into()))?;
+    }
+    tick();
+    fs.rmdir(b"/old").map_err(e("rmdir /old".into()))?;
+    // Leftovers in the root.
+    let fd = fs.open(b"/", OpenFlags::RDONLY.directory(), 0).map_err(e("open /".into()))?;
+    let mut names = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let b = fs.readdir(fd, cookie, 64).map_err(e("readdir /".into()))?;
+        let Some(last) = b.last() else { break };
+        cookie = last.next_cookie;
+        names.extend(b.into_iter().map(|d| d.name));
+    }
+    fs.close(fd).map_err(e("close /".into()))?;
+    for n in names {
+        let mut path = b"/".to_vec();
+        path.extend_from_slice(&n);
+        tick();
+        fs.unlink(&path).map_err(e("unlink root leftover".into()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,239 @@
+//! Self-tests of the harness: the persistence model, the persistence
+//! checker on hand-made traces, tokens, and determinism (a token replays
+//! only if recording a workload twice gives the same trace).
+
+use ferrite::format::Layout;
+use ferrite_crashcheck::crash::{Caps, PointKind, Sim};
+use ferrite_crashcheck::exec::{begin_mark, end_mark, record, start};
+use ferrite_crashcheck::pcheck;
+use ferrite_crashcheck::token::{replay, Token};
+use ferrite_crashcheck::workload::{random_workload, workload_by_id, StartKind};
+use ferrite_pmem::Event;
+
+fn store(offset: u64, byte: u8, len: usize) -> Event {
+    Event::Store { offset, data: vec![byte; len] }
+}
+
+/// Vinter's model on a hand-made trace: what is durable, what is pending,
+/// per-word prefixes, non-temporal stores.
+#[test]
+fn persistence_model() {
+    let base = vec![0u8; 8192];
+    let events = vec![
+        store(0, 1, 8),                                    // 0: line 0, flushed + fenced below
+        Event::Flush { offset: 0, len: 8 },                // 1
+        store(64, 2, 8),                                   // 2: line 1, never flushed
+        store(0, 3, 8),                                    // 3: line 0 again, after its flush
+        Event::Fence,                                      // 4
+        Event::NtStore { offset: 128, data: vec![4; 64] }, // 5
+        Event::Commit { offset: 192, value: u64::MAX },    // 6
+        Event::Flush { offset: 192, len: 8 },              // 7
+        Event::Fence,                                      // 8
+        Event::Mark { label: 1 },                          // 9
+    ];
+    let mut sim = Sim::new(&base, &events);
+    assert_eq!(sim.next_point(), Some(PointKind::Fence));
+    assert_eq!(sim.position(), 4);
+    assert!(sim.persisted().iter().all(|&b| b == 0), "nothing is durable before the first fence");
+    // Word 0 has two pending writes: the older value alone is a candidate.
+    let c = sim.candidates(&Caps::FULL, 1);
+    let imgs: Vec<Vec<u8>> = c.iter().map(|c| sim.build(c)).collect();
+    assert!(imgs.iter().any(|i| i[0] == 1), "an in-order prefix (first write only) of word 0");
+    assert!(imgs.iter().any(|i| i[0] == 3 && i[64] == 0), "line 0 without line 1");
+    assert!(imgs.iter().any(|i| i[0] == 0 && i[64] == 2), "line 1 without line 0");
+    assert!(!imgs.iter().any(|i| i[0] == 3 && i[1] == 1), "never a later write without the bytes it overwrote");
+    assert_eq!(sim.next_point(), Some(PointKind::Fence));
+    assert_eq!(sim.position(), 8);
+    assert_eq!(&sim.persisted()[0..8], &[1; 8], "the flushed write is durable, the one after the flush is not");
+    assert_eq!(sim.persisted()[128], 0, "a streamed store is not durable before its fence");
+    let c = sim.candidates(&Caps::FULL, 1);
+    assert!(c.iter().map(|c| sim.build(c)).any(|i| i[128] == 4 && i[192] == 0), "a streamed store may persist early");
+    assert_eq!(sim.next_point(), Some(PointKind::Mark(1)));
+    assert_eq!(&sim.persisted()[128..192], &[4; 64]);
+    assert_eq!(&sim.persisted()[192..200], &[0xFF; 8]);
+    assert_eq!(sim.persisted()[64], 0, "never flushed: still pending");
+    assert_eq!(sim.next_point(), Some(PointKind::End));
+    assert_eq!(sim.next_point(), None);
+}
+
+/// Every subset of up to six pending lines; caps beyond.
+#[test]
+fn line_subsets_and_caps() {
+    let base = vec![0u8; 4096 * 4];
+    let mut events: Vec<Event> = (0..6).map(|i| store(i * 64, 1, 8)).collect();
+    events.push(Event::Fence);
+    let mut sim = Sim::new(&base, &events);
+    sim.next_point();
+    let c = sim.candidates(&Caps { subsets: 1000, torn: 0, older: 0, exhaustive_lines: 6 }, 1);
+    // none, all, and the 62 proper non-empty subsets.
+    assert_eq!(c.len(), 64);
+    let mut events: Vec<Event> = (0..40).map(|i| store(i * 64, 1, 8)).collect();
+    events.push(Event::Fence);
+    let mut sim = Sim::new(&base, &events);
+    sim.next_point();
+    let c = sim.candidates(&Caps { subsets: 128, torn: 0, older: 0, exhaustive_lines: 6 }, 1);
+    assert_eq!(c.len(), 130);
+    for l in ["L1:0", "B:0", "L2:0.1", "R:0"] {
+        assert!(c.iter().any(|c| c.label == l), "{l} missing");
+    }
+    // Keys are content keys: equal images, equal keys.
+    let a = sim.candidates(&Caps::FULL, 1);
+    let all = a.iter().find(|c| c.label == "all").expect("all");
+    let mut img = base.clone();
+    for i in 0..40 {
+        img[i * 64..i * 64 + 8].fill(1);
+    }
+    assert_eq!(sim.build(all), img);
+    let none = a.iter().find(|c| c.label == "none").expect("none");
+    assert_ne!(sim.key(all), sim.key(none));
+}
+
+fn layout() -> Layout {
+    start(StartKind::Empty).layout
+}
+
+fn wrap(mut inner: Vec<Event>) -> Vec<Event> {
+    let mut v = vec![Event::Mark { label: begin_mark(0) }];
+    v.append(&mut inner);
+    v.push(Event::Mark { label: end_mark(0) });
+    v
+}
+
+fn kinds(r: &pcheck::Report) -> Vec<&'static str> {
+    r.violations.iter().map(|v| v.kind).collect()
+}
+
+/// The persistence checker on hand-made traces: each kind of violation,
+/// and the guarded commit-word writes it accepts.
+#[test]
+fn persistence_checker_kinds() {
+    let l = layout();
+    let base = start(StartKind::Empty).image.to_vec();
+    let d = l.data_start.offset() + 60 * 4096;
+    // A clean operation.
+    let ok = wrap(vec![store(d, 1, 64), Event::Flush { offset: d, len: 64 }, Event::Fence]);
+    assert!(pcheck::check(&base, &ok, &l).violations.is_empty());
+    // Never flushed.
+    let r = pcheck::check(&base, &wrap(vec![store(d, 1, 8), Event::Fence]), &l);
+    assert_eq!(kinds(&r), ["store-never-flushed"]);
+    // Never fenced (a flush, and a streamed store).
+    let r = pcheck::check(&base, &wrap(vec![store(d, 1, 8), Event::Flush { offset: d, len: 8 }]), &l);
+    assert_eq!(kinds(&r), ["flush-never-fenced"]);
+    let r = pcheck::check(&base, &wrap(vec![Event::NtStore { offset: d, data: vec![1; 64] }]), &l);
+    assert_eq!(kinds(&r), ["flush-never-fenced"]);
+    // Dirty again at the fence (and still flushed + fenced later).
+    let r = pcheck::check(
+        &base,
+        &wrap(vec![
+            store(d, 1, 8),
+            Event::Flush { offset: d, len: 8 },
+            store(d + 8, 2, 8),
+            Event::Fence,
+            Event::Flush { offset: d, len: 64 },
+            Event::Fence,
+        ]),
+        &l,
+    );
+    assert_eq!(kinds(&r), ["dirty-again-at-fence"]);
+    // A live slot's tail written by a 16-byte store: not atomic.
+    let root_slot = l.inode_slot(ferrite::InodeNo(1));
+    let r = pcheck::check(
+        &base,
+        &wrap(vec![store(root_slot + 8, 9, 16), Event::Flush { offset: root_slot, len: 64 }, Event::Fence]),
+        &l,
+    );
+    assert_eq!(kinds(&r), ["commit-word-not-atomic"]);
+    // The same store into a free slot is a guarded write.
+    let free_slot = l.inode_slot(ferrite::InodeNo(l.inode_count - 1));
+    let r = pcheck::check(
+        &base,
+        &wrap(vec![store(free_slot + 8, 9, 16), Event::Flush { offset: free_slot, len: 64 }, Event::Fence]),
+        &l,
+    );
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.guarded.get("slot-not-live"), Some(&2));
+    // A journal header written with its CRC: guarded.
+    let j = l.journal_start.offset();
+    let r = pcheck::check(&base, &wrap(vec![store(j, 5, 96), Event::Flush { offset: j, len: 96 }, Event::Fence]), &l);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.guarded.get("journal-header-under-crc"), Some(&1));
+    // The active word alone, without its CRC, by a 4-byte store: flagged.
+    let r = pcheck::check(&base, &wrap(vec![store(j, 5, 4), Event::Flush { offset: j, len: 8 }, Event::Fence]), &l);
+    assert_eq!(kinds(&r), ["commit-word-not-atomic"]);
+}
+
+#[test]
+fn tokens_round_trip_and_replay() {
+    let t = Token {
+        seed: 0xC0FFEE,
+        start: StartKind::LogEdge,
+        workload: "s2.create+rename_file".into(),
+        point: "e12:T:5:p1:a:r3:L:2".into(),
+    };
+    let s = t.to_string();
+    assert_eq!(s, "cc1:0xc0ffee:logedge:s2.create+rename_file:e12:T:5:p1:a:r3:L:2");
+    assert_eq!(s.parse::<Token>().expect("parse"), t);
+    assert!("cc2:1:empty:s1.create:e1:all".parse::<Token>().is_err());
+    // A replay rebuilds the workload, the point and the image (whether it
+    // passes is the engine's business); a point that does not exist, or an
+    // unknown operation, is an error.
+    let (out, _) = replay("cc1:0xc0ffee:empty:s1.chmod:e3:none").expect("replay");
+    assert!(out.contains("chmod(/foo, 600)") && out.contains("just before the fence at event 3"), "{out}");
+    assert!(replay("cc1:0xc0ffee:empty:s1.chmod:e9999:none").is_err());
+    assert!(replay("cc1:0xc0ffee:empty:s1.no_such_op:e1:none").is_err());
+}
+
+/// Tokens replay exactly only if a workload always produces the same trace.
+#[test]
+fn recording_is_deterministic() {
+    for (k, id) in [
+        (StartKind::Empty, "s2.create+rename_dir".to_string()),
+        (StartKind::Aged, "s2.write_large+truncate_shrink_mid_page".to_string()),
+        (StartKind::Full, "s1.symlink_long".to_string()),
+        (StartKind::LogEdge, random_workload(42, 12).id),
+    ] {
+        let st = start(k);
+        let w = workload_by_id(&id).expect("workload");
+        let a = record(&st, &w);
+        let b = std::thread::spawn(move || record(&start(k), &w)).join().expect("thread");
+        assert_eq!(a.events, b.events, "{id} on {}: two recordings differ", k.name());
+        assert_eq!(a.state_keys, b.state_keys);
+    }
+}
+
+/// Recovery's own trace goes through the persistence checker: an orphan
+/// freed without flushing its state word is caught (it could come back
+/// after a later crash, once its pages were reused).
+#[test]
+fn recovery_trace_is_checked() {
+    use ferrite::{OpenFlags, PathFs};
+    let st = start(StartKind::Empty);
+    let clock = ferrite_crashcheck::exec::clock_at(ferrite_crashcheck::exec::T_CALL);
+    let fs = ferrite::Ferrite::mount(
+        ferrite_pmem::Pmem::from_image(&st.image),
+        &ferrite_crashcheck::exec::mount_options(&clock, 1),
+    )
+    .expect("mount");
+    let fd = fs.open(b"/foo", OpenFlags::RDONLY, 0).expect("open");
+    fs.unlink(b"/foo").expect("unlink");
+    let crashed = fs.pmem().image(); // a crash with /foo unlinked but open
+    let _ = fd;
+    drop(fs);
+    let fs = ferrite_crashcheck::verify::mount(ferrite_pmem::Pmem::recording_from_image(&crashed), 1).expect("recover");
+    assert_eq!(fs.mount_report().orphans_freed, 1);
+    let layout = fs.layout();
+    let events = fs.pmem().stop_recording();
+    drop(fs);
+    ferrite_crashcheck::verify::check_recovery_trace(&crashed, &events, &layout).expect("the real recovery is clean");
+    let it = layout.inode_table_start.offset();
+    let c = events
+        .iter()
+        .position(|e| matches!(e, Event::Commit { offset, value: 0 } if *offset >= it && (offset - it) % 128 == 0))
+        .expect("the orphan's state word cleared");
+    let mut broken = events.clone();
+    assert!(matches!(broken[c + 1], Event::Flush { .. }));
+    broken.remove(c + 1);
+    let e = ferrite_crashcheck::verify::check_recovery_trace(&crashed, &broken, &layout)
+        .expect_err("an unflushed recovery store must be caught");
+    assert!(e.contains("store-never-flushed"), "{e}");
+}
