@@ -252,8 +252,16 @@ fn recovery_on_log_mid_extension() {
     let ids: Vec<String> = seq1().into_iter().map(|w| w.id).collect();
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     must_pass("recovery_on_log_mid_extension", &ids, &[StartKind::LogEdge]);
-    let r = rec(StartKind::LogEdge, "s1.chmod");
-    let link = find(&r.events, 0, |e| matches!(e, Event::Commit { offset, .. } if offset % PAGE == 24));
+    // The broken version needs an operation that links a new log page; try
+    // the catalogue's operations on the page-edge image until one does.
+    let found = ["s1.chmod", "s1.chown", "s1.utimens", "s1.create", "s1.mkdir"].iter().find_map(|id| {
+        let r = rec(StartKind::LogEdge, id);
+        let link = r.events.iter().position(|e| matches!(e, Event::Commit { offset, .. } if offset % PAGE == 24))?;
+        Some((r, link))
+    });
+    let Some((r, link)) = found else {
+        panic!("no operation on the page-edge image extended a log: the start image no longer sits at a page edge");
+    };
     let fl = find(&r.events, link, |e| matches!(e, Event::Flush { .. }));
     let mut ev = r.events.clone();
     ev.remove(fl);

@@ -284,7 +284,22 @@ impl Ferrite {
         change(&mut sb);
         sb.generation = sb.generation.wrapping_add(1);
         let bytes = sb.encode();
-        for copy in format::SUPERBLOCK_COPIES {
+        // Overwrite first the copy a mount would not use (torn by an
+        // earlier interrupted update, or older), so that the copy it would
+        // use stays intact until the other one is complete: a crash at any
+        // instant leaves one valid copy.
+        let copy_ok = |c: format::PageNo| {
+            let mut b = [0u8; format::SUPERBLOCK_SIZE];
+            self.media.read(c.offset(), &mut b);
+            Superblock::decode(&b, self.media.pmem.len()).ok().map(|s| s.generation)
+        };
+        let [a, b] = format::SUPERBLOCK_COPIES;
+        let order = match (copy_ok(a), copy_ok(b)) {
+            (Some(ga), Some(gb)) if ga >= gb => [b, a],
+            (Some(_), None) => [b, a],
+            _ => [a, b],
+        };
+        for copy in order {
             self.media.write(copy.offset(), &bytes);
             self.media.flush(copy.offset(), bytes.len() as u64);
             self.media.fence();
