@@ -10,7 +10,8 @@
 //!   per crash point (the first operation's crash images are the seq-1
 //!   images and are recovered once: identical images are deduplicated by
 //!   content across the whole process);
-//! - random: seeded random workloads with several descriptors per file.
+//! - random: 80 seeded random workloads of 24 calls with several
+//!   descriptors per file.
 //!
 //! Every workload also goes through the persistence checker, and the
 //! engine is compared with the model after every call. Each test prints
@@ -155,20 +156,20 @@ seq2_tests! {
 
 #[test]
 fn random_empty() {
-    random_on(StartKind::Empty, 16, 20);
+    random_on(StartKind::Empty, 24, 24);
 }
 
 #[test]
 fn random_aged() {
-    random_on(StartKind::Aged, 16, 20);
+    random_on(StartKind::Aged, 24, 24);
 }
 
 #[test]
 fn random_full() {
-    random_on(StartKind::Full, 12, 20);
+    random_on(StartKind::Full, 16, 24);
 }
 
 #[test]
 fn random_logedge() {
-    random_on(StartKind::LogEdge, 12, 20);
+    random_on(StartKind::LogEdge, 16, 24);
 }

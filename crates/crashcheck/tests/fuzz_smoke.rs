@@ -53,7 +53,7 @@ fn image_inputs() -> Vec<Vec<u8>> {
 fn fuzz_image_corpus_and_random_inputs() {
     let mut inputs = image_inputs();
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed()));
-    for _ in 0..n(600) {
+    for _ in 0..n(2000) {
         let len = rng.gen_range(1..200);
         let mut d: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
         // Mostly patches of a valid image, some raw images.
@@ -71,7 +71,7 @@ fn fuzz_image_corpus_and_random_inputs() {
             failures.push(format!("input {}: {m}", hex(d)));
         }
     }
-    eprintln!("fuzz_image: {total} inputs, {} failures", failures.len());
+    ferrite_crashcheck::harness::say(&format!("fuzz_image: {total} inputs, {} failures", failures.len()));
     assert!(failures.is_empty(), "{}", failures.iter().take(5).cloned().collect::<Vec<_>>().join("\n"));
 }
 
@@ -85,7 +85,7 @@ fn fuzz_ops_corpus_and_random_inputs() {
         inputs.push(vec![start, 14, 0, 12, 0x0B, 0xB8, 11, 0, 0, 0, 0, 13, 5, 9, 0, 0]);
     }
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed() ^ 0x0b5));
-    for _ in 0..n(60) {
+    for _ in 0..n(120) {
         let len = rng.gen_range(6..40);
         inputs.push((0..len).map(|_| rng.gen()).collect());
     }
@@ -98,7 +98,7 @@ fn fuzz_ops_corpus_and_random_inputs() {
             Err(p) => failures.push(format!("input {}: {p}", hex(d))),
         }
     }
-    eprintln!("fuzz_ops: {total} inputs, {} failures", failures.len());
+    ferrite_crashcheck::harness::say(&format!("fuzz_ops: {total} inputs, {} failures", failures.len()));
     assert!(
         failures.is_empty(),
         "{} of {total} inputs failed (replay one: write the hex to a file and run `cargo run -p ferrite-crashcheck -- fuzz-input ops FILE`):\n{}",

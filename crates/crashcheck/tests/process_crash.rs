@@ -5,7 +5,7 @@
 //! completed-call boundary (k or k + 1 calls, k = the calls the child
 //! reported complete).
 //!
-//! `CRASHCHECK_KILLS` sets the number of kills (default 240),
+//! `CRASHCHECK_KILLS` sets the number of kills (default 300),
 //! `CRASHCHECK_PROC_SEED` the workload seed.
 
 use ferrite_crashcheck::proc_crash::run;
@@ -14,17 +14,17 @@ use std::time::Duration;
 
 #[test]
 fn sigkill_at_random_moments_recovers_to_a_completed_call() {
-    let kills: usize = std::env::var("CRASHCHECK_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(240);
+    let kills: usize = std::env::var("CRASHCHECK_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
     let seed = std::env::var("CRASHCHECK_PROC_SEED")
         .ok()
         .and_then(|s| ferrite_crashcheck::workload::parse_u64(&s))
         .unwrap_or(0x5161_4B11);
     let exe = Path::new(env!("CARGO_BIN_EXE_ferrite-crashcheck"));
     let rep = run(exe, seed, kills, Duration::from_millis(3));
-    eprintln!(
+    ferrite_crashcheck::harness::say(&format!(
         "process crash: {} kills ({} after the child had completed calls), {} calls completed, {} recoveries showed the unreported call in flight as done, {:.1?} (replay: CRASHCHECK_PROC_SEED={seed:#x} CRASHCHECK_KILLS={kills})",
         rep.kills, rep.kills_mid_workload, rep.calls_completed, rep.matched_next, rep.elapsed
-    );
+    ));
     assert!(rep.failures.is_empty(), "process crash test failed (seed {seed:#x}):\n{}", rep.failures.join("\n\n"));
     assert!(rep.kills >= kills.min(200), "only {} kills", rep.kills);
     // How many kills land after the child completed calls depends on how

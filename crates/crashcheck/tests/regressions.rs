@@ -57,7 +57,7 @@ fn must_pass(name: &str, ids: &[&str], starts: &[StartKind]) {
         }
     }
     let (fig, failures) = run_all(name, &jobs, &strict());
-    eprintln!("{name}: {fig}");
+    ferrite_crashcheck::harness::say(&format!("{name}: {fig}"));
     assert!(failures.is_empty(), "{name}: {} failures:\n{}", failures.len(), show(&failures));
 }
 
@@ -254,11 +254,14 @@ fn recovery_on_log_mid_extension() {
     must_pass("recovery_on_log_mid_extension", &ids, &[StartKind::LogEdge]);
     // The broken version needs an operation that links a new log page; try
     // the catalogue's operations on the page-edge image until one does.
-    let found = ["s1.chmod", "s1.chown", "s1.utimens", "s1.create", "s1.mkdir"].iter().find_map(|id| {
-        let r = rec(StartKind::LogEdge, id);
-        let link = r.events.iter().position(|e| matches!(e, Event::Commit { offset, .. } if offset % PAGE == 24))?;
-        Some((r, link))
-    });
+    let found = ["s1.chmod_collects_log", "s1.chmod", "s1.chown", "s1.utimens", "s1.create", "s1.mkdir"]
+        .iter()
+        .find_map(|id| {
+            let r = rec(StartKind::LogEdge, id);
+            let link =
+                r.events.iter().position(|e| matches!(e, Event::Commit { offset, .. } if offset % PAGE == 24))?;
+            Some((r, link))
+        });
     let Some((r, link)) = found else {
         // The engine's end-of-page handling changed the page-edge image so
         // that these calls no longer open a page; the passing half above is

@@ -228,7 +228,9 @@ fn recovery_trace_is_checked() {
     let it = layout.inode_table_start.offset();
     let c = events
         .iter()
-        .position(|e| matches!(e, Event::Commit { offset, value: 0 } if *offset >= it && (offset - it) % 128 == 0))
+        .position(
+            |e| matches!(e, Event::Commit { offset, value: 0 } if *offset >= it && (offset - it).is_multiple_of(128)),
+        )
         .expect("the orphan's state word cleared");
     let mut broken = events.clone();
     assert!(matches!(broken[c + 1], Event::Flush { .. }));

@@ -24,6 +24,7 @@ mod pagemap;
 mod path;
 mod recovery;
 pub mod types;
+mod xattr_name;
 
 /// The hash map of DRAM indexes: foldhash is several times faster than
 /// SipHash on the short keys used here (page numbers, inode numbers, names).

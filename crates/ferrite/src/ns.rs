@@ -16,6 +16,7 @@ use crate::types::{
     limits, DirEntry, Errno, FallocateMode, FileType, FsResult, InodeNo, RenameFlags, SetAttr, Stat, StatFs, TimeSet,
     XattrSetMode,
 };
+use crate::xattr_name::{self, XattrName};
 use parking_lot::RwLockWriteGuard;
 use std::sync::Arc;
 
@@ -694,6 +695,9 @@ impl Ferrite {
 
     /// The value of an extended attribute (ENODATA if it has none).
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> FsResult<Vec<u8>> {
+        if xattr_name::classify(name) == XattrName::Unsupported {
+            return Err(Errno::EOPNOTSUPP);
+        }
         let inode = self.inode(ino)?;
         let d = inode.data.read();
         d.xattrs.get(name).map(|(v, _)| v.to_vec()).ok_or(Errno::ENODATA)
@@ -707,11 +711,19 @@ impl Ferrite {
     }
 
     /// Set an extended attribute, atomically and durably like every change.
-    /// Names are 1..=255 bytes without NUL (ERANGE otherwise); name and value
-    /// together at most `format::XATTR_BYTES_MAX` bytes (E2BIG).
+    /// Names are 1..=255 bytes without NUL (ERANGE otherwise) in one of
+    /// Linux's namespaces (EOPNOTSUPP otherwise, see `xattr_name`); name and
+    /// value together at most `format::XATTR_BYTES_MAX` bytes (E2BIG). An
+    /// access ACL equivalent to a mode sets the mode (as chmod) and is not
+    /// stored.
     pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: XattrSetMode) -> FsResult<()> {
         if name.is_empty() || name.len() > crate::format::XATTR_NAME_MAX || name.contains(&0) {
             return Err(Errno::ERANGE);
+        }
+        match xattr_name::classify(name) {
+            XattrName::Stored => {}
+            XattrName::AclAccess => return self.set_acl_access(ino, value),
+            XattrName::AclDefault | XattrName::Unsupported => return Err(Errno::EOPNOTSUPP),
         }
         if name.len() + value.len() > crate::format::XATTR_BYTES_MAX {
             return Err(Errno::E2BIG);
@@ -724,7 +736,28 @@ impl Ferrite {
         if name.is_empty() || name.len() > crate::format::XATTR_NAME_MAX {
             return Err(Errno::ERANGE);
         }
+        if xattr_name::classify(name) == XattrName::Unsupported {
+            return Err(Errno::EOPNOTSUPP);
+        }
         self.change_xattr(ino, name, None, XattrSetMode::Replace)
+    }
+
+    /// `system.posix_acl_access`: an ACL of owner, group and other entries
+    /// only is the mode's permission bits, set as chmod sets them (ctime
+    /// too); an empty value removes an extended ACL, of which there is
+    /// none, so it changes nothing.
+    fn set_acl_access(&self, ino: InodeNo, value: &[u8]) -> FsResult<()> {
+        let bits = if value.is_empty() { None } else { Some(xattr_name::acl_access_mode(value)?) };
+        let inode = self.inode(ino)?;
+        let mut d = inode.data.write();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        if let Some(bits) = bits {
+            let perm = (d.attrs.perm & !0o777) | bits;
+            self.setattr_locked(&inode, &mut d, &SetAttr { perm: Some(perm), ..SetAttr::default() })?;
+        }
+        Ok(())
     }
 
     fn change_xattr(&self, ino: InodeNo, name: &[u8], value: Option<&[u8]>, mode: XattrSetMode) -> FsResult<()> {

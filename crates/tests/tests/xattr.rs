@@ -2,7 +2,9 @@
 //! XATTR_CREATE / XATTR_REPLACE rules and the size limits; every change
 //! survives clean and crash remounts; thousands of updates keep the log
 //! bounded (GC and compaction keep the current values, and only them); fsck
-//! stays clean throughout.
+//! stays clean throughout. Names outside Linux's namespaces are refused
+//! with EOPNOTSUPP, and an access ACL equivalent to a mode sets the mode
+//! (what `cp -a` relies on) while any other ACL is refused.
 
 use ferrite::{Errno, Ferrite, FormatOptions, MountOptions, OpenFlags, PathFs, XattrSetMode};
 use ferrite_pmem::Pmem;
@@ -100,4 +102,49 @@ fn many_xattr_updates_keep_a_bounded_log() {
     let fd = fs.open(b"/f", OpenFlags::RDONLY, 0).unwrap();
     fs.pread(fd, &mut buf, 0).unwrap();
     assert_eq!(&buf, b"data stays");
+}
+
+/// One ACL value: version 2, then (tag, perm, id) entries.
+fn acl(entries: &[(u16, u16)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&u32::MAX.to_le_bytes());
+    }
+    v
+}
+
+#[test]
+fn namespaces_and_access_acls_follow_linux() {
+    let fs = Ferrite::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    fs.mkdir(b"/d", 0o700).unwrap();
+    let dir = fs.stat(b"/d").unwrap().ino;
+    for name in [&b"unknown.x"[..], b"user.", b"system.other", b"x"] {
+        assert_eq!(fs.setxattr(dir, name, b"v", XattrSetMode::Any), Err(Errno::EOPNOTSUPP));
+        assert_eq!(fs.getxattr(dir, name), Err(Errno::EOPNOTSUPP));
+        assert_eq!(fs.removexattr(dir, name), Err(Errno::EOPNOTSUPP));
+    }
+    fs.setxattr(dir, b"security.label", b"s", XattrSetMode::Any).unwrap();
+    // An ACL of owner/group/other entries is the mode: rwx r-x r-x.
+    let before = fs.stat(b"/d").unwrap();
+    fs.setxattr(dir, b"system.posix_acl_access", &acl(&[(1, 7), (4, 5), (0x20, 5)]), XattrSetMode::Any).unwrap();
+    let after = fs.stat(b"/d").unwrap();
+    assert_eq!(after.perm, 0o755);
+    assert!(after.ctime >= before.ctime);
+    // Nothing is stored: Linux answers ENODATA for an ACL that is the mode.
+    assert_eq!(fs.getxattr(dir, b"system.posix_acl_access"), Err(Errno::ENODATA));
+    assert_eq!(fs.listxattr(dir).unwrap(), vec![b"security.label".to_vec()]);
+    // Named users and masks, default ACLs and malformed values are refused
+    // and change nothing.
+    let named = acl(&[(1, 7), (2, 7), (4, 5), (0x10, 7), (0x20, 0)]);
+    assert_eq!(fs.setxattr(dir, b"system.posix_acl_access", &named, XattrSetMode::Any), Err(Errno::EOPNOTSUPP));
+    let minimal = acl(&[(1, 7), (4, 0), (0x20, 0)]);
+    assert_eq!(fs.setxattr(dir, b"system.posix_acl_default", &minimal, XattrSetMode::Any), Err(Errno::EOPNOTSUPP));
+    assert_eq!(fs.setxattr(dir, b"system.posix_acl_access", b"junk", XattrSetMode::Any), Err(Errno::EINVAL));
+    assert_eq!(fs.stat(b"/d").unwrap().perm, 0o755);
+    // The mode set through the ACL is durable like chmod.
+    let fs = remount(fs, true);
+    assert_eq!(fs.stat(b"/d").unwrap().perm, 0o755);
+    assert_eq!(fs.getxattr(dir, b"security.label").unwrap(), b"s");
 }
