@@ -402,6 +402,10 @@ fn lstat_kind(kind: FileType) -> &'static str {
         FileType::Regular => "file",
         FileType::Directory => "directory",
         FileType::Symlink => "symlink",
+        FileType::Fifo => "fifo",
+        FileType::Socket => "socket",
+        FileType::CharDevice => "character device",
+        FileType::BlockDevice => "block device",
     }
 }
 

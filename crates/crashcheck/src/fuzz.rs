@@ -127,6 +127,10 @@ fn bounded_walk(fs: &dyn PathFs) {
                 let _ = fs.readlink(&path);
                 let _ = fs.stat(&path);
             }
+            FileType::Fifo | FileType::Socket | FileType::CharDevice | FileType::BlockDevice => {
+                let _ = fs.open(&path, OpenFlags::RDONLY, 0);
+                let _ = fs.truncate(&path, 1);
+            }
         }
     }
 }

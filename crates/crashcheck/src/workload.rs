@@ -80,6 +80,12 @@ pub enum Call {
         target: Vec<u8>,
         path: Vec<u8>,
     },
+    /// mknod: a FIFO, socket or device node (or a regular file).
+    Mknod {
+        path: Vec<u8>,
+        mode: u32,
+        rdev: u64,
+    },
     Chmod {
         path: Vec<u8>,
         perm: u32,
@@ -154,6 +160,7 @@ impl std::fmt::Display for Call {
             Call::Symlink { target, path } => {
                 write!(f, "symlink({}, {})", show_path(target), show_path(path))
             }
+            Call::Mknod { path, mode, rdev } => write!(f, "mknod({}, {mode:o}, {rdev:#x})", show_path(path)),
             Call::Chmod { path, perm } => write!(f, "chmod({}, {perm:o})", show_path(path)),
             Call::Chown { path, uid, gid } => {
                 write!(f, "chown({}, {uid:?}, {gid:?})", show_path(path))
@@ -260,6 +267,7 @@ pub fn run_call(fs: &dyn PathFs, slots: &mut Slots, call: &Call) -> CallResult {
         Call::Rename { from, to, flags } => fs.rename(from, to, *flags).map(|_| 0),
         Call::Link { from, to } => fs.link(from, to).map(|_| 0),
         Call::Symlink { target, path } => fs.symlink(target, path).map(|_| 0),
+        Call::Mknod { path, mode, rdev } => fs.mknod(path, *mode, *rdev).map(|_| 0),
         Call::Chmod { path, perm } => fs.chmod(path, *perm).map(|_| 0),
         Call::Chown { path, uid, gid } => fs.chown(path, *uid, *gid).map(|_| 0),
         Call::Utimens { path, atime, mtime } => fs.utimens(path, *atime, *mtime).map(|_| 0),
@@ -340,6 +348,7 @@ pub fn catalogue() -> Vec<OpDef> {
         one("mkdir_nested", Call::Mkdir { path: p("/A/C/D"), perm: 0o700 }),
         one("symlink", Call::Symlink { target: p("../foo"), path: p("/B/foo") }),
         one("symlink_long", Call::Symlink { target: vec![b't'; 3000], path: p("/B/long") }),
+        one("mknod_device", Call::Mknod { path: p("/A/C/dev"), mode: libc::S_IFCHR | 0o620, rdev: 0x0403 }),
         // ---- writes ----
         on_fd("write_append", "/foo", OpenFlags::WRONLY.append(), Call::Write { slot: 0, len: 300, tag: 1 }),
         on_fd("write_overwrite_page", "/A/foo", rdwr, pw(0, 0, 4096, 2)),
@@ -598,7 +607,12 @@ pub fn random_call(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
             }),
             mtime: if rng.gen_bool(0.5) { TimeSet::Now } else { TimeSet::Omit },
         },
-        85..=89 => {
+        85..=86 => Call::Mknod {
+            path: rpath(rng),
+            mode: [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK][rng.gen_range(0..4)] | 0o640,
+            rdev: rng.gen_range(0..0x1_0000),
+        },
+        87..=89 => {
             // Several descriptors on one file: open a path already open.
             let s = if free.is_empty() { rng.gen_range(0..8) } else { free[rng.gen_range(0..free.len())] };
             Call::Open { slot: s, path: b"/foo".to_vec(), flags: OpenFlags::RDWR, perm: 0o644 }

@@ -173,8 +173,9 @@ impl Ferrite {
     pub(crate) fn truncate_locked(&self, inode: &Inode, d: &mut InodeData, size: u64) -> FsResult<()> {
         match inode.kind {
             FileType::Directory => return Err(Errno::EISDIR),
-            FileType::Symlink => return Err(Errno::EINVAL),
             FileType::Regular => {}
+            // Linux: truncate of anything but a file or directory.
+            _ => return Err(Errno::EINVAL),
         }
         let now = self.now_ns();
         let (entries, cow) = self.truncate_entries(d, size, now)?;

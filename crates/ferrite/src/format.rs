@@ -126,7 +126,8 @@ pub struct Superblock {
     /// highest generation wins at mount.
     pub generation: u64,
     pub state: MountState,
-    /// Feature bits; none are defined in version 1 (see FORMAT.md).
+    /// Feature bits (`FEATURE_*`, see FORMAT.md); a bit this code does not
+    /// know makes the pool unmountable.
     pub features: u32,
     /// CRC-32C of the saved allocator bitmaps (valid when state is Clean).
     pub saved_alloc_crc: u32,
@@ -136,6 +137,14 @@ pub struct Superblock {
 }
 
 const _: () = assert!(SUPERBLOCK_SIZE <= PAGE_SIZE as usize);
+
+/// Feature bit: inodes may be FIFOs, sockets or device nodes (file types
+/// 4..=7, device number in the inode header). Set at mkfs, and by the first
+/// read-write mount of an older pool, so that a reader that predates it
+/// refuses the pool instead of calling those inodes corrupt.
+pub const FEATURE_SPECIAL_FILES: u32 = 1;
+/// Every feature bit this code understands.
+pub const FEATURES_KNOWN: u32 = FEATURE_SPECIAL_FILES;
 
 impl Superblock {
     pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
@@ -214,8 +223,11 @@ impl Superblock {
     /// The layout must be exactly what `Geometry::compute` gives for the
     /// recorded size and parameters, and fit the pool.
     fn check_geometry(&self, pool_len: u64) -> Result<(), Corrupt> {
-        if self.features != 0 {
-            return Err(corrupt!("unknown feature bits {:#x}", self.features));
+        if self.features & !FEATURES_KNOWN != 0 {
+            return Err(corrupt!(
+                "unknown feature bits {:#x} (a newer Ferrite made this pool)",
+                self.features & !FEATURES_KNOWN
+            ));
         }
         if self.total_pages < POOL_PAGES_MIN || self.total_pages > POOL_PAGES_MAX {
             return Err(corrupt!("pool of {} pages out of range", self.total_pages));
@@ -405,7 +417,9 @@ pub fn journal_decode(page: &[u8]) -> JournalState {
 // [24..32)  inode number (must equal the slot index).
 // [32..36)  generation.
 // [36]      file type.   [37] flags (0 in version 1).  [38..40) reserved.
-// [40..60)  reserved, zero.
+// [40..48)  device number (device nodes only, else 0; feature bit
+//           FEATURE_SPECIAL_FILES).
+// [48..60)  reserved, zero.
 // [60..64)  CRC-32C of [24..60).
 // [64..128) reserved for later versions (epochs, per-file modes, sharing).
 
@@ -426,6 +440,8 @@ pub struct InodeHeader {
     pub ino: InodeNo,
     pub generation: u32,
     pub kind: FileType,
+    /// Device number of a device node; 0 for every other type.
+    pub rdev: u64,
 }
 
 impl InodeHeader {
@@ -435,6 +451,7 @@ impl InodeHeader {
         put_u64(&mut b, 0, self.ino.0);
         put_u32(&mut b, 8, self.generation);
         b[12] = self.kind as u8;
+        put_u64(&mut b, 16, self.rdev);
         let c = crc(&b[..36]);
         put_u32(&mut b, 36, c);
         b
@@ -469,8 +486,12 @@ pub fn decode_inode_slot(slot: &[u8], expect_ino: InodeNo) -> Result<InodeSlot, 
         return Err(corrupt!("inode {}: state generation differs from header", ino.0));
     }
     let kind = FileType::from_u8(h[12]).ok_or_else(|| corrupt!("inode {}: bad type {}", ino.0, h[12]))?;
+    let rdev = get_u64(h, 16);
+    if rdev != 0 && !kind.has_rdev() {
+        return Err(corrupt!("inode {}: device number {rdev:#x} on a {kind:?}", ino.0));
+    }
     Ok(InodeSlot::Live {
-        header: InodeHeader { ino, generation, kind },
+        header: InodeHeader { ino, generation, kind, rdev },
         head: get_u64(slot, 8),
         tail: get_u64(slot, 16),
     })

@@ -152,7 +152,7 @@ impl Ferrite {
             created_ns: now,
             generation: 0,
             state: MountState::Dirty,
-            features: 0,
+            features: format::FEATURE_SPECIAL_FILES,
             saved_alloc_crc: 0,
             saved_free_pages: 0,
             saved_free_inodes: 0,
@@ -175,7 +175,7 @@ impl Ferrite {
             parent: InodeNo::ROOT,
         };
         let (inode, staged) = fs
-            .stage_new_inode(InodeNo::ROOT, FileType::Directory, attrs, vec![])
+            .stage_new_inode(InodeNo::ROOT, FileType::Directory, 0, attrs, vec![])
             .map_err(|e| PoolError::Invalid(format!("pool too small for the root directory: {e:?}")))?;
         let mut tx = Transaction::default();
         tx.set(fs.media.slot_offset(InodeNo::ROOT) + INODE_STATE_OFFSET, format::inode_live_word(inode.generation));
@@ -338,7 +338,13 @@ impl Ferrite {
         self.pages
             .claim(&data.owned_pages())
             .map_err(|c| self.corrupt(format::corrupt!("inode {}: {}", ino.0, c.0)))?;
-        let inode = Arc::new(Inode { ino, kind: header.kind, generation: header.generation, data: data.into() });
+        let inode = Arc::new(Inode {
+            ino,
+            kind: header.kind,
+            generation: header.generation,
+            rdev: header.rdev,
+            data: data.into(),
+        });
         shard.insert(ino, inode.clone());
         Ok(inode)
     }
@@ -432,23 +438,25 @@ impl Ferrite {
         &self,
         ino: InodeNo,
         kind: FileType,
+        rdev: u64,
         attrs: Attrs,
         mut extra: Vec<format::Entry>,
     ) -> FsResult<(Arc<Inode>, Staged)> {
+        assert!(rdev == 0 || kind.has_rdev(), "a device number on a {kind:?}");
         let generation = self.media.slot_generation(ino).wrapping_add(1).max(1);
         let data = InodeData::new_empty(kind, attrs);
         let mut entries = vec![format::Entry::Attr(attrs.to_entry())];
         entries.append(&mut extra);
         let staged = data.stage(&self.media, &self.pages, ino, generation, entries)?;
         let slot = self.media.slot_offset(ino);
-        let header = format::InodeHeader { ino, generation, kind }.encode();
+        let header = format::InodeHeader { ino, generation, kind, rdev }.encode();
         self.media.write(slot + 24, &header);
         let mut words = [0u8; 16];
         words[..8].copy_from_slice(&staged.new_pages[0].offset().to_le_bytes());
         words[8..].copy_from_slice(&staged.new_tail.to_le_bytes());
         self.media.write(slot + format::INODE_HEAD_OFFSET, &words);
         self.media.flush(slot, 64);
-        let inode = Arc::new(Inode { ino, kind, generation, data: data.into() });
+        let inode = Arc::new(Inode { ino, kind, generation, rdev, data: data.into() });
         Ok((inode, staged))
     }
 

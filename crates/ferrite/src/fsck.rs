@@ -35,6 +35,8 @@ pub struct FsckReport {
     pub directories: u64,
     pub files: u64,
     pub symlinks: u64,
+    /// FIFOs, sockets and device nodes.
+    pub special_files: u64,
     pub log_pages: u64,
     pub file_pages: u64,
     pub free_pages: u64,
@@ -65,8 +67,8 @@ impl fmt::Display for FsckReport {
         writeln!(f, "pool: {} pages ({} in the data region)", self.total_pages, self.data_pages)?;
         writeln!(
             f,
-            "inodes: {} live ({} directories, {} files, {} symlinks)",
-            self.live_inodes, self.directories, self.files, self.symlinks
+            "inodes: {} live ({} directories, {} files, {} symlinks, {} special files)",
+            self.live_inodes, self.directories, self.files, self.symlinks, self.special_files
         )?;
         writeln!(
             f,
@@ -311,6 +313,17 @@ fn check_mounted(fs: &Ferrite, r: &mut FsckReport) {
                     }
                 }
                 r.file_pages += map.len() as u64;
+            }
+            (k, Body::Pages(map)) if k.is_special() => {
+                r.special_files += 1;
+                if !map.is_empty() || d.attrs.size != 0 {
+                    r.problem(format!(
+                        "{k:?} {}: size {} and {} data pages (it has no data)",
+                        ino.0,
+                        d.attrs.size,
+                        map.len()
+                    ));
+                }
             }
             _ => r.problem(format!("inode {}: body does not match its type", ino.0)),
         }

@@ -309,7 +309,16 @@ pub struct Inode {
     pub ino: InodeNo,
     pub kind: FileType,
     pub generation: u32,
+    /// Device number of a device node (fixed at creation), else 0.
+    pub rdev: u64,
     pub data: RwLock<InodeData>,
+}
+
+impl Inode {
+    /// stat of this inode, whose data the caller has locked.
+    pub fn stat(&self, d: &InodeData) -> Stat {
+        Stat { rdev: self.rdev, ..d.stat(self.ino, self.kind) }
+    }
 }
 
 impl InodeData {
@@ -341,7 +350,8 @@ impl InodeData {
         }
     }
 
-    pub fn stat(&self, ino: InodeNo, kind: FileType) -> Stat {
+    /// stat without the device number (see `Inode::stat`).
+    fn stat(&self, ino: InodeNo, kind: FileType) -> Stat {
         let a = &self.attrs;
         let (nlink, size, blocks) = match &self.body {
             Body::Dir(d) => (if a.nlink == 0 { 0 } else { 2 + d.subdirs }, 4096, self.log.live.page_count() as u64 * 8),
@@ -360,6 +370,7 @@ impl InodeData {
             mtime: TimeSpec::from_ns(a.mtime_ns),
             ctime: TimeSpec::from_ns(a.ctime_ns),
             blksize: PAGE_SIZE as u32,
+            rdev: 0,
         }
     }
 

@@ -48,6 +48,9 @@ pub struct NodeSpec<'a> {
     pub gid: u32,
     /// The target, for a symlink (1..=4095 bytes).
     pub symlink_target: Option<&'a [u8]>,
+    /// The device number, for a device node; ignored for other types (as
+    /// Linux does for FIFOs and sockets).
+    pub rdev: u64,
 }
 
 /// One inode's part of a multi-inode operation.
@@ -112,7 +115,7 @@ impl Ferrite {
         if !d.alive {
             return Err(Errno::ENOENT);
         }
-        Ok(d.stat(i.ino, i.kind))
+        Ok(i.stat(&d))
     }
 
     /// Stage every part's entries, then commit all of them in one journal
@@ -179,9 +182,14 @@ impl Ferrite {
         Ok(())
     }
 
-    /// Create a regular file, directory or symlink named `name` in `parent`.
+    /// Create a regular file, directory, symlink, FIFO, socket or device
+    /// node named `name` in `parent`.
     pub fn create_node(&self, parent: InodeNo, name: &[u8], spec: &NodeSpec<'_>) -> FsResult<Stat> {
-        let NodeSpec { kind, perm, uid, gid, symlink_target } = *spec;
+        let NodeSpec { kind, perm, uid, gid, symlink_target, rdev } = *spec;
+        let rdev = if kind.has_rdev() { rdev } else { 0 };
+        if symlink_target.is_some() != (kind == FileType::Symlink) {
+            return Err(Errno::EINVAL);
+        }
         check_name(name)?;
         if is_dot(name) {
             return Err(Errno::EEXIST);
@@ -234,7 +242,7 @@ impl Ferrite {
             parent: if kind == FileType::Directory { parent } else { InodeNo(0) },
         };
         let _ = size;
-        let (child, staged_child) = match self.stage_new_inode(ino, kind, attrs, extra) {
+        let (child, staged_child) = match self.stage_new_inode(ino, kind, rdev, attrs, extra) {
             Ok(v) => v,
             Err(e) => {
                 self.inodes_free.free(ino);
@@ -262,7 +270,7 @@ impl Ferrite {
             return Err(e);
         }
         let d = child2.data.read();
-        Ok(d.stat(child2.ino, kind))
+        Ok(child2.stat(&d))
     }
 
     /// Remove a name; `want_dir` selects rmdir semantics.
@@ -373,7 +381,7 @@ impl Ferrite {
             Part { inode: &target, entries: vec![Entry::Attr(a.to_entry())], free: false },
         ];
         self.commit_parts(parts, &mut [&mut g1, &mut g2], None)?;
-        Ok(g2.stat(target.ino, target.kind))
+        Ok(target.stat(&g2))
     }
 
     /// Is `ancestor` on the path from `dir` up to the root (or `dir` itself)?
@@ -565,7 +573,7 @@ impl Ferrite {
             return Err(Errno::ENOENT);
         }
         self.setattr_locked(&inode, &mut d, set)?;
-        Ok(d.stat(inode.ino, inode.kind))
+        Ok(inode.stat(&d))
     }
 
     pub(crate) fn setattr_locked(&self, inode: &Inode, d: &mut InodeData, set: &SetAttr) -> FsResult<()> {
@@ -575,8 +583,8 @@ impl Ferrite {
         if let Some(size) = set.size {
             match inode.kind {
                 FileType::Directory => return Err(Errno::EISDIR),
-                FileType::Symlink => return Err(Errno::EINVAL),
                 FileType::Regular => {}
+                _ => return Err(Errno::EINVAL),
             }
             let (e, c) = self.truncate_entries(d, size, now)?;
             entries.extend(e);

@@ -324,6 +324,12 @@ impl PathFs for Ferrite {
                 if kind == FileType::Directory && flags.write {
                     return Err(Errno::EISDIR);
                 }
+                // A FIFO, socket or device node is served by the kernel
+                // (through FUSE it never reaches here); this API has no
+                // pipe or driver behind it.
+                if kind.is_special() {
+                    return Err(Errno::ENXIO);
+                }
                 let inode = self.open_ino(ino)?;
                 if flags.trunc && flags.write && kind == FileType::Regular {
                     let mut d = inode.data.write();
@@ -343,7 +349,7 @@ impl PathFs for Ferrite {
                 let st = match self.create_node(
                     r.parent,
                     &name,
-                    &NodeSpec { kind: FileType::Regular, perm, uid: 0, gid: 0, symlink_target: None },
+                    &NodeSpec { kind: FileType::Regular, perm, uid: 0, gid: 0, symlink_target: None, rdev: 0 },
                 ) {
                     Ok(st) => st,
                     Err(Errno::EEXIST) if !flags.excl => {
@@ -400,9 +406,7 @@ impl PathFs for Ferrite {
         let new = match whence {
             Whence::Set => offset,
             Whence::Cur => (*pos as i64).checked_add(offset).ok_or(Errno::EOVERFLOW)?,
-            Whence::End => {
-                (d.stat(f.inode.ino, f.inode.kind).size as i64).checked_add(offset).ok_or(Errno::EOVERFLOW)?
-            }
+            Whence::End => (f.inode.stat(&d).size as i64).checked_add(offset).ok_or(Errno::EOVERFLOW)?,
             Whence::Data | Whence::Hole => {
                 if offset < 0 {
                     return Err(Errno::ENXIO);
@@ -448,7 +452,7 @@ impl PathFs for Ferrite {
     fn fstat(&self, fd: Fd) -> FsResult<Stat> {
         let f = self.fds.get(fd)?;
         let d = f.inode.data.read();
-        Ok(d.stat(f.inode.ino, f.inode.kind))
+        Ok(f.inode.stat(&d))
     }
 
     fn stat(&self, path: &[u8]) -> FsResult<Stat> {
@@ -496,7 +500,7 @@ impl PathFs for Ferrite {
         self.create_node(
             r.parent,
             &name,
-            &NodeSpec { kind: FileType::Directory, perm, uid: 0, gid: 0, symlink_target: None },
+            &NodeSpec { kind: FileType::Directory, perm, uid: 0, gid: 0, symlink_target: None, rdev: 0 },
         )
         .map(|_| ())
     }
@@ -582,9 +586,29 @@ impl PathFs for Ferrite {
         self.create_node(
             r.parent,
             &name,
-            &NodeSpec { kind: FileType::Symlink, perm: 0o777, uid: 0, gid: 0, symlink_target: Some(target) },
+            &NodeSpec { kind: FileType::Symlink, perm: 0o777, uid: 0, gid: 0, symlink_target: Some(target), rdev: 0 },
         )
         .map(|_| ())
+    }
+
+    fn mknod(&self, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
+        // The type is checked before the path, as Linux's may_mknod.
+        let kind = match FileType::from_mode(mode) {
+            _ if mode & libc::S_IFMT == 0 => FileType::Regular,
+            Some(FileType::Directory) => return Err(Errno::EPERM),
+            Some(FileType::Symlink) | None => return Err(Errno::EINVAL),
+            Some(k) => k,
+        };
+        let r = self.resolve(path, false)?;
+        if r.target.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let name = r.name.ok_or(Errno::EEXIST)?;
+        if path.ends_with(b"/") {
+            return Err(Errno::ENOENT);
+        }
+        let spec = NodeSpec { kind, perm: mode & 0o7777, uid: 0, gid: 0, symlink_target: None, rdev };
+        self.create_node(r.parent, &name, &spec).map(|_| ())
     }
 
     fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// An inode rebuilt by the recovery scan: number, type, generation, state.
-type ScannedInode = (InodeNo, FileType, u32, InodeData);
+type ScannedInode = (InodeNo, format::InodeHeader, InodeData);
 
 pub(crate) fn mount_existing(mut fs: Ferrite, threads: usize) -> Result<Ferrite, PoolError> {
     let started = Instant::now();
@@ -35,6 +35,7 @@ pub(crate) fn mount_existing(mut fs: Ferrite, threads: usize) -> Result<Ferrite,
     fs.write_superblock(|sb| {
         sb.state = MountState::Dirty;
         sb.mount_count = sb.mount_count.wrapping_add(1);
+        sb.features |= format::FEATURE_SPECIAL_FILES;
     });
     fs.report.recovery_ns = started.elapsed().as_nanos() as u64;
     Ok(fs)
@@ -120,7 +121,7 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
                         let ino = InodeNo(i);
                         if let format::InodeSlot::Live { header, head, tail } = media.read_slot(ino)? {
                             let d = InodeData::load(media, ino, header.kind, header.generation, head, tail)?;
-                            out.push((ino, header.kind, header.generation, d));
+                            out.push((ino, header, d));
                         }
                     }
                     Ok(out)
@@ -137,7 +138,7 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
     let mut orphans = Vec::new();
     let mut scanned = 0u64;
     for r in results {
-        for (ino, kind, generation, d) in r? {
+        for (ino, header, d) in r? {
             scanned += 1;
             for p in d.owned_pages() {
                 if bitmap_get(&used, p.0) {
@@ -148,7 +149,13 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
                 }
                 bitmap_set(&mut used, p.0);
             }
-            let inode = Arc::new(Inode { ino, kind, generation, data: d.into() });
+            let inode = Arc::new(Inode {
+                ino,
+                kind: header.kind,
+                generation: header.generation,
+                rdev: header.rdev,
+                data: d.into(),
+            });
             if inode.data.read().attrs.nlink == 0 {
                 orphans.push(inode);
             } else {

@@ -115,12 +115,18 @@ impl InodeNo {
 pub struct Fd(pub u64);
 
 /// Kind of an inode, as stored on media and reported by stat and readdir.
+/// FIFOs, sockets and device nodes are recorded (type and device number)
+/// but carry no data: opening them is the kernel's business.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 #[repr(u8)]
 pub enum FileType {
     Regular = 1,
     Directory = 2,
     Symlink = 3,
+    Fifo = 4,
+    Socket = 5,
+    CharDevice = 6,
+    BlockDevice = 7,
 }
 
 impl FileType {
@@ -130,7 +136,26 @@ impl FileType {
             FileType::Regular => libc::S_IFREG,
             FileType::Directory => libc::S_IFDIR,
             FileType::Symlink => libc::S_IFLNK,
+            FileType::Fifo => libc::S_IFIFO,
+            FileType::Socket => libc::S_IFSOCK,
+            FileType::CharDevice => libc::S_IFCHR,
+            FileType::BlockDevice => libc::S_IFBLK,
         }
+    }
+
+    /// The type whose S_IFMT bits `mode` carries.
+    pub fn from_mode(mode: u32) -> Option<FileType> {
+        [
+            FileType::Regular,
+            FileType::Directory,
+            FileType::Symlink,
+            FileType::Fifo,
+            FileType::Socket,
+            FileType::CharDevice,
+            FileType::BlockDevice,
+        ]
+        .into_iter()
+        .find(|t| t.mode_bits() == mode & libc::S_IFMT)
     }
 
     /// The d_type value readdir reports.
@@ -139,6 +164,10 @@ impl FileType {
             FileType::Regular => libc::DT_REG,
             FileType::Directory => libc::DT_DIR,
             FileType::Symlink => libc::DT_LNK,
+            FileType::Fifo => libc::DT_FIFO,
+            FileType::Socket => libc::DT_SOCK,
+            FileType::CharDevice => libc::DT_CHR,
+            FileType::BlockDevice => libc::DT_BLK,
         }
     }
 
@@ -147,8 +176,22 @@ impl FileType {
             1 => Some(FileType::Regular),
             2 => Some(FileType::Directory),
             3 => Some(FileType::Symlink),
+            4 => Some(FileType::Fifo),
+            5 => Some(FileType::Socket),
+            6 => Some(FileType::CharDevice),
+            7 => Some(FileType::BlockDevice),
             _ => None,
         }
+    }
+
+    /// A FIFO, socket or device node: an inode with no data of its own.
+    pub fn is_special(self) -> bool {
+        matches!(self, FileType::Fifo | FileType::Socket | FileType::CharDevice | FileType::BlockDevice)
+    }
+
+    /// Only device nodes carry a device number.
+    pub fn has_rdev(self) -> bool {
+        matches!(self, FileType::CharDevice | FileType::BlockDevice)
     }
 }
 
@@ -197,6 +240,9 @@ pub struct Stat {
     pub ctime: TimeSpec,
     /// Preferred I/O size (st_blksize).
     pub blksize: u32,
+    /// Device number of a device node (st_rdev, as `makedev` encodes it);
+    /// 0 for every other type.
+    pub rdev: u64,
 }
 
 impl Stat {
@@ -443,6 +489,11 @@ pub trait PathFs: Send + Sync {
     fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> FsResult<()>;
     fn link(&self, existing: &[u8], new: &[u8]) -> FsResult<()>;
     fn symlink(&self, target: &[u8], linkpath: &[u8]) -> FsResult<()>;
+    /// Create a regular file (type bits 0 or S_IFREG), FIFO, socket or
+    /// device node, as mknod(2): the type comes from `mode`'s S_IFMT bits,
+    /// EPERM for a directory, EINVAL for any other type; `rdev` is kept
+    /// for device nodes only.
+    fn mknod(&self, path: &[u8], mode: u32, rdev: u64) -> FsResult<()>;
     fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>>;
     /// Read up to `max` entries of an open directory, starting after the
     /// entry whose `next_cookie` was `cookie` (0 for the start). `.` and `..`

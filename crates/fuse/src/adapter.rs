@@ -129,6 +129,10 @@ fn kind(k: FileType) -> fuser::FileType {
         FileType::Regular => fuser::FileType::RegularFile,
         FileType::Directory => fuser::FileType::Directory,
         FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
     }
 }
 
@@ -167,6 +171,7 @@ const NO_STAT: Stat = Stat {
     mtime: TimeSpec { sec: 0, nsec: 0 },
     ctime: TimeSpec { sec: 0, nsec: 0 },
     blksize: 4096,
+    rdev: 0,
 };
 
 fn attr(st: &Stat) -> FileAttr {
@@ -183,7 +188,9 @@ fn attr(st: &Stat) -> FileAttr {
         nlink: st.nlink,
         uid: st.uid,
         gid: st.gid,
-        rdev: 0,
+        // Device numbers come from FUSE in the kernel's 32-bit encoding
+        // (equal to glibc's makedev for 12-bit majors, 20-bit minors).
+        rdev: u32::try_from(st.rdev).unwrap_or(0),
         blksize: st.blksize,
         flags: 0,
     }
@@ -411,6 +418,7 @@ impl FerriteFuse {
         mode: u32,
         umask: u32,
         target: Option<&[u8]>,
+        rdev: u64,
     ) -> FsResult<Stat> {
         self.writable()?;
         self.test_hook(name);
@@ -418,7 +426,7 @@ impl FerriteFuse {
         if kind == FileType::Symlink {
             perm = 0o777; // as on Linux: the mode of a symlink means nothing
         }
-        let spec = NodeSpec { kind, perm, uid, gid, symlink_target: target };
+        let spec = NodeSpec { kind, perm, uid, gid, symlink_target: target, rdev };
         let st = self.fs.create_node(parent, name.as_bytes(), &spec)?;
         self.count_entry(parent, name.as_bytes(), st)
     }
@@ -603,33 +611,24 @@ impl Filesystem for FerriteFuse {
         })
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         self.guard("mknod", || {
-            let fmt = mode & libc::S_IFMT;
-            let r = if fmt == libc::S_IFREG || fmt == 0 {
-                self.make_node(req, node_no(parent), name, FileType::Regular, mode, umask, None)
-            } else {
-                // The engine records regular files, directories and
-                // symlinks only. EPERM is what Linux answers for a file
-                // system that cannot make the node type asked for.
-                Err(Errno::EPERM)
-            };
+            // Regular files, FIFOs, sockets and device nodes (the kernel
+            // checked the type and CAP_MKNOD before asking).
+            let r = match FileType::from_mode(mode) {
+                _ if mode & libc::S_IFMT == 0 => Ok(FileType::Regular),
+                Some(FileType::Directory) => Err(Errno::EPERM),
+                Some(FileType::Symlink) | None => Err(Errno::EINVAL),
+                Some(k) => Ok(k),
+            }
+            .and_then(|k| self.make_node(req, node_no(parent), name, k, mode, umask, None, u64::from(rdev)));
             self.reply_entry(reply, r);
         })
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.guard("mkdir", || {
-            let r = self.make_node(req, node_no(parent), name, FileType::Directory, mode, umask, None);
+            let r = self.make_node(req, node_no(parent), name, FileType::Directory, mode, umask, None, 0);
             self.reply_entry(reply, r);
         })
     }
@@ -655,7 +654,7 @@ impl Filesystem for FerriteFuse {
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         self.guard("symlink", || {
             let t = target.as_os_str().as_bytes();
-            let r = self.make_node(req, node_no(parent), link_name, FileType::Symlink, 0o777, 0, Some(t));
+            let r = self.make_node(req, node_no(parent), link_name, FileType::Symlink, 0o777, 0, Some(t), 0);
             self.reply_entry(reply, r);
         })
     }
@@ -709,6 +708,9 @@ impl Filesystem for FerriteFuse {
                     FileType::Directory => return Err(Errno::EISDIR),
                     FileType::Symlink => return Err(Errno::ELOOP),
                     FileType::Regular => {}
+                    // The kernel opens FIFOs and device nodes itself; it
+                    // never asks the file system.
+                    _ => return Err(Errno::ENXIO),
                 }
                 if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
                     self.writable()?;
@@ -906,6 +908,15 @@ impl Filesystem for FerriteFuse {
         if !self.set.xattr {
             return reply.error(fuser::Errno::ENOSYS);
         }
+        // POSIX ACLs: the engine turns an ACL equivalent to a mode into
+        // that mode, but the kernel would keep serving the old mode from
+        // its attribute cache (a setxattr does not refresh it), and without
+        // FUSE_POSIX_ACL it never evaluates ACLs. So refuse them as a file
+        // system without ACLs does; `cp -a` and friends fall back to chmod,
+        // which goes through setattr and the cache.
+        if name.as_bytes().starts_with(b"system.posix_acl_") {
+            return reply.error(fuser::Errno::EOPNOTSUPP);
+        }
         self.guard("setxattr", || {
             let mode = if flags & libc::XATTR_CREATE != 0 {
                 XattrSetMode::Create
@@ -1019,7 +1030,7 @@ impl Filesystem for FerriteFuse {
                 if mode & libc::S_IFMT != 0 && mode & libc::S_IFMT != libc::S_IFREG {
                     return Err(Errno::EINVAL);
                 }
-                let st = match self.make_node(req, p, name, FileType::Regular, mode, umask, None) {
+                let st = match self.make_node(req, p, name, FileType::Regular, mode, umask, None, 0) {
                     Ok(st) => st,
                     // Made by someone else since the kernel's lookup: open it.
                     Err(Errno::EEXIST) if flags & libc::O_EXCL == 0 => {

@@ -248,6 +248,10 @@ impl PathFs for ModelFs {
         let now = self.clock.now();
         self.state.lock().symlink(now, target, linkpath)
     }
+    fn mknod(&self, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().mknod(now, path, mode, rdev)
+    }
     fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {
         self.state.lock().readlink(path)
     }

@@ -150,6 +150,8 @@ enum Body {
     File(FileData),
     Dir(DirData),
     Symlink(Vec<u8>),
+    /// A FIFO, socket or device node (with its device number).
+    Special(FileType, u64),
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -171,6 +173,7 @@ impl Inode {
             Body::File(_) => FileType::Regular,
             Body::Dir(_) => FileType::Directory,
             Body::Symlink(_) => FileType::Symlink,
+            Body::Special(kind, _) => kind,
         }
     }
     fn touch_mc(&mut self, now: TimeSpec) {
@@ -304,7 +307,7 @@ impl ModelState {
             .map(|i| match &i.body {
                 Body::File(f) => f.pages.len() as u64,
                 Body::Symlink(_) => 1,
-                Body::Dir(_) => 0,
+                Body::Dir(_) | Body::Special(..) => 0,
             })
             .sum()
     }
@@ -396,6 +399,11 @@ impl ModelState {
             Body::File(f) => (f.size, 8 * f.pages.len() as u64),
             Body::Dir(_) => (PAGE, 8),
             Body::Symlink(t) => (t.len() as u64, 8),
+            Body::Special(..) => (0, 0),
+        };
+        let rdev = match i.body {
+            Body::Special(_, rdev) => rdev,
+            _ => 0,
         };
         Stat {
             ino: InodeNo(ino),
@@ -410,6 +418,7 @@ impl ModelState {
             mtime: i.mtime,
             ctime: i.ctime,
             blksize: PAGE as u32,
+            rdev,
         }
     }
 
@@ -634,6 +643,10 @@ impl ModelState {
         if kind == FileType::Directory && flags.write {
             return Err(Errno::EISDIR);
         }
+        // As the engine's path API: no pipe or driver behind these.
+        if kind.is_special() {
+            return Err(Errno::ENXIO);
+        }
         if flags.trunc && flags.write && kind == FileType::Regular && !created {
             self.file_mut(ino).truncate(0);
             self.inode_mut(ino).touch_mc(now);
@@ -784,7 +797,7 @@ impl ModelState {
                 }
                 target as u64
             }
-            Body::Symlink(_) => unreachable!("model: a descriptor on a symlink"),
+            Body::Symlink(_) | Body::Special(..) => unreachable!("model: a descriptor on a symlink or special file"),
         };
         self.fds.get_mut(&fd.0).unwrap().pos = new;
         Ok(new)
@@ -869,6 +882,10 @@ impl ModelState {
         let ino = self.resolve(path, true)?;
         if self.is_dir(ino) {
             return Err(Errno::EISDIR);
+        }
+        // Linux's vfs_truncate: EINVAL for anything but a regular file.
+        if self.inode(ino).kind().is_special() {
+            return Err(Errno::EINVAL);
         }
         self.set_size(now, ino, size)
     }
@@ -1091,6 +1108,25 @@ impl ModelState {
         Ok(())
     }
 
+    pub(crate) fn mknod(&mut self, now: TimeSpec, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
+        // Linux's may_mknod checks the type before the path.
+        let body = match FileType::from_mode(mode) {
+            _ if mode & libc::S_IFMT == 0 => Body::File(FileData::default()),
+            Some(FileType::Regular) => Body::File(FileData::default()),
+            Some(FileType::Directory) => return Err(Errno::EPERM),
+            Some(FileType::Symlink) | None => return Err(Errno::EINVAL),
+            Some(kind) => Body::Special(kind, if kind.has_rdev() { rdev } else { 0 }),
+        };
+        let (dir, name) = self.create_target(path, false)?;
+        if self.free_inodes() == 0 {
+            return Err(Errno::ENOSPC);
+        }
+        let ino = self.new_inode(body, mode & 0o7777, now);
+        self.insert_entry(dir, name, ino);
+        self.inode_mut(dir).touch_mc(now);
+        Ok(())
+    }
+
     pub(crate) fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {
         let ino = self.resolve(path, false)?;
         match &self.inode(ino).body {
@@ -1162,7 +1198,7 @@ impl ModelState {
         match &self.inode(ino).body {
             Body::File(f) => (f.content(), Vec::new()),
             Body::Symlink(t) => (Vec::new(), t.clone()),
-            Body::Dir(_) => (Vec::new(), Vec::new()),
+            Body::Dir(_) | Body::Special(..) => (Vec::new(), Vec::new()),
         }
     }
 }

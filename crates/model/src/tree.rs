@@ -32,6 +32,8 @@ pub struct NodeView {
     pub content: Vec<u8>,
     /// The target of a symlink (empty for other kinds).
     pub target: Vec<u8>,
+    /// The device number of a device node (0 for other kinds).
+    pub rdev: u64,
     /// 0 if the inode appears at only one path of the tree; otherwise all
     /// the paths of one inode share a number, numbered 1, 2, ... by the
     /// first path of each such inode in path order.
@@ -53,6 +55,7 @@ impl NodeView {
             blocks: if st.kind == FileType::Directory { None } else { Some(st.blocks) },
             content,
             target,
+            rdev: st.rdev,
             link_group: 0,
         }
     }
@@ -176,6 +179,8 @@ pub fn tree_of(fs: &dyn PathFs) -> Result<Tree, Errno> {
             }
             FileType::Regular => content = read_all(fs, &path, st.size)?,
             FileType::Symlink => target = fs.readlink(&path)?,
+            // FIFOs, sockets and device nodes: their stat is all there is.
+            FileType::Fifo | FileType::Socket | FileType::CharDevice | FileType::BlockDevice => {}
         }
         nodes.push((path, st.ino.0, NodeView::from_stat(&st, content, target)));
     }
@@ -214,6 +219,7 @@ fn node_diffs(path: &str, e: &NodeView, g: &NodeView, out: &mut Vec<String>) {
     field("atime", show_time(e.atime), show_time(g.atime));
     field("blocks", format!("{:?}", e.blocks), format!("{:?}", g.blocks));
     field("target", show_bytes(&e.target), show_bytes(&g.target));
+    field("rdev", format!("{:#x}", e.rdev), format!("{:#x}", g.rdev));
     field("link_group", e.link_group.to_string(), g.link_group.to_string());
     if e.content != g.content {
         let at = e.content.iter().zip(&g.content).position(|(a, b)| a != b);

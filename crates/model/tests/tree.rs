@@ -268,6 +268,9 @@ impl PathFs for DupListing {
     fn symlink(&self, target: &[u8], linkpath: &[u8]) -> FsResult<()> {
         self.0.symlink(target, linkpath)
     }
+    fn mknod(&self, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
+        self.0.mknod(path, mode, rdev)
+    }
     fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {
         self.0.readlink(path)
     }

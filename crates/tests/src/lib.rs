@@ -558,6 +558,8 @@ pub mod walk {
                     }
                     let _ = fs.stat(&path);
                 }
+                // FIFOs, sockets and device nodes: lstat was all there is.
+                FileType::Fifo | FileType::Socket | FileType::CharDevice | FileType::BlockDevice => {}
             }
         }
         let _ = fs.statfs();

@@ -526,6 +526,12 @@ fn mutate(fs: &Ferrite, paths: &[(Vec<u8>, FileType)]) {
                 let _ = fs.unlink(p);
                 let _ = fs.symlink(b"/a/f1", p);
             }
+            FileType::Fifo | FileType::Socket | FileType::CharDevice | FileType::BlockDevice => {
+                let _ = fs.open(p, OpenFlags::RDONLY, 0).map(|fd| fs.close(fd));
+                let _ = fs.chmod(p, 0o600);
+                let _ = fs.unlink(p);
+                let _ = fs.mknod(p, libc::S_IFCHR | 0o644, 0x0501);
+            }
         }
     }
     let _ = put(fs, b"/after_damage", &pattern(5, 20_000));

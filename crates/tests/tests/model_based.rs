@@ -344,6 +344,17 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
                 m.link(&from, &to)
             )
         }
+        86 if rng.gen_bool(0.4) => {
+            // mknod of every type, the refused ones included.
+            let kind = [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK, 0, libc::S_IFDIR, libc::S_IFLNK]
+                [rng.gen_range(0..7)];
+            let (path, mode, rdev) = (path(rng), kind | rng.gen_range(0..0o1000), rng.gen_range(0..0x10_0000));
+            same!(
+                format!("mknod {:?} {mode:o} {rdev:#x}", String::from_utf8_lossy(&path)),
+                e.mknod(&path, mode, rdev),
+                m.mknod(&path, mode, rdev)
+            )
+        }
         86..=88 => {
             let target = match rng.gen_range(0..4) {
                 0 => NAMES[rng.gen_range(0..NAMES.len())].as_bytes().to_vec(),
