@@ -91,6 +91,9 @@ pub fn open_or_create_pool(pool: &Path, cfg: &MountConfig) -> Result<(Ferrite, b
         Err(e) if e.kind() == io::ErrorKind::NotFound => true,
         Err(e) => return Err(format!("{p}: {}", io_msg(&e))),
     };
+    if empty && cfg.read_only {
+        return Err(format!("{p}: no pool to mount read-only (a read-write mount or `ferrite mkfs` creates one)"));
+    }
     if empty {
         let size = cfg.size.unwrap_or(DEFAULT_POOL_SIZE);
         if size < MIN_POOL_BYTES {
@@ -113,7 +116,17 @@ pub fn open_or_create_pool(pool: &Path, cfg: &MountConfig) -> Result<(Ferrite, b
         }
         return Ok((fs, true));
     }
-    let pmem = Pmem::open_file(pool, MIN_POOL_BYTES).map_err(|e| format!("{p}: {}", pmem_msg(&e)))?;
+    // Read-only: a private copy-on-write view under a shared lock. The pool
+    // file is opened read-only and never written, not even by the recovery
+    // of a crashed pool (which happens in the private view and is redone
+    // by the next read-write mount); a read-write mount of the same pool
+    // is refused meanwhile (and other read-only mounts are allowed).
+    let pmem = if cfg.read_only {
+        Pmem::open_file_private(pool, MIN_POOL_BYTES, true)
+    } else {
+        Pmem::open_file(pool, MIN_POOL_BYTES)
+    }
+    .map_err(|e| format!("{p}: {}", pmem_msg(&e)))?;
     let fs =
         Ferrite::mount(pmem, &MountOptions::default()).map_err(|e| format!("{p}: cannot mount: {}", pool_msg(&e)))?;
     Ok((fs, false))
@@ -490,7 +503,7 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
         Ok(s) => s,
         Err(e) => {
             let msg = format!("{d}: cannot mount: {}", io_msg(&e));
-            finish(fs);
+            finish(fs, cfg.read_only);
             return fail(&mut report, msg);
         }
     };
@@ -518,12 +531,18 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     if let Err(e) = &served {
         log(format!("session ended with an error: {e}"));
     }
-    finish(fs);
+    finish(fs, cfg.read_only);
     Ok(())
 }
 
-/// Unmount the engine cleanly (marks the pool clean).
-fn finish(fs: Arc<Ferrite>) {
+/// Unmount the engine cleanly (marks the pool clean). A read-only mount
+/// served a private view: there is nothing to write back.
+fn finish(fs: Arc<Ferrite>, read_only: bool) {
+    if read_only {
+        drop(fs);
+        log("unmounted (read-only: the pool file was never written)");
+        return;
+    }
     let pmem = fs.pmem().clone();
     match Arc::try_unwrap(fs) {
         Ok(fs) => match fs.unmount() {
@@ -577,7 +596,10 @@ pub fn umount(dir: &Path, lazy: bool, wait: Duration) -> Result<String, String> 
             Ok(p) => {
                 let state = match ferrite::read_superblock(&p) {
                     Ok(sb) if sb.state == ferrite::format::MountState::Clean => "clean",
-                    Ok(_) => "NOT clean (the daemon did not finish; the next mount recovers it)",
+                    Ok(_) => {
+                        "NOT clean (the daemon did not finish, or a read-only mount served a crashed pool; \
+                         the next read-write mount recovers it)"
+                    }
                     Err(_) => "unreadable",
                 };
                 return Ok(format!("unmounted {d}; pool {} is {state}", pool.display()));

@@ -359,12 +359,16 @@ fn signals_unmount_cleanly_and_data_survives() {
     assert!(pool.marked_clean());
     pool.fsck_clean();
 
-    // Read-only: everything readable, every change refused.
+    // Read-only: everything readable, every change refused, a read-write
+    // mount refused meanwhile, and the pool file not written at all.
+    let before = fs::read(&pool.path).unwrap();
     let m = Mount::new(&pool, "ro");
     assert_eq!(fs::read(m.path("dir/y")).unwrap(), b"second");
     assert_eq!(fs::write(m.path("z"), b"no").unwrap_err().raw_os_error(), Some(libc::EROFS));
     assert_eq!(fs::remove_file(m.path("dir/x")).unwrap_err().raw_os_error(), Some(libc::EROFS));
+    assert!(matches!(ferrite_pmem::Pmem::open_file(&pool.path, 64 * 4096), Err(ferrite_pmem::PmemError::AlreadyOpen)));
     m.unmount();
+    assert!(fs::read(&pool.path).unwrap() == before, "a read-only mount wrote the pool");
     pool.fsck_clean();
 }
 
@@ -458,6 +462,16 @@ fn killed_daemon_leaves_a_recoverable_pool() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(fs::metadata(&dir).unwrap_err().raw_os_error(), Some(libc::ENOTCONN));
     m.reap();
+    // A read-only mount of the crashed pool recovers it in a private view:
+    // the data is there, and the file is not written (still dirty after).
+    let before = fs::read(&pool.path).unwrap();
+    let m = Mount::at(&pool, &dir, "ro", &[]);
+    assert!(m.log_text().contains("recovered"), "{}", m.log_text());
+    assert_eq!(fs::read(dir.join("f")).unwrap(), b"durable");
+    m.unmount_saying("is NOT clean");
+    assert!(fs::read(&pool.path).unwrap() == before, "a read-only mount wrote the pool");
+    assert!(!pool.marked_clean());
+    fs::create_dir_all(&dir).unwrap(); // the unmount removed the mount point
     let m = Mount::at(&pool, &dir, "", &[]);
     assert!(m.log_text().contains("recovered"), "{}", m.log_text());
     assert_eq!(fs::read(dir.join("f")).unwrap(), b"durable");

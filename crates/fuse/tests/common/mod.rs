@@ -220,12 +220,19 @@ impl Mount {
 
     /// `ferrite umount` (the library call behind it), then the daemon must
     /// exit 0 and the pool be left clean.
-    pub fn unmount(mut self) -> String {
+    pub fn unmount(self) -> String {
+        self.unmount_saying("is clean")
+    }
+
+    /// `ferrite umount`, the daemon exiting 0, and the umount message
+    /// containing `expect` (e.g. "is NOT clean" after a read-only mount of
+    /// a crashed pool, which never writes the pool).
+    pub fn unmount_saying(mut self, expect: &str) -> String {
         let msg = ferrite_fuse::umount(&self.dir, false, Duration::from_secs(60))
             .unwrap_or_else(|e| panic!("umount failed: {e}\nlog:\n{}", self.log_text()));
         let st = self.wait(Duration::from_secs(60));
         assert!(st.success(), "daemon exit status {st}; log:\n{}", self.log_text());
-        assert!(msg.contains("is clean"), "unexpected umount message: {msg}");
+        assert!(msg.contains(expect), "unexpected umount message: {msg}");
         msg
     }
 
