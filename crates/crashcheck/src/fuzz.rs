@@ -19,7 +19,7 @@ use crate::pcheck;
 use crate::quiet;
 use crate::verify::{verify, VerifyOpts};
 use crate::workload::{Call, StartKind, Workload, SLOTS};
-use ferrite::{FileType, OpenFlags, PathFs, RenameFlags, TimeSet, TimeSpec};
+use ferrite::{FallocateMode, FileType, OpenFlags, PathFs, RenameFlags, TimeSet, TimeSpec};
 use ferrite_pmem::Pmem;
 use std::sync::OnceLock;
 
@@ -212,7 +212,7 @@ pub fn workload_from_input(data: &[u8]) -> (StartKind, Workload) {
             7 => Call::Truncate { path: path(b), size: n % 20000 },
             8 => Call::Fallocate {
                 slot,
-                keep_size: n & 1 == 1,
+                mode: [FallocateMode::Default, FallocateMode::KeepSize, FallocateMode::PunchHole][n as usize % 3],
                 off: (n >> 1) % 16000,
                 len: 1 + u64::from(b.unwrap_or(0)) * 64,
             },

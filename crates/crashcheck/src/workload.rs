@@ -43,7 +43,7 @@ pub enum Call {
     },
     Fallocate {
         slot: u8,
-        keep_size: bool,
+        mode: FallocateMode,
         off: u64,
         len: u64,
     },
@@ -146,8 +146,13 @@ impl std::fmt::Display for Call {
             Call::Pwrite { slot, off, len, tag } => write!(f, "pwrite(fd{slot}, {len} bytes #{tag}, {off})"),
             Call::Write { slot, len, tag } => write!(f, "write(fd{slot}, {len} bytes #{tag})"),
             Call::Ftruncate { slot, size } => write!(f, "ftruncate(fd{slot}, {size})"),
-            Call::Fallocate { slot, keep_size, off, len } => {
-                write!(f, "fallocate(fd{slot}, {}, {off}, {len})", if *keep_size { "KEEP_SIZE" } else { "0" })
+            Call::Fallocate { slot, mode, off, len } => {
+                let m = match mode {
+                    FallocateMode::Default => "0",
+                    FallocateMode::KeepSize => "KEEP_SIZE",
+                    FallocateMode::PunchHole => "PUNCH_HOLE|KEEP_SIZE",
+                };
+                write!(f, "fallocate(fd{slot}, {m}, {off}, {len})")
             }
             Call::Fsync { slot } => write!(f, "fsync(fd{slot})"),
             Call::Fdatasync { slot } => write!(f, "fdatasync(fd{slot})"),
@@ -254,10 +259,7 @@ pub fn run_call(fs: &dyn PathFs, slots: &mut Slots, call: &Call) -> CallResult {
             fs.write(f, &data).map(|n| n as u64)
         }
         Call::Ftruncate { slot, size } => fs.ftruncate(fd(*slot)?, *size).map(|_| 0),
-        Call::Fallocate { slot, keep_size, off, len } => {
-            let mode = if *keep_size { FallocateMode::KeepSize } else { FallocateMode::Default };
-            fs.fallocate(fd(*slot)?, mode, *off, *len).map(|_| 0)
-        }
+        Call::Fallocate { slot, mode, off, len } => fs.fallocate(fd(*slot)?, *mode, *off, *len).map(|_| 0),
         Call::Fsync { slot } => fs.fsync(fd(*slot)?).map(|_| 0),
         Call::Fdatasync { slot } => fs.fdatasync(fd(*slot)?).map(|_| 0),
         Call::Truncate { path, size } => fs.truncate(path, *size).map(|_| 0),
@@ -335,7 +337,12 @@ pub fn catalogue() -> Vec<OpDef> {
     use RenameFlags::*;
     let rdwr = OpenFlags::RDWR;
     let pw = |slot: u8, off: u64, len: u32, tag: u32| Call::Pwrite { slot, off, len, tag };
-    let fa = |keep_size: bool, off: u64, len: u64| Call::Fallocate { slot: 0, keep_size, off, len };
+    let fa = |keep_size: bool, off: u64, len: u64| Call::Fallocate {
+        slot: 0,
+        mode: if keep_size { FallocateMode::KeepSize } else { FallocateMode::Default },
+        off,
+        len,
+    };
     let tr = |path: &str, size: u64| Call::Truncate { path: p(path), size };
     let long_a = format!("/A/{}", long_name('L'));
     vec![
@@ -369,6 +376,14 @@ pub fn catalogue() -> Vec<OpDef> {
         on_fd("fallocate_keep_size", "/foo", rdwr, fa(true, 8192, 8192)),
         on_fd("fallocate_fill_holes", "/A/bar", rdwr, fa(false, 4096, 8192)),
         on_fd("fallocate_mapped", "/A/foo", rdwr, fa(false, 0, 12000)),
+        // Page 0 from byte 1000 (copied with the range zeroed), page 1
+        // whole (unmapped by a Punch entry).
+        on_fd(
+            "fallocate_punch_hole",
+            "/A/foo",
+            rdwr,
+            Call::Fallocate { slot: 0, mode: FallocateMode::PunchHole, off: 1000, len: 7192 },
+        ),
         // ---- link, unlink, rmdir ----
         one("link", Call::Link { from: p("/foo"), to: p("/B/foo") }),
         one("link_same_dir", Call::Link { from: p("/A/foo"), to: p("/A/C/new") }),
@@ -573,7 +588,8 @@ pub fn random_call(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
         40..=43 => Call::Ftruncate { slot: slot(rng), size: roffset(rng) },
         44..=46 => Call::Truncate { path: rpath(rng), size: roffset(rng) },
         47..=50 => {
-            Call::Fallocate { slot: slot(rng), keep_size: rng.gen_bool(0.5), off: roffset(rng), len: rlen(rng) as u64 }
+            let mode = [FallocateMode::Default, FallocateMode::KeepSize, FallocateMode::PunchHole][rng.gen_range(0..3)];
+            Call::Fallocate { slot: slot(rng), mode, off: roffset(rng), len: rlen(rng) as u64 }
         }
         51..=52 => Call::Fsync { slot: slot(rng) },
         53..=57 => Call::Rename {

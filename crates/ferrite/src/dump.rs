@@ -174,6 +174,9 @@ fn describe(e: &Entry) -> String {
                 ts(t.mtime_ns)
             )
         }
+        Entry::Punch(h) => {
+            format!("PUNCH file pages {}..{}, mtime {}", h.file_page, h.file_page + h.num_pages, ts(h.mtime_ns))
+        }
         Entry::DentryAdd(d) => {
             format!("ADD {:?} -> inode {} ({:?})", String::from_utf8_lossy(&d.name), d.ino.0, d.kind)
         }

@@ -7,7 +7,7 @@
 //! allocator. A crash at any instant therefore shows the whole write or
 //! none of it.
 
-use crate::format::{Entry, PageNo, TruncateEntry, WriteEntry, PAGE_SHIFT, PAGE_SIZE};
+use crate::format::{Entry, PageNo, PunchEntry, TruncateEntry, WriteEntry, PAGE_SHIFT, PAGE_SIZE};
 use crate::fs::Ferrite;
 use crate::inode::{Inode, InodeData};
 use crate::types::{limits, Errno, FallocateMode, FileType, FsResult};
@@ -95,7 +95,6 @@ impl Ferrite {
         let count = last - first + 1;
         let runs = self.pages.alloc(count)?;
         let fresh = flatten(&runs);
-        let mut page_buf = [0u8; PAGE];
         let mut pairs: SmallVec<[(u64, PageNo); 4]> = SmallVec::new();
         for (i, p) in (first..=last).enumerate() {
             let dest = fresh[i];
@@ -108,12 +107,14 @@ impl Ferrite {
             } else {
                 // Partial page: the new page gets the old bytes around the
                 // written range (zeros where the old page was a hole).
-                match d.pages().get(&p) {
-                    Some(r) => self.read_pool(r.pool, 0, &mut page_buf),
-                    None => page_buf.fill(0),
+                // (The staging buffer lives in this branch only, so that a
+                // full-page write does not pay for zeroing 4 KiB of stack.)
+                let mut buf = [0u8; PAGE];
+                if let Some(r) = d.pages().get(&p) {
+                    self.read_pool(r.pool, 0, &mut buf);
                 }
-                page_buf[lo as usize..hi as usize].copy_from_slice(src);
-                self.media.write_nt(dest.offset(), &page_buf);
+                buf[lo as usize..hi as usize].copy_from_slice(src);
+                self.media.write_nt(dest.offset(), &buf);
             }
             pairs.push((p, dest));
         }
@@ -210,6 +211,9 @@ impl Ferrite {
         if inode.kind != FileType::Regular {
             return Err(Errno::EISDIR);
         }
+        if mode == FallocateMode::PunchHole {
+            return self.punch_hole_locked(inode, d, offset, end);
+        }
         let first = offset >> PAGE_SHIFT;
         let last = (end - 1) >> PAGE_SHIFT;
         let holes: Vec<u64> = {
@@ -228,6 +232,7 @@ impl Ferrite {
         let new_size = match mode {
             FallocateMode::Default => d.attrs.size.max(end),
             FallocateMode::KeepSize => d.attrs.size,
+            FallocateMode::PunchHole => unreachable!("handled above"),
         };
         let now = self.now_ns();
         let (entries, runs) = if holes.is_empty() {
@@ -246,6 +251,81 @@ impl Ferrite {
             Err(e) => {
                 for (s, n) in runs {
                     self.pages.free(s, n as u64);
+                }
+                return Err(e);
+            }
+        };
+        self.commit_single(inode, d, staged);
+        Ok(())
+    }
+
+    /// fallocate PUNCH_HOLE (with KEEP_SIZE, as Linux requires): the bytes
+    /// of [offset, end) below the size read as zeros afterwards, the whole
+    /// pages among them are unmapped (one Punch entry) and the partly
+    /// covered pages at either edge are copied with the range zeroed (Write
+    /// entries), all in one commit. The size never changes; a range at or
+    /// past the end of file changes nothing (as ext4).
+    fn punch_hole_locked(&self, inode: &Inode, d: &mut InodeData, offset: u64, end: u64) -> FsResult<()> {
+        let size = d.attrs.size;
+        if offset >= size {
+            return Ok(());
+        }
+        let end = end.min(size);
+        let now = self.now_ns();
+        // Whole pages: [full_first, full_end). Edge pages are partly inside.
+        let full_first = offset.div_ceil(PAGE_SIZE);
+        let full_end = end >> PAGE_SHIFT;
+        let mut edges: SmallVec<[(u64, u64, u64); 2]> = SmallVec::new(); // (page, lo, hi)
+        let first = offset >> PAGE_SHIFT;
+        let last = (end - 1) >> PAGE_SHIFT;
+        for p in [first, last] {
+            if (full_first..full_end).contains(&p) || edges.iter().any(|e| e.0 == p) {
+                continue;
+            }
+            let start = p << PAGE_SHIFT;
+            let lo = offset.max(start) - start;
+            let hi = end.min(start + PAGE_SIZE) - start;
+            // Only a mapped page has bytes to zero; a hole reads zeros.
+            if d.pages().get(&p).is_some() {
+                edges.push((p, lo, hi));
+            }
+        }
+        let mut pairs: SmallVec<[(u64, PageNo); 2]> = SmallVec::new();
+        let mut entries = Vec::new();
+        if !edges.is_empty() {
+            let runs = self.pages.alloc(edges.len() as u64)?;
+            for (&(p, lo, hi), dest) in edges.iter().zip(flatten(&runs)) {
+                let mut buf = [0u8; PAGE];
+                let r = d.pages().get(&p).expect("edge page is mapped");
+                self.read_pool(r.pool, 0, &mut buf);
+                buf[lo as usize..hi as usize].fill(0);
+                self.media.write_nt(dest.offset(), &buf);
+                pairs.push((p, dest));
+            }
+            entries = write_entries(first, &pairs, size, now);
+        }
+        let mapped_inside = full_first < full_end && d.pages().range(full_first..full_end).next().is_some();
+        if mapped_inside {
+            entries.push(Entry::Punch(PunchEntry {
+                file_page: full_first,
+                num_pages: full_end - full_first,
+                mtime_ns: now,
+                ctime_ns: now,
+            }));
+        }
+        if entries.is_empty() {
+            // Nothing mapped in the range: only the times change (a
+            // size-only Truncate to the same size carries them).
+            entries.push(Entry::Truncate(TruncateEntry { size, mtime_ns: now, ctime_ns: now, size_only: true }));
+        }
+        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
+            Ok(s) => s,
+            Err(e) => {
+                // The edge copies' streaming stores complete before their
+                // pages can be handed out again.
+                self.media.fence();
+                for &(_, dest) in &pairs {
+                    self.pages.free(dest, 1);
                 }
                 return Err(e);
             }

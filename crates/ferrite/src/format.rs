@@ -143,8 +143,13 @@ const _: () = assert!(SUPERBLOCK_SIZE <= PAGE_SIZE as usize);
 /// read-write mount of an older pool, so that a reader that predates it
 /// refuses the pool instead of calling those inodes corrupt.
 pub const FEATURE_SPECIAL_FILES: u32 = 1;
-/// Every feature bit this code understands.
-pub const FEATURES_KNOWN: u32 = FEATURE_SPECIAL_FILES;
+/// Feature bit: logs may hold Punch entries (kind 8, fallocate
+/// PUNCH_HOLE). Set like `FEATURE_SPECIAL_FILES`.
+pub const FEATURE_PUNCH_HOLE: u32 = 2;
+/// Every feature bit this code understands; mkfs and every read-write
+/// mount set them all (none changes what an older structure means, so
+/// setting them early only keeps older readers out).
+pub const FEATURES_KNOWN: u32 = FEATURE_SPECIAL_FILES | FEATURE_PUNCH_HOLE;
 
 impl Superblock {
     pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
@@ -548,6 +553,8 @@ pub enum EntryKind {
     DentryRemove = 5,
     XattrSet = 6,
     XattrRemove = 7,
+    /// Needs feature bit `FEATURE_PUNCH_HOLE`.
+    Punch = 8,
 }
 
 /// Longest extended-attribute name (as Linux's XATTR_NAME_MAX).
@@ -602,6 +609,16 @@ pub struct TruncateEntry {
     pub size_only: bool,
 }
 
+/// Unmap `num_pages` file pages from `file_page` (fallocate PUNCH_HOLE);
+/// the size does not change.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PunchEntry {
+    pub file_page: u64,
+    pub num_pages: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct DentryEntry {
     pub ino: InodeNo,
@@ -619,6 +636,7 @@ pub enum Entry {
     DentryAdd(DentryEntry),
     DentryRemove(DentryEntry),
     Xattr(XattrEntry),
+    Punch(PunchEntry),
 }
 
 /// Largest file page index a write entry may name (file size limit).
@@ -676,6 +694,13 @@ impl Entry {
                 put_i64(b, 24, t.mtime_ns);
                 put_i64(b, 32, t.ctime_ns);
                 put_u32(b, 40, t.size_only as u32);
+            }
+            Entry::Punch(h) => {
+                b[0] = EntryKind::Punch as u8;
+                put_u64(b, 16, h.file_page);
+                put_u64(b, 24, h.num_pages);
+                put_i64(b, 32, h.mtime_ns);
+                put_i64(b, 40, h.ctime_ns);
             }
             Entry::DentryAdd(d) | Entry::DentryRemove(d) => {
                 b[0] = if matches!(self, Entry::DentryAdd(_)) {
@@ -767,6 +792,18 @@ impl Entry {
                     return Err(corrupt!("truncate entry out of range"));
                 }
                 Entry::Truncate(t)
+            }
+            k if k == EntryKind::Punch as u8 => {
+                let h = PunchEntry {
+                    file_page: get_u64(e, 16),
+                    num_pages: get_u64(e, 24),
+                    mtime_ns: get_i64(e, 32),
+                    ctime_ns: get_i64(e, 40),
+                };
+                if h.num_pages == 0 || h.file_page.checked_add(h.num_pages).is_none_or(|end| end > FILE_PAGES_MAX) {
+                    return Err(corrupt!("punch entry out of range"));
+                }
+                Entry::Punch(h)
             }
             k if k == EntryKind::DentryAdd as u8 || k == EntryKind::DentryRemove as u8 => {
                 let name_len = e[25] as usize;

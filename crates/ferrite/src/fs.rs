@@ -152,7 +152,7 @@ impl Ferrite {
             created_ns: now,
             generation: 0,
             state: MountState::Dirty,
-            features: format::FEATURE_SPECIAL_FILES,
+            features: format::FEATURES_KNOWN,
             saved_alloc_crc: 0,
             saved_free_pages: 0,
             saved_free_inodes: 0,
@@ -417,8 +417,14 @@ impl Ferrite {
         for &p in &old {
             self.pages.free(p, 1);
         }
-        let mut fresh = InodeData::load(&self.media, inode.ino, inode.kind, inode.generation, head, staged.new_tail)
-            .unwrap_or_else(|c| panic!("compacted log of inode {} does not replay: {}", inode.ino.0, c.0));
+        // Rebuild the DRAM state by applying the checkpoint's entries at
+        // their new locations, as a first commit of a fresh inode would:
+        // the same `apply` that replay uses, without reading the pool back.
+        let mut fresh = InodeData::new_empty(inode.kind, Attrs::UNSET);
+        let mut released = Vec::new();
+        fresh.commit_staged(inode.kind, staged, &mut released);
+        assert!(released.is_empty(), "a checkpoint of inode {} released pages", inode.ino.0);
+        assert!(fresh.log.head == head, "checkpoint of inode {} starts elsewhere", inode.ino.0);
         fresh.open_count = d.open_count;
         *d = fresh;
         self.gc_pages.fetch_add(old_pages.saturating_sub(d.log.live.page_count() as u64), Ordering::Relaxed);

@@ -49,6 +49,10 @@ pub struct Attrs {
 }
 
 impl Attrs {
+    /// Before the first Attr entry is applied (replay, checkpoint rebuild).
+    pub const UNSET: Attrs =
+        Attrs { perm: 0, uid: 0, gid: 0, nlink: 0, atime_ns: 0, mtime_ns: 0, ctime_ns: 0, size: 0, parent: InodeNo(0) };
+
     pub fn to_entry(self) -> AttrEntry {
         AttrEntry {
             perm: self.perm,
@@ -100,8 +104,9 @@ struct LogPage {
     prev: u64,
     next: u64,
     live_entries: u32,
-    /// Highest file page end mapped by a Write entry in this page (for
-    /// Truncate pins).
+    /// Lowest file page and highest file page end mapped by a Write entry
+    /// in this page (for Truncate and Punch pins).
+    min_file_page: u64,
     max_file_end: u64,
     refs: [u32; LOG_UNITS_PER_PAGE as usize],
     /// Size in units of the entry starting at each unit.
@@ -159,6 +164,7 @@ impl Liveness {
             prev: self.last,
             next: NO_PAGE,
             live_entries: 0,
+            min_file_page: u64::MAX,
             max_file_end: 0,
             refs: [0; LOG_UNITS_PER_PAGE as usize],
             units: [0; LOG_UNITS_PER_PAGE as usize],
@@ -425,6 +431,7 @@ impl InodeData {
                 }
                 let page = live.page_mut(loc);
                 page.max_file_end = page.max_file_end.max(w.file_page + w.num_pages as u64);
+                page.min_file_page = page.min_file_page.min(w.file_page);
                 self.attrs.size = w.size_after;
                 self.attrs.mtime_ns = w.mtime_ns;
                 self.attrs.ctime_ns = w.ctime_ns;
@@ -477,6 +484,33 @@ impl InodeData {
                 if let Some(prev) = live.last_size.replace(loc) {
                     live.unref(prev);
                 }
+            }
+            Entry::Punch(h) => {
+                let Body::Pages(map) = &mut self.body else {
+                    return Err(corrupt!("punch entry in a directory log"));
+                };
+                let end = h.file_page + h.num_pages;
+                let cut: Vec<u64> = map.range(h.file_page..end).map(|(k, _)| k).collect();
+                for k in cut {
+                    let old = map.remove(&k).expect("key just listed");
+                    live.unref(old.entry);
+                    freed.push(old.pool);
+                }
+                // Pin this entry to every older log page whose Write
+                // entries may map pages of the range (as Truncate does for
+                // the pages past its size), so that it outlives them.
+                let own = page_of(loc);
+                let mut p = live.first;
+                while p != NO_PAGE && p != own {
+                    let info = &live.pages[&p];
+                    let next = info.next;
+                    if info.min_file_page < end && info.max_file_end > h.file_page {
+                        live.pin(p, loc);
+                    }
+                    p = next;
+                }
+                self.attrs.mtime_ns = h.mtime_ns;
+                self.attrs.ctime_ns = h.ctime_ns;
             }
             Entry::DentryAdd(d) => {
                 let Body::Dir(dir) = &mut self.body else {
@@ -571,18 +605,7 @@ impl InodeData {
         head: u64,
         tail: u64,
     ) -> Result<InodeData, Corrupt> {
-        let attrs = Attrs {
-            perm: 0,
-            uid: 0,
-            gid: 0,
-            nlink: 0,
-            atime_ns: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-            size: 0,
-            parent: InodeNo(0),
-        };
-        let mut data = InodeData::new_empty(kind, attrs);
+        let mut data = InodeData::new_empty(kind, Attrs::UNSET);
         let head_page = media.check_log_pointer(head, "log head")?;
         if tail < LOG_PAGE_HEADER_SIZE + LOG_UNIT {
             return Err(corrupt!("inode {}: log tail {tail:#x} invalid", ino.0));

@@ -35,7 +35,7 @@ pub(crate) fn mount_existing(mut fs: Ferrite, threads: usize) -> Result<Ferrite,
     fs.write_superblock(|sb| {
         sb.state = MountState::Dirty;
         sb.mount_count = sb.mount_count.wrapping_add(1);
-        sb.features |= format::FEATURE_SPECIAL_FILES;
+        sb.features |= format::FEATURES_KNOWN;
     });
     fs.report.recovery_ns = started.elapsed().as_nanos() as u64;
     Ok(fs)

@@ -373,6 +373,9 @@ pub enum FallocateMode {
     Default,
     /// FALLOC_FL_KEEP_SIZE: allocate, leave the size alone.
     KeepSize,
+    /// FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the range reads as zeros
+    /// afterwards; whole pages in it are deallocated; the size stays.
+    PunchHole,
 }
 
 /// `whence` of lseek.

@@ -1088,7 +1088,10 @@ impl Filesystem for FerriteFuse {
             let how = match mode {
                 0 => Ok(FallocateMode::Default),
                 libc::FALLOC_FL_KEEP_SIZE => Ok(FallocateMode::KeepSize),
-                // Punching holes, collapsing, zeroing: not in the engine.
+                // The kernel drops its cached pages of the range itself.
+                m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => Ok(FallocateMode::PunchHole),
+                // Punching without KEEP_SIZE (EOPNOTSUPP on Linux too),
+                // collapsing, inserting, zeroing: not in the engine.
                 _ => Err(Errno::EOPNOTSUPP),
             };
             let r = self.writable().and(how).and_then(|how| self.fs.fallocate_ino(node_no(ino), how, offset, length));

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 const INSTALL: &str = "cargo install fsx --version 0.3.2 --locked";
 
-/// The fsx configuration: every operation fsx has that the engine supports
-/// (no hole punching), files up to 1 MiB, operations of 1 B..128 KiB (not
+/// The fsx configuration: every operation fsx has (hole punching
+/// included), files up to 1 MiB, operations of 1 B..128 KiB (not
 /// 0: fsx 0.3.2 takes the EINVAL of a zero-length posix_fallocate, which
 /// every Linux file system answers, for "not supported" and stops).
 fn config(dir: &Path) -> std::path::PathBuf {
@@ -30,7 +30,7 @@ fn config(dir: &Path) -> std::path::PathBuf {
          [opsize]\nmin = 1\nmax = 131072\n\
          [weights]\nclose_open = 1\nread = 10\nwrite = 10\nmapread = 10\nmapwrite = 10\n\
          invalidate = 1\ntruncate = 3\nfsync = 1\nfdatasync = 1\nposix_fallocate = 2\n\
-         punch_hole = 0\nsendfile = 1\nposix_fadvise = 1\ncopy_file_range = 2\n",
+         punch_hole = 2\nsendfile = 1\nposix_fadvise = 1\ncopy_file_range = 2\n",
     )
     .unwrap();
     p

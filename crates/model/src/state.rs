@@ -121,6 +121,25 @@ impl FileData {
         self.size = size;
     }
 
+    /// fallocate PUNCH_HOLE: [off, end) below the size reads as zeros,
+    /// pages wholly inside are deallocated, the size stays.
+    fn punch(&mut self, off: u64, end: u64) {
+        let end = end.min(self.size);
+        if off >= end {
+            return;
+        }
+        for p in page_span(off, end - off) {
+            let start = p * PAGE;
+            if off <= start && start + PAGE <= end {
+                self.pages.remove(&p);
+            } else if let Some(page) = self.pages.get_mut(&p) {
+                let lo = (off.max(start) - start) as usize;
+                let hi = (end.min(start + PAGE) - start) as usize;
+                Arc::make_mut(&mut page.0)[lo..hi].fill(0);
+            }
+        }
+    }
+
     fn content(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.size as usize];
         self.read(0, &mut v);
@@ -850,6 +869,16 @@ impl ModelState {
         };
         if offset.checked_add(len).filter(|&end| end <= FILE_SIZE_MAX).is_none() {
             return Err(Errno::EFBIG);
+        }
+        if mode == FallocateMode::PunchHole {
+            // Nothing at or past the end of file changes (as ext4 and the
+            // engine; tmpfs would still update the times).
+            if offset >= f.size {
+                return Ok(());
+            }
+            self.file_mut(ino).punch(offset, offset + len);
+            self.inode_mut(ino).touch_mc(now);
+            return Ok(());
         }
         if f.missing_pages(offset, len) > self.free_pages() {
             return Err(Errno::ENOSPC);

@@ -141,7 +141,11 @@ impl PathFs for HostFs {
         check(unsafe { libc::fdatasync(fd.0 as i32) })
     }
     fn fallocate(&self, fd: Fd, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
-        let m = if mode == FallocateMode::KeepSize { libc::FALLOC_FL_KEEP_SIZE } else { 0 };
+        let m = match mode {
+            FallocateMode::Default => 0,
+            FallocateMode::KeepSize => libc::FALLOC_FL_KEEP_SIZE,
+            FallocateMode::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        };
         check(unsafe { libc::fallocate(fd.0 as i32, m, offset as i64, len as i64) })
     }
     fn fstat(&self, fd: Fd) -> FsResult<Stat> {
@@ -409,7 +413,7 @@ fn gen_op(r: &mut Rng, nfds: usize) -> Op {
             }
             42..=44 => Op::Ftruncate(fd(r), gen_offset(r)),
             45..=46 => {
-                let m = if r.chance(50) { FallocateMode::Default } else { FallocateMode::KeepSize };
+                let m = *r.pick(&[FallocateMode::Default, FallocateMode::KeepSize, FallocateMode::PunchHole]);
                 Op::Fallocate(fd(r), m, gen_offset(r), r.below(12_000))
             }
             47 => Op::Fsync(fd(r)),
@@ -603,8 +607,11 @@ fn run_seed(seed: u64, ops: usize) {
         if let Op::Lseek(i, _, Whence::Data | Whence::Hole) = &op {
             compare = !fallocated.contains(&model.fstat(mfds[*i]).unwrap().ino);
         }
-        if let Op::Fallocate(i, ..) = &op {
-            fallocated.insert(model.fstat(mfds[*i]).unwrap().ino);
+        // (A punched hole is a hole on tmpfs too: only preallocation counts.)
+        if let Op::Fallocate(i, m, ..) = &op {
+            if *m != FallocateMode::PunchHole {
+                fallocated.insert(model.fstat(mfds[*i]).unwrap().ino);
+            }
         }
         if !compare {
             continue; // not even applied: the positions would diverge

@@ -242,7 +242,7 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
             let Some((x, y)) = pick_fd(rng, &p.fds) else {
                 return ("fallocate (none)".into(), Ok(()));
             };
-            let mode = if rng.gen_bool(0.5) { FallocateMode::Default } else { FallocateMode::KeepSize };
+            let mode = [FallocateMode::Default, FallocateMode::KeepSize, FallocateMode::PunchHole][rng.gen_range(0..3)];
             let (off, len) = (offset(rng), rng.gen_range(0..20_000));
             same!(
                 format!("fallocate {x:?} {mode:?} {off}+{len}"),

@@ -5,9 +5,12 @@
 //! (EINVAL); mknod refuses directories (EPERM) and unknown types (EINVAL)
 //! before looking at the path; everything survives clean and crash
 //! remounts with fsck clean; and the pool carries the feature bit that
-//! makes older readers refuse it instead of calling these inodes corrupt.
+//! makes older readers refuse it instead of calling these inodes corrupt
+//! (with the punch-hole bit: mkfs and every read-write mount set both).
 
-use ferrite::format::{Superblock, FEATURE_SPECIAL_FILES, SUPERBLOCK_COPIES, SUPERBLOCK_SIZE};
+use ferrite::format::{
+    Superblock, FEATURES_KNOWN, FEATURE_PUNCH_HOLE, FEATURE_SPECIAL_FILES, SUPERBLOCK_COPIES, SUPERBLOCK_SIZE,
+};
 use ferrite::{Errno, Ferrite, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags};
 use ferrite_pmem::Pmem;
 
@@ -129,12 +132,13 @@ fn superblock(image: &[u8]) -> Superblock {
 }
 
 #[test]
-fn pools_carry_the_special_files_feature_bit() {
+fn pools_carry_the_feature_bits() {
+    assert_eq!(FEATURES_KNOWN, FEATURE_SPECIAL_FILES | FEATURE_PUNCH_HOLE);
     let fs = Ferrite::format(Pmem::heap(1024 * 4096), &FormatOptions::default()).unwrap();
     let pmem = fs.pmem().clone();
     fs.unmount().unwrap();
     let image = pmem.image();
-    assert_eq!(superblock(&image).features & FEATURE_SPECIAL_FILES, FEATURE_SPECIAL_FILES);
+    assert_eq!(superblock(&image).features, FEATURES_KNOWN);
 
     // A pool written before the bit existed (features 0) gets it from its
     // first read-write mount.
@@ -149,7 +153,7 @@ fn pools_carry_the_special_files_feature_bit() {
     let fs = Ferrite::mount(Pmem::from_image(&old), &MountOptions::default()).unwrap();
     fs.mknod(b"/fifo", libc::S_IFIFO | 0o644, 0).unwrap();
     let image = fs.pmem().image();
-    assert_eq!(superblock(&image).features & FEATURE_SPECIAL_FILES, FEATURE_SPECIAL_FILES);
+    assert_eq!(superblock(&image).features, FEATURES_KNOWN);
 
     // A bit this code does not know makes the pool unmountable, unchanged.
     let mut newer = image.clone();

@@ -263,13 +263,18 @@ impl Worker {
                 let fd = self.ok(fs.open(path.as_bytes(), OpenFlags::RDWR, 0), || format!("open {path}"));
                 let at = self.rng.gen_range(0..MAX_FILE);
                 let len = self.rng.gen_range(1..16_384);
-                let keep = self.rng.gen_bool(0.5);
-                let mode = if keep { FallocateMode::KeepSize } else { FallocateMode::Default };
+                let mode = [FallocateMode::Default, FallocateMode::KeepSize, FallocateMode::PunchHole]
+                    [self.rng.gen_range(0..3)];
                 self.ok(fs.fallocate(fd, mode, at, len), || format!("fallocate {path}"));
                 self.ok(fs.close(fd), || "close".into());
                 let c = self.sh.contents.get_mut(&self.sh.names[&path]).expect("shadow");
-                if !keep && c.len() < (at + len) as usize {
-                    c.resize((at + len) as usize, 0);
+                match mode {
+                    FallocateMode::Default if c.len() < (at + len) as usize => c.resize((at + len) as usize, 0),
+                    FallocateMode::PunchHole if (at as usize) < c.len() => {
+                        let end = ((at + len) as usize).min(c.len());
+                        c[at as usize..end].fill(0);
+                    }
+                    _ => {}
                 }
             }
             53..=58 => {
@@ -923,7 +928,7 @@ fn churn_step(fs: &Ferrite, rng: &mut ChaCha8Rng) {
         }
         35..=41 => {
             let fd = fs.open(f.as_bytes(), OpenFlags::RDWR, 0).unwrap();
-            let mode = if rng.gen_bool(0.5) { FallocateMode::Default } else { FallocateMode::KeepSize };
+            let mode = [FallocateMode::Default, FallocateMode::KeepSize, FallocateMode::PunchHole][rng.gen_range(0..3)];
             let at = rng.gen_range(0..40_000);
             fs.fallocate(fd, mode, at, rng.gen_range(1..9000)).unwrap();
             fs.close(fd).unwrap();
