@@ -14,7 +14,7 @@ mod util;
 use clap::{Parser, Subcommand};
 use ferrite::format::{Layout, MountState, FORMAT_VERSION, PAGE_SIZE};
 use ferrite::{Ferrite, FormatOptions, InodeNo, MountOptions, PathFs};
-use ferrite_pmem::{FlushKind, NtKind, Pmem};
+use ferrite_pmem::{FlushKind, NtKind, Pmem, PmemError};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -70,7 +70,8 @@ enum Command {
     },
     /// Show a pool's geometry, state and persistence domain, without mounting it
     ///
-    /// Reads only the superblock and changes nothing. With --usage the pool
+    /// Reads only the superblock and changes nothing; a pool mounted by
+    /// another process is read through a private view. With --usage the pool
     /// is mounted (recovered first if it was not cleanly unmounted) to count
     /// used and free space, then unmounted cleanly: that does write to it.
     Info {
@@ -211,7 +212,14 @@ fn mkfs(path: &Path, size: u64, lanes: u32, inodes: Option<u64>, force: bool) ->
 }
 
 fn info(path: &Path, usage: bool) -> CliResult<u8> {
-    let pmem = util::open_pool(path)?;
+    // A pool open elsewhere (mounted) is read through a private view
+    // without the lock: the superblock as it is now, nothing changed.
+    let (pmem, open_elsewhere) = match Pmem::open_file(path, MIN_POOL_BYTES) {
+        Ok(pmem) => (pmem, false),
+        Err(PmemError::AlreadyOpen) if !usage => (util::open_pool_private(path, false)?, true),
+        // Again through the helper, for its messages (a directory, ...).
+        Err(_) => (util::open_pool(path)?, false),
+    };
     let sb = ferrite::read_superblock(&pmem).map_err(|e| CliError::pool(path, pool_message(&e)))?;
     outln!("pool           {}", path.display());
     outln!("format         Ferrite, version {FORMAT_VERSION}");
@@ -240,6 +248,9 @@ fn info(path: &Path, usage: bool) -> CliResult<u8> {
                 sb.saved_free_inodes
             );
         }
+        MountState::Dirty if open_elsewhere => {
+            outln!("state          mounted (open by another process; a crash now would be recovered at the next mount)")
+        }
         MountState::Dirty => {
             outln!("state          dirty (not cleanly unmounted: the next mount recovers it)")
         }
@@ -247,11 +258,17 @@ fn info(path: &Path, usage: bool) -> CliResult<u8> {
     outln!("mount count    {}", sb.mount_count);
     outln!("created        {} ({} ns)", util::utc_time(sb.created_ns), sb.created_ns);
     outln!("uuid           {}", util::hex(&sb.uuid));
-    outln!("persistence    {}", pmem.domain());
-    outln!(
-        "map_sync       {}",
-        if pmem.map_sync() { "yes (DAX: stores reach persistent media at each fence)" } else { "no" }
-    );
+    if open_elsewhere {
+        // This process's view is private; the mapping facts belong to the
+        // process that has the pool open.
+        outln!("persistence    (see the mounting process; `ferrite info` shows it when the pool is not open)");
+    } else {
+        outln!("persistence    {}", pmem.domain());
+        outln!(
+            "map_sync       {}",
+            if pmem.map_sync() { "yes (DAX: stores reach persistent media at each fence)" } else { "no" }
+        );
+    }
     outln!("flush          {}", flush_name(pmem.flush_kind()));
     outln!("copy           {}", nt_name(pmem.nt_kind()));
     if !usage {

@@ -4,7 +4,8 @@
 //! `fsck` exits 0 on a fresh pool and 1 once bytes of the inode table or of
 //! a log page are damaged; `info`/`fsck` on a file that is not a pool exit 2
 //! with a one-line message naming it; `demo` passes and leaves a pool that
-//! `fsck` finds clean; `$FERRITE_POOL` names the default pool.
+//! `fsck` finds clean; `$FERRITE_POOL` names the default pool; `info` of a
+//! pool open elsewhere reads it without the lock and without changing it.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -273,4 +274,25 @@ fn info_reports_a_crashed_pool_dirty_and_usage_recovers_it() {
     let o = run(&["info", p]);
     assert!(stdout(&o).contains("state          clean"), "{}", stdout(&o));
     expect_code(&run(&["fsck", p]), 0, "fsck after recovery");
+}
+
+#[test]
+fn info_reads_a_pool_open_elsewhere_without_touching_it() {
+    let s = Scratch::new("open");
+    let pool = s.file("p.pool");
+    let p = pool.to_str().unwrap();
+    // This process holds the pool open (and locked), as a mount does.
+    let pmem = ferrite_pmem::Pmem::create_file(&pool, 2 << 20, 64 * 4096).unwrap();
+    let fs = ferrite::Ferrite::format(pmem, &ferrite::FormatOptions::default()).unwrap();
+    let before = std::fs::read(&pool).unwrap();
+    let o = run(&["info", p]);
+    expect_code(&o, 0, "info of an open pool");
+    assert!(stdout(&o).contains("state          mounted (open by another process"), "{}", stdout(&o));
+    assert!(std::fs::read(&pool).unwrap() == before, "info changed the pool");
+    // --usage would mount it: refused while it is open.
+    let o = run(&["info", p, "--usage"]);
+    expect_code(&o, 2, "info --usage of an open pool");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("already open"), "{}", String::from_utf8_lossy(&o.stderr));
+    fs.unmount().unwrap();
+    assert!(stdout(&run(&["info", p])).contains("state          clean"));
 }
