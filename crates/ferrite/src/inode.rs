@@ -459,24 +459,7 @@ impl InodeData {
                     return Ok(());
                 }
                 let keep_pages = t.size.div_ceil(PAGE_SIZE);
-                let cut: Vec<u64> = map.range(keep_pages..).map(|(k, _)| k).collect();
-                for k in cut {
-                    let old = map.remove(&k).expect("key just listed");
-                    live.unref(old.entry);
-                    freed.push(old.pool);
-                }
-                // Pin this entry to every older log page that maps file
-                // pages beyond the new end.
-                let own = page_of(loc);
-                let mut p = live.first;
-                while p != NO_PAGE && p != own {
-                    let info = &live.pages[&p];
-                    let next = info.next;
-                    if info.max_file_end > keep_pages {
-                        live.pin(p, loc);
-                    }
-                    p = next;
-                }
+                unmap_and_pin(map, live, loc, keep_pages, format::FILE_PAGES_MAX, freed);
                 self.attrs.size = t.size;
                 self.attrs.mtime_ns = t.mtime_ns;
                 self.attrs.ctime_ns = t.ctime_ns;
@@ -489,26 +472,7 @@ impl InodeData {
                 let Body::Pages(map) = &mut self.body else {
                     return Err(corrupt!("punch entry in a directory log"));
                 };
-                let end = h.file_page + h.num_pages;
-                let cut: Vec<u64> = map.range(h.file_page..end).map(|(k, _)| k).collect();
-                for k in cut {
-                    let old = map.remove(&k).expect("key just listed");
-                    live.unref(old.entry);
-                    freed.push(old.pool);
-                }
-                // Pin this entry to every older log page whose Write
-                // entries may map pages of the range (as Truncate does for
-                // the pages past its size), so that it outlives them.
-                let own = page_of(loc);
-                let mut p = live.first;
-                while p != NO_PAGE && p != own {
-                    let info = &live.pages[&p];
-                    let next = info.next;
-                    if info.min_file_page < end && info.max_file_end > h.file_page {
-                        live.pin(p, loc);
-                    }
-                    p = next;
-                }
+                unmap_and_pin(map, live, loc, h.file_page, h.file_page + h.num_pages, freed);
                 self.attrs.mtime_ns = h.mtime_ns;
                 self.attrs.ctime_ns = h.ctime_ns;
             }
@@ -765,6 +729,38 @@ impl InodeData {
         seqs.push(last_seq + 1);
         entries.push(Entry::Attr(a.to_entry()));
         write_log_entries(media, alloc, owner, generation, 0, entries, seqs)
+    }
+}
+
+/// For a Truncate or Punch entry at `loc`: unmap the file pages in
+/// `[first, end)` (their pool pages go to `freed`), and pin the entry to
+/// every older log page whose Write entries may map a page of that range,
+/// so that it stays in the log as long as an entry it cancels does (else a
+/// rebuild would map the cancelled pages again). Judged by each page's
+/// range of mapped file pages: conservative, never too few pins.
+fn unmap_and_pin(
+    map: &mut crate::pagemap::PageMap,
+    live: &mut Liveness,
+    loc: u64,
+    first: u64,
+    end: u64,
+    freed: &mut Vec<PageNo>,
+) {
+    let cut: Vec<u64> = map.range(first..end).map(|(k, _)| k).collect();
+    for k in cut {
+        let old = map.remove(&k).expect("key just listed");
+        live.unref(old.entry);
+        freed.push(old.pool);
+    }
+    let own = page_of(loc);
+    let mut p = live.first;
+    while p != NO_PAGE && p != own {
+        let info = &live.pages[&p];
+        let next = info.next;
+        if info.min_file_page < end && info.max_file_end > first {
+            live.pin(p, loc);
+        }
+        p = next;
     }
 }
 

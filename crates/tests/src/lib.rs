@@ -95,6 +95,22 @@ pub fn get(fs: &dyn PathFs, path: &[u8]) -> Result<Vec<u8>, Errno> {
     Ok(v)
 }
 
+/// Unmount `fs` cleanly (`crash` false) or drop it as a crash (`crash`
+/// true), check the pool with fsck (it must be clean), and mount a copy of
+/// its image: what a restart after either would find.
+pub fn remount(fs: ferrite::Ferrite, crash: bool) -> ferrite::Ferrite {
+    let pmem = fs.pmem().clone();
+    if crash {
+        drop(fs);
+    } else {
+        fs.unmount().unwrap();
+    }
+    let image = pmem.image();
+    let report = ferrite::fsck::check(&ferrite_pmem::Pmem::from_image(&image)).unwrap();
+    assert!(report.is_clean(), "{report}");
+    ferrite::Ferrite::mount(ferrite_pmem::Pmem::from_image(&image), &ferrite::MountOptions::default()).unwrap()
+}
+
 /// Deterministic pseudo-random bytes (for file contents that differ by
 /// position and by `tag`).
 pub fn pattern(tag: u64, len: usize) -> Vec<u8> {

@@ -8,23 +8,11 @@
 
 use ferrite::{FallocateMode, Ferrite, FormatOptions, MountOptions, OpenFlags, PathFs, Whence};
 use ferrite_pmem::Pmem;
+use ferrite_tests::remount;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const PAGE: u64 = 4096;
-
-fn remount(fs: Ferrite, crash: bool) -> Ferrite {
-    let pmem = fs.pmem().clone();
-    if crash {
-        drop(fs);
-    } else {
-        fs.unmount().unwrap();
-    }
-    let image = pmem.image();
-    let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
-    assert!(report.is_clean(), "{report}");
-    Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap()
-}
 
 fn content(fs: &Ferrite, path: &[u8]) -> Vec<u8> {
     let fd = fs.open(path, OpenFlags::RDONLY, 0).unwrap();

@@ -13,19 +13,7 @@ use ferrite::format::{
 };
 use ferrite::{Errno, Ferrite, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags};
 use ferrite_pmem::Pmem;
-
-fn remount(fs: Ferrite, crash: bool) -> Ferrite {
-    let pmem = fs.pmem().clone();
-    if crash {
-        drop(fs);
-    } else {
-        fs.unmount().unwrap();
-    }
-    let image = pmem.image();
-    let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
-    assert!(report.is_clean(), "{report}");
-    Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap()
-}
+use ferrite_tests::remount;
 
 fn makedev(major: u64, minor: u64) -> u64 {
     (major & 0xfff) << 8 | (minor & 0xff) | (minor & !0xff) << 12

@@ -8,19 +8,7 @@
 
 use ferrite::{Errno, Ferrite, FormatOptions, MountOptions, OpenFlags, PathFs, XattrSetMode};
 use ferrite_pmem::Pmem;
-
-fn remount(fs: Ferrite, crash: bool) -> Ferrite {
-    let pmem = fs.pmem().clone();
-    if crash {
-        drop(fs);
-    } else {
-        fs.unmount().unwrap();
-    }
-    let image = pmem.image();
-    let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
-    assert!(report.is_clean(), "{report}");
-    Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap()
-}
+use ferrite_tests::remount;
 
 #[test]
 fn xattrs_follow_the_rules_and_persist() {
