@@ -77,6 +77,23 @@ impl Ferrite {
         Ok(i)
     }
 
+    /// The inode `de` (found under `name` in `dir`) names, held; None when
+    /// the name no longer maps to it (another thread removed or replaced
+    /// it meanwhile): the caller looks the name up again. The inode is
+    /// taken while the directory's read lock shows the same entry: a name
+    /// keeps its inode alive, so its number cannot belong to another inode
+    /// at that moment (once freed, a number is reused).
+    pub(crate) fn child_of(&self, dir: &Inode, name: &[u8], de: &Dentry) -> FsResult<Option<Arc<Inode>>> {
+        let d = dir.data.read();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        match d.dir().names.get(name) {
+            Some(now) if now.ino == de.ino && now.seq == de.seq => self.child(de).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     fn dir_inode(&self, ino: InodeNo) -> FsResult<Arc<Inode>> {
         let i = self.inode(ino)?;
         if i.kind != FileType::Directory {
@@ -105,12 +122,25 @@ impl Ferrite {
             let p = dir.data.read().attrs.parent;
             return self.getattr(p);
         }
-        let de = self.lookup_dentry(&dir, name)?.ok_or(Errno::ENOENT)?;
-        self.getattr(de.ino)
+        loop {
+            let de = self.lookup_dentry(&dir, name)?.ok_or(Errno::ENOENT)?;
+            // The inode the name names now, never a later owner of its
+            // number (an unlink and a create may race with this lookup).
+            if let Some(i) = self.child_of(&dir, name, &de)? {
+                match self.getattr_inode(&i) {
+                    Err(Errno::ENOENT) => continue, // freed since: look again
+                    r => return r,
+                }
+            }
+        }
     }
 
     pub fn getattr(&self, ino: InodeNo) -> FsResult<Stat> {
-        let i = self.inode(ino)?;
+        self.getattr_inode(&self.inode(ino)?)
+    }
+
+    /// getattr of an inode already held (ENOENT once it has been freed).
+    pub(crate) fn getattr_inode(&self, i: &Arc<Inode>) -> FsResult<Stat> {
         let d = i.data.read();
         if !d.alive {
             return Err(Errno::ENOENT);
@@ -185,6 +215,21 @@ impl Ferrite {
     /// Create a regular file, directory, symlink, FIFO, socket or device
     /// node named `name` in `parent`.
     pub fn create_node(&self, parent: InodeNo, name: &[u8], spec: &NodeSpec<'_>) -> FsResult<Stat> {
+        self.create_node_in(&self.dir_inode(parent)?, name, spec).map(|(st, _)| st)
+    }
+
+    /// create_node in a directory already held (ENOENT once it is removed);
+    /// also returns the new inode, held.
+    pub(crate) fn create_node_in(
+        &self,
+        dir: &Arc<Inode>,
+        name: &[u8],
+        spec: &NodeSpec<'_>,
+    ) -> FsResult<(Stat, Arc<Inode>)> {
+        let parent = dir.ino;
+        if dir.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
         let NodeSpec { kind, perm, uid, gid, symlink_target, rdev } = *spec;
         let rdev = if kind.has_rdev() { rdev } else { 0 };
         if symlink_target.is_some() != (kind == FileType::Symlink) {
@@ -194,7 +239,6 @@ impl Ferrite {
         if is_dot(name) {
             return Err(Errno::EEXIST);
         }
-        let dir = self.dir_inode(parent)?;
         let mut pd = dir.data.write();
         if !pd.alive || pd.attrs.nlink == 0 {
             return Err(Errno::ENOENT);
@@ -256,7 +300,7 @@ impl Ferrite {
             }
         };
         let parts = vec![Part {
-            inode: &dir,
+            inode: dir,
             entries: vec![Entry::DentryAdd(DentryEntry { ino, kind, time_ns: now, name: name.to_vec() })],
             free: false,
         }];
@@ -269,12 +313,20 @@ impl Ferrite {
             }
             return Err(e);
         }
-        let d = child2.data.read();
-        Ok(child2.stat(&d))
+        let st = child2.stat(&child2.data.read());
+        Ok((st, child2))
     }
 
     /// Remove a name; `want_dir` selects rmdir semantics.
     pub fn remove(&self, parent: InodeNo, name: &[u8], want_dir: bool) -> FsResult<()> {
+        self.remove_in(&self.dir_inode(parent)?, name, want_dir)
+    }
+
+    /// remove from a directory already held (ENOENT once it is removed).
+    pub(crate) fn remove_in(&self, dir: &Arc<Inode>, name: &[u8], want_dir: bool) -> FsResult<()> {
+        if dir.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
         check_name(name)?;
         if want_dir && name == b"." {
             return Err(Errno::EINVAL);
@@ -285,16 +337,17 @@ impl Ferrite {
         if is_dot(name) {
             return Err(Errno::EISDIR);
         }
-        let dir = self.dir_inode(parent)?;
         loop {
-            let de = self.lookup_dentry(&dir, name)?.ok_or(Errno::ENOENT)?;
+            let de = self.lookup_dentry(dir, name)?.ok_or(Errno::ENOENT)?;
             match (want_dir, de.kind == FileType::Directory) {
                 (true, false) => return Err(Errno::ENOTDIR),
                 (false, true) => return Err(Errno::EISDIR),
                 _ => {}
             }
-            let child = self.child(&de)?;
-            let mut guards = self.lock_all(&[&dir, &child]);
+            let Some(child) = self.child_of(dir, name, &de)? else {
+                continue; // removed meanwhile: look again
+            };
+            let mut guards = self.lock_all(&[dir, &child]);
             let mut g1 = guards[0].take().expect("parent locked");
             let mut g2 = guards[1].take().expect("child locked");
             if !g1.alive {
@@ -314,7 +367,7 @@ impl Ferrite {
                 name: name.to_vec(),
             })];
             let child_part = self.drop_link_part(&child, &g2, now)?;
-            let parts = vec![Part { inode: &dir, entries: parent_entries, free: false }, child_part];
+            let parts = vec![Part { inode: dir, entries: parent_entries, free: false }, child_part];
             return self.commit_parts(parts, &mut [&mut g1, &mut g2], None);
         }
     }
@@ -350,8 +403,24 @@ impl Ferrite {
         if target.kind == FileType::Directory {
             return Err(Errno::EPERM);
         }
-        let dir = self.dir_inode(parent)?;
-        let mut guards = self.lock_all(&[&dir, &target]);
+        self.link_in(&target, &self.dir_inode(parent)?, name)
+    }
+
+    /// link of an inode already held into a directory already held (ENOENT
+    /// once either has been removed).
+    pub(crate) fn link_in(&self, target: &Arc<Inode>, dir: &Arc<Inode>, name: &[u8]) -> FsResult<Stat> {
+        check_name(name)?;
+        if is_dot(name) {
+            return Err(Errno::EEXIST);
+        }
+        if target.kind == FileType::Directory {
+            return Err(Errno::EPERM);
+        }
+        if dir.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        let ino = target.ino;
+        let mut guards = self.lock_all(&[dir, target]);
         let mut g1 = guards[0].take().expect("parent locked");
         let mut g2 = guards[1].take().expect("target locked");
         if !g1.alive || g1.attrs.nlink == 0 || !g2.alive || g2.attrs.nlink == 0 {
@@ -369,7 +438,7 @@ impl Ferrite {
         a.ctime_ns = now;
         let parts = vec![
             Part {
-                inode: &dir,
+                inode: dir,
                 entries: vec![Entry::DentryAdd(DentryEntry {
                     ino,
                     kind: target.kind,
@@ -378,7 +447,7 @@ impl Ferrite {
                 })],
                 free: false,
             },
-            Part { inode: &target, entries: vec![Entry::Attr(a.to_entry())], free: false },
+            Part { inode: target, entries: vec![Entry::Attr(a.to_entry())], free: false },
         ];
         self.commit_parts(parts, &mut [&mut g1, &mut g2], None)?;
         Ok(target.stat(&g2))
@@ -424,12 +493,30 @@ impl Ferrite {
         dslash: bool,
         flags: RenameFlags,
     ) -> FsResult<()> {
-        let sdir = self.dir_inode(sp)?;
-        let ddir = self.dir_inode(dp)?;
+        self.rename_in(&self.dir_inode(sp)?, sname, sslash, &self.dir_inode(dp)?, dname, dslash, flags)
+    }
+
+    /// rename_checked between directories already held (ENOENT once either
+    /// has been removed).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rename_in(
+        &self,
+        sdir: &Arc<Inode>,
+        sname: &[u8],
+        sslash: bool,
+        ddir: &Arc<Inode>,
+        dname: &[u8],
+        dslash: bool,
+        flags: RenameFlags,
+    ) -> FsResult<()> {
+        if sdir.kind != FileType::Directory || ddir.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        let (sp, dp) = (sdir.ino, ddir.ino);
         let _cross = if sp != dp { Some(self.rename_lock.lock()) } else { None };
         loop {
-            let src = self.lookup_dentry(&sdir, sname)?.ok_or(Errno::ENOENT)?;
-            let dst = self.lookup_dentry(&ddir, dname)?;
+            let src = self.lookup_dentry(sdir, sname)?.ok_or(Errno::ENOENT)?;
+            let dst = self.lookup_dentry(ddir, dname)?;
             let exchange = flags == RenameFlags::Exchange;
             if flags == RenameFlags::NoReplace && dst.is_some() {
                 return Err(Errno::EEXIST);
@@ -466,9 +553,14 @@ impl Ferrite {
                     }
                 }
             }
-            let moved = self.child(&src)?;
+            let Some(moved) = self.child_of(sdir, sname, &src)? else {
+                continue; // removed meanwhile: look again
+            };
             let target = match &dst {
-                Some(t) => Some(self.child(t)?),
+                Some(t) => match self.child_of(ddir, dname, t)? {
+                    Some(i) => Some(i),
+                    None => continue,
+                },
                 None => None,
             };
             let mut list: Vec<&Arc<Inode>> = vec![&sdir, &ddir, &moved];
@@ -529,10 +621,10 @@ impl Ferrite {
             if moved.kind == FileType::Directory {
                 m_attrs.parent = dp;
             }
-            let mut parts = vec![Part { inode: &sdir, entries: sd_entries, free: false }];
+            let mut parts = vec![Part { inode: sdir, entries: sd_entries, free: false }];
             let mut idx = vec![0usize];
             if !same_dir {
-                parts.push(Part { inode: &ddir, entries: dd_entries, free: false });
+                parts.push(Part { inode: ddir, entries: dd_entries, free: false });
                 idx.push(1);
             }
             parts.push(Part { inode: &moved, entries: vec![Entry::Attr(m_attrs.to_entry())], free: false });
@@ -567,12 +659,16 @@ impl Ferrite {
 
     /// Change attributes (chmod, chown, utimens, truncate) in one commit.
     pub fn setattr(&self, ino: InodeNo, set: &SetAttr) -> FsResult<Stat> {
-        let inode = self.inode(ino)?;
+        self.setattr_inode(&self.inode(ino)?, set)
+    }
+
+    /// setattr of an inode already held (ENOENT once it has been freed).
+    pub(crate) fn setattr_inode(&self, inode: &Arc<Inode>, set: &SetAttr) -> FsResult<Stat> {
         let mut d = inode.data.write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
-        self.setattr_locked(&inode, &mut d, set)?;
+        self.setattr_locked(inode, &mut d, set)?;
         Ok(inode.stat(&d))
     }
 
@@ -637,7 +733,12 @@ impl Ferrite {
     }
 
     pub fn readlink_ino(&self, ino: InodeNo) -> FsResult<Vec<u8>> {
-        let inode = self.inode(ino)?;
+        self.readlink_inode(&self.inode(ino)?)
+    }
+
+    /// readlink of an inode already held.
+    pub(crate) fn readlink_inode(&self, inode: &Arc<Inode>) -> FsResult<Vec<u8>> {
+        let ino = inode.ino;
         if inode.kind != FileType::Symlink {
             return Err(Errno::EINVAL);
         }
@@ -813,13 +914,19 @@ impl Ferrite {
     /// Count an open handle, so that the inode outlives its last name.
     pub fn open_ino(&self, ino: InodeNo) -> FsResult<Arc<Inode>> {
         let inode = self.inode(ino)?;
+        self.open_inode(&inode)?;
+        Ok(inode)
+    }
+
+    /// Count one more open handle on an inode already held (ENOENT once it
+    /// has been freed).
+    pub(crate) fn open_inode(&self, inode: &Arc<Inode>) -> FsResult<()> {
         let mut d = inode.data.write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
         d.open_count += 1;
-        drop(d);
-        Ok(inode)
+        Ok(())
     }
 
     /// Drop an open handle; the last one frees an unlinked inode.

@@ -79,10 +79,28 @@ fn check_path(path: &[u8]) -> FsResult<()> {
 }
 
 /// What a path names.
-#[derive(Debug)]
+/// What an operation on a resolution returns (inside this module only) to
+/// have the path resolved again: another thread changed the name between
+/// the lookup and the operation.
+const RESOLVE_AGAIN: Errno = Errno(libc::ESTALE);
+
+/// Has an inode this resolution holds been freed since?
+fn stale(r: &Resolved) -> bool {
+    !r.dir.data.read().alive || r.target_inode.as_ref().is_some_and(|i| !i.data.read().alive)
+}
+
+/// How often one path resolution may find a name whose inode was freed
+/// between the directory lookup and holding it, before giving up (each
+/// time means another thread removed that name meanwhile).
+const RACE_RETRIES_MAX: u32 = 64;
+
 pub(crate) struct Resolved {
-    /// The directory holding the last component.
-    pub parent: InodeNo,
+    /// The directory holding the last component, held: operations act on
+    /// this inode, never on whatever inode later gets its number (see
+    /// `stale`).
+    pub dir: Arc<Inode>,
+    /// The inode named, held, when it exists.
+    pub target_inode: Option<Arc<Inode>>,
     /// The last component; None when the path is the root or ends in `.`/`..`.
     pub name: Option<Vec<u8>>,
     /// `.` or `..` as the last component.
@@ -121,27 +139,32 @@ impl Ferrite {
         let mut comps: VecDeque<Vec<u8>> =
             path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).collect();
         let mut cur = InodeNo::ROOT;
+        let mut cur_dir = self.inode(InodeNo::ROOT)?;
         let mut links = 0;
-        let root = Resolved {
-            parent: InodeNo::ROOT,
-            name: None,
-            last_dot: None,
-            target: Some((InodeNo::ROOT, FileType::Directory)),
-            too_long: false,
-            slash: trailing,
-        };
+        // Lookups that found a name whose inode was freed before it could
+        // be held (a racing unlink): each retries the component.
+        let mut raced = 0;
         if comps.is_empty() {
-            return Ok(root);
+            return Ok(Resolved {
+                dir: cur_dir.clone(),
+                name: None,
+                last_dot: None,
+                target: Some((InodeNo::ROOT, FileType::Directory)),
+                target_inode: Some(cur_dir),
+                too_long: false,
+                slash: trailing,
+            });
         }
         while let Some(c) = comps.pop_front() {
             let last = comps.is_empty();
             if c.len() > limits::NAME_MAX {
                 if last {
                     return Ok(Resolved {
-                        parent: cur,
+                        dir: cur_dir,
                         name: Some(c),
                         last_dot: None,
                         target: None,
+                        target_inode: None,
                         too_long: true,
                         slash: trailing,
                     });
@@ -149,22 +172,24 @@ impl Ferrite {
                 return Err(Errno::ENAMETOOLONG);
             }
             if c == b"." || c == b".." {
-                let next = if c == b".." { self.parent_of(cur)? } else { cur };
+                let next_dir = if c == b".." { self.inode(self.parent_of(cur)?)? } else { cur_dir.clone() };
                 if last {
                     let dot: &'static [u8] = if c == b"." { b"." } else { b".." };
                     return Ok(Resolved {
-                        parent: cur,
+                        dir: cur_dir,
                         name: None,
                         last_dot: Some(dot),
-                        target: Some((next, FileType::Directory)),
+                        target: Some((next_dir.ino, FileType::Directory)),
+                        target_inode: Some(next_dir),
                         too_long: false,
                         slash: trailing,
                     });
                 }
-                cur = next;
+                cur = next_dir.ino;
+                cur_dir = next_dir;
                 continue;
             }
-            let dir = self.inode(cur)?;
+            let dir = cur_dir.clone();
             if dir.kind != FileType::Directory {
                 return Err(Errno::ENOTDIR);
             }
@@ -173,10 +198,11 @@ impl Ferrite {
                 None => {
                     if last {
                         return Ok(Resolved {
-                            parent: cur,
+                            dir: cur_dir,
                             name: Some(c),
                             last_dot: None,
                             target: None,
+                            target_inode: None,
                             too_long: false,
                             slash: trailing,
                         });
@@ -189,9 +215,20 @@ impl Ferrite {
                         if links > limits::SYMLOOP_MAX {
                             return Err(Errno::ELOOP);
                         }
-                        let target = self.readlink_ino(de.ino)?;
+                        let link = match self.child_of(&dir, &c, &de)? {
+                            Some(i) => i,
+                            None if raced < RACE_RETRIES_MAX => {
+                                raced += 1;
+                                links -= 1;
+                                comps.push_front(c);
+                                continue;
+                            }
+                            None => return Err(Errno::ENOENT),
+                        };
+                        let target = self.readlink_inode(&link)?;
                         if target.first() == Some(&b'/') {
                             cur = InodeNo::ROOT;
+                            cur_dir = self.inode(InodeNo::ROOT)?;
                         }
                         if last {
                             // The body's own trailing slash now ends the path.
@@ -203,47 +240,81 @@ impl Ferrite {
                         if comps.is_empty() {
                             // The link points at "/" (or only slashes).
                             return Ok(Resolved {
-                                parent: cur,
+                                dir: cur_dir.clone(),
                                 name: None,
                                 last_dot: None,
                                 target: Some((cur, FileType::Directory)),
+                                target_inode: Some(cur_dir),
                                 too_long: false,
                                 slash: trailing,
                             });
                         }
                         continue;
                     }
+                    if !last && de.kind != FileType::Directory {
+                        return Err(Errno::ENOTDIR);
+                    }
+                    // Hold the inode the name refers to. If it was freed
+                    // after the lookup (a racing unlink or rename over it),
+                    // look the name up again: its number may already belong
+                    // to another file.
+                    let child = match self.child_of(&dir, &c, &de)? {
+                        Some(i) => i,
+                        None if raced < RACE_RETRIES_MAX => {
+                            raced += 1;
+                            comps.push_front(c);
+                            continue;
+                        }
+                        None => return Err(Errno::ENOENT),
+                    };
                     if last {
-                        self.child(&de)?;
                         return Ok(Resolved {
-                            parent: cur,
+                            dir: cur_dir,
                             name: Some(c),
                             last_dot: None,
                             target: Some((de.ino, de.kind)),
+                            target_inode: Some(child),
                             too_long: false,
                             slash: trailing,
                         });
                     }
-                    if de.kind != FileType::Directory {
-                        return Err(Errno::ENOTDIR);
-                    }
                     cur = de.ino;
+                    cur_dir = child;
                 }
             }
         }
         unreachable!("the loop returns at the last component")
     }
 
-    /// Lookup-type resolution: the path must name something, and a
-    /// trailing slash requires a directory.
-    fn existing(&self, path: &[u8], follow: bool) -> FsResult<InodeNo> {
-        // A trailing slash asks for a directory, so it follows a final symlink.
-        let r = self.resolve(path, follow || path.ends_with(b"/"))?;
-        let (ino, kind) = r.target.ok_or(Errno::ENOENT)?;
-        if r.slash && kind != FileType::Directory {
-            return Err(Errno::ENOTDIR);
+    /// Resolve `path` and run `op` on what it names. An operation acts on
+    /// the inodes the resolution holds, never on whatever inode has their
+    /// numbers by then; if it fails with ENOENT because one of them was
+    /// freed meanwhile (a racing unlink or rename), the path is resolved
+    /// again, so that the call behaves as if it came after the other one.
+    fn on_path<T>(&self, path: &[u8], follow: bool, mut op: impl FnMut(&Resolved) -> FsResult<T>) -> FsResult<T> {
+        let mut tries = 0;
+        loop {
+            let r = self.resolve(path, follow)?;
+            match op(&r) {
+                Err(Errno::ENOENT) if tries < RACE_RETRIES_MAX && stale(&r) => tries += 1,
+                Err(RESOLVE_AGAIN) if tries < RACE_RETRIES_MAX => tries += 1,
+                Err(RESOLVE_AGAIN) => return Err(Errno::ENOENT),
+                other => return other,
+            }
         }
-        Ok(ino)
+    }
+
+    /// Lookup-type resolution: the path must name something, and a
+    /// trailing slash requires a directory. `op` gets the inode, held.
+    fn on_existing<T>(&self, path: &[u8], follow: bool, mut op: impl FnMut(&Arc<Inode>) -> FsResult<T>) -> FsResult<T> {
+        // A trailing slash asks for a directory, so it follows a final symlink.
+        self.on_path(path, follow || path.ends_with(b"/"), |r| {
+            let (_, kind) = r.target.ok_or(Errno::ENOENT)?;
+            if r.slash && kind != FileType::Directory {
+                return Err(Errno::ENOTDIR);
+            }
+            op(r.target_inode.as_ref().expect("a resolved target is held"))
+        })
     }
 
     pub fn open_file(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
@@ -293,15 +364,10 @@ impl Ferrite {
         }
         Ok(())
     }
-}
 
-impl PathFs for Ferrite {
-    fn open(&self, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
-        if flags.create && flags.directory {
-            return Err(Errno::EINVAL); // as Linux since 6.4
-        }
-        let follow = !(flags.nofollow || (flags.create && flags.excl)) || (!flags.create && path.ends_with(b"/"));
-        let r = self.resolve(path, follow)?;
+    /// The open of one resolution (see `PathFs::open`): the inode opened,
+    /// its open count already taken.
+    fn open_resolved(&self, r: &Resolved, flags: OpenFlags, perm: u32) -> FsResult<Arc<Inode>> {
         if flags.create && r.name.is_some() && r.slash {
             return Err(Errno::EISDIR);
         }
@@ -330,7 +396,9 @@ impl PathFs for Ferrite {
                 if kind.is_special() {
                     return Err(Errno::ENXIO);
                 }
-                let inode = self.open_ino(ino)?;
+                let inode = r.target_inode.clone().expect("a resolved target is held");
+                let _ = ino;
+                self.open_inode(&inode)?;
                 if flags.trunc && flags.write && kind == FileType::Regular {
                     let mut d = inode.data.write();
                     if let Err(e) = self.truncate_locked(&inode, &mut d, 0) {
@@ -345,21 +413,35 @@ impl PathFs for Ferrite {
                 if !flags.create {
                     return Err(Errno::ENOENT);
                 }
-                let name = r.name.expect("a missing target has a name");
-                let st = match self.create_node(
-                    r.parent,
-                    &name,
+                let name = r.name.as_ref().expect("a missing target has a name");
+                let (_, inode) = match self.create_node_in(
+                    &r.dir,
+                    name,
                     &NodeSpec { kind: FileType::Regular, perm, uid: 0, gid: 0, symlink_target: None, rdev: 0 },
                 ) {
                     Ok(st) => st,
-                    Err(Errno::EEXIST) if !flags.excl => {
-                        return self.open(path, OpenFlags { create: false, ..flags }, perm);
-                    }
+                    // Created by another thread since the lookup: open
+                    // that one (resolving again).
+                    Err(Errno::EEXIST) if !flags.excl => return Err(RESOLVE_AGAIN),
                     Err(e) => return Err(e),
                 };
-                self.open_ino(st.ino)?
+                // Freed already (created, then unlinked by another thread
+                // before this open counted): resolve the path again.
+                self.open_inode(&inode).map_err(|_| RESOLVE_AGAIN)?;
+                inode
             }
         };
+        Ok(inode)
+    }
+}
+
+impl PathFs for Ferrite {
+    fn open(&self, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
+        if flags.create && flags.directory {
+            return Err(Errno::EINVAL); // as Linux since 6.4
+        }
+        let follow = !(flags.nofollow || (flags.create && flags.excl)) || (!flags.create && path.ends_with(b"/"));
+        let inode = self.on_path(path, follow, |r| self.open_resolved(r, flags, perm))?;
         Ok(self.fds.insert(OpenFile { inode, flags, pos: Mutex::new(0) }))
     }
 
@@ -456,116 +538,125 @@ impl PathFs for Ferrite {
     }
 
     fn stat(&self, path: &[u8]) -> FsResult<Stat> {
-        self.getattr(self.existing(path, true)?)
+        self.on_existing(path, true, |i| self.getattr_inode(i))
     }
 
     fn lstat(&self, path: &[u8]) -> FsResult<Stat> {
-        self.getattr(self.existing(path, false)?)
+        self.on_existing(path, false, |i| self.getattr_inode(i))
     }
 
     fn truncate(&self, path: &[u8], size: u64) -> FsResult<()> {
-        let ino = self.existing(path, true)?;
-        self.setattr(ino, &SetAttr { size: Some(size), ..Default::default() }).map(|_| ())
+        let set = SetAttr { size: Some(size), ..Default::default() };
+        self.on_existing(path, true, |i| self.setattr_inode(i, &set)).map(|_| ())
     }
 
     fn chmod(&self, path: &[u8], perm: u32) -> FsResult<()> {
-        let ino = self.existing(path, true)?;
-        self.setattr(ino, &SetAttr { perm: Some(perm), ..Default::default() }).map(|_| ())
+        let set = SetAttr { perm: Some(perm), ..Default::default() };
+        self.on_existing(path, true, |i| self.setattr_inode(i, &set)).map(|_| ())
     }
 
     fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
-        let ino = self.existing(path, true)?;
-        // chown(-1, -1) still changes ctime: name the current owner.
-        let uid = match (uid, gid) {
-            (None, None) => Some(self.getattr(ino)?.uid),
-            _ => uid,
-        };
-        self.setattr(ino, &SetAttr { uid, gid, ..Default::default() }).map(|_| ())
+        self.on_existing(path, true, |i| {
+            // chown(-1, -1) still changes ctime: name the current owner.
+            let uid = match (uid, gid) {
+                (None, None) => Some(self.getattr_inode(i)?.uid),
+                _ => uid,
+            };
+            self.setattr_inode(i, &SetAttr { uid, gid, ..Default::default() })
+        })
+        .map(|_| ())
     }
 
     fn utimens(&self, path: &[u8], atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
         if atime == TimeSet::Omit && mtime == TimeSet::Omit {
             return Ok(()); // Linux does not even resolve the path
         }
-        let ino = self.existing(path, true)?;
-        self.setattr(ino, &SetAttr { atime: Some(atime), mtime: Some(mtime), ..Default::default() }).map(|_| ())
+        let set = SetAttr { atime: Some(atime), mtime: Some(mtime), ..Default::default() };
+        self.on_existing(path, true, |i| self.setattr_inode(i, &set)).map(|_| ())
     }
 
     fn mkdir(&self, path: &[u8], perm: u32) -> FsResult<()> {
-        let r = self.resolve(path, false)?;
-        if r.target.is_some() {
-            return Err(Errno::EEXIST);
-        }
-        let name = r.name.ok_or(Errno::EEXIST)?;
-        self.create_node(
-            r.parent,
-            &name,
-            &NodeSpec { kind: FileType::Directory, perm, uid: 0, gid: 0, symlink_target: None, rdev: 0 },
-        )
-        .map(|_| ())
+        let spec = NodeSpec { kind: FileType::Directory, perm, uid: 0, gid: 0, symlink_target: None, rdev: 0 };
+        self.on_path(path, false, |r| {
+            if r.target.is_some() {
+                return Err(Errno::EEXIST);
+            }
+            let name = r.name.as_ref().ok_or(Errno::EEXIST)?;
+            self.create_node_in(&r.dir, name, &spec).map(|_| ())
+        })
     }
 
     fn rmdir(&self, path: &[u8]) -> FsResult<()> {
-        let r = self.resolve(path, false)?;
-        match r.last_dot {
-            Some(b".") => return Err(Errno::EINVAL),
-            Some(_) => return Err(Errno::ENOTEMPTY),
-            None => {}
-        }
-        let name = r.name.ok_or(Errno::EBUSY)?;
-        let (_, kind) = r.target.ok_or(Errno::ENOENT)?;
-        if kind != FileType::Directory {
-            return Err(Errno::ENOTDIR);
-        }
-        self.remove(r.parent, &name, true)
+        self.on_path(path, false, |r| {
+            match r.last_dot {
+                Some(b".") => return Err(Errno::EINVAL),
+                Some(_) => return Err(Errno::ENOTEMPTY),
+                None => {}
+            }
+            let name = r.name.as_ref().ok_or(Errno::EBUSY)?;
+            let (_, kind) = r.target.ok_or(Errno::ENOENT)?;
+            if kind != FileType::Directory {
+                return Err(Errno::ENOTDIR);
+            }
+            self.remove_in(&r.dir, name, true)
+        })
     }
 
     fn unlink(&self, path: &[u8]) -> FsResult<()> {
-        let r = self.resolve(path, false)?;
-        let name = r.name.ok_or(Errno::EISDIR)?;
-        let (_, kind) = r.target.ok_or(Errno::ENOENT)?;
-        if r.slash && kind != FileType::Directory {
-            return Err(Errno::ENOTDIR);
-        }
-        if kind == FileType::Directory {
-            return Err(Errno::EISDIR);
-        }
-        self.remove(r.parent, &name, false)
+        self.on_path(path, false, |r| {
+            let name = r.name.as_ref().ok_or(Errno::EISDIR)?;
+            let (_, kind) = r.target.ok_or(Errno::ENOENT)?;
+            if r.slash && kind != FileType::Directory {
+                return Err(Errno::ENOTDIR);
+            }
+            if kind == FileType::Directory {
+                return Err(Errno::EISDIR);
+            }
+            self.remove_in(&r.dir, name, false)
+        })
     }
 
     fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> FsResult<()> {
         check_path(from)?;
         check_path(to)?;
-        let s = self.resolve_lenient(from, false)?;
-        let d = self.resolve_lenient(to, false)?;
-        if s.name.is_some() {
-            if s.too_long {
+        let mut tries = 0;
+        loop {
+            let s = self.resolve_lenient(from, false)?;
+            let d = self.resolve_lenient(to, false)?;
+            if s.name.is_some() {
+                if s.too_long {
+                    return Err(Errno::ENAMETOOLONG);
+                }
+                s.target.ok_or(Errno::ENOENT)?;
+            }
+            let (Some(sname), Some(dname)) = (&s.name, &d.name) else {
+                return Err(Errno::EBUSY);
+            };
+            if d.too_long {
                 return Err(Errno::ENAMETOOLONG);
             }
-            s.target.ok_or(Errno::ENOENT)?;
+            match self.rename_in(&s.dir, sname, s.slash, &d.dir, dname, d.slash, flags) {
+                Err(Errno::ENOENT) if tries < RACE_RETRIES_MAX && (stale(&s) || stale(&d)) => tries += 1,
+                other => return other,
+            }
         }
-        let (Some(sname), Some(dname)) = (s.name, d.name) else {
-            return Err(Errno::EBUSY);
-        };
-        if d.too_long {
-            return Err(Errno::ENAMETOOLONG);
-        }
-        self.rename_checked(s.parent, &sname, s.slash, d.parent, &dname, d.slash, flags)
     }
 
     fn link(&self, existing: &[u8], new: &[u8]) -> FsResult<()> {
         check_path(existing)?;
         check_path(new)?;
-        let ino = self.existing(existing, false)?;
-        let r = self.resolve(new, false)?;
-        if r.target.is_some() {
-            return Err(Errno::EEXIST);
-        }
-        let name = r.name.ok_or(Errno::EEXIST)?;
-        if new.ends_with(b"/") {
-            return Err(Errno::ENOENT);
-        }
-        self.link_at(ino, r.parent, &name).map(|_| ())
+        self.on_existing(existing, false, |target| {
+            self.on_path(new, false, |r| {
+                if r.target.is_some() {
+                    return Err(Errno::EEXIST);
+                }
+                let name = r.name.as_ref().ok_or(Errno::EEXIST)?;
+                if new.ends_with(b"/") {
+                    return Err(Errno::ENOENT);
+                }
+                self.link_in(target, &r.dir, name).map(|_| ())
+            })
+        })
     }
 
     fn symlink(&self, target: &[u8], linkpath: &[u8]) -> FsResult<()> {
@@ -575,20 +666,18 @@ impl PathFs for Ferrite {
         if target.len() > limits::SYMLINK_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
-        let r = self.resolve(linkpath, false)?;
-        if r.target.is_some() {
-            return Err(Errno::EEXIST);
-        }
-        let name = r.name.ok_or(Errno::EEXIST)?;
-        if linkpath.ends_with(b"/") {
-            return Err(Errno::ENOENT);
-        }
-        self.create_node(
-            r.parent,
-            &name,
-            &NodeSpec { kind: FileType::Symlink, perm: 0o777, uid: 0, gid: 0, symlink_target: Some(target), rdev: 0 },
-        )
-        .map(|_| ())
+        let spec =
+            NodeSpec { kind: FileType::Symlink, perm: 0o777, uid: 0, gid: 0, symlink_target: Some(target), rdev: 0 };
+        self.on_path(linkpath, false, |r| {
+            if r.target.is_some() {
+                return Err(Errno::EEXIST);
+            }
+            let name = r.name.as_ref().ok_or(Errno::EEXIST)?;
+            if linkpath.ends_with(b"/") {
+                return Err(Errno::ENOENT);
+            }
+            self.create_node_in(&r.dir, name, &spec).map(|_| ())
+        })
     }
 
     fn mknod(&self, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
@@ -599,20 +688,21 @@ impl PathFs for Ferrite {
             Some(FileType::Symlink) | None => return Err(Errno::EINVAL),
             Some(k) => k,
         };
-        let r = self.resolve(path, false)?;
-        if r.target.is_some() {
-            return Err(Errno::EEXIST);
-        }
-        let name = r.name.ok_or(Errno::EEXIST)?;
-        if path.ends_with(b"/") {
-            return Err(Errno::ENOENT);
-        }
         let spec = NodeSpec { kind, perm: mode & 0o7777, uid: 0, gid: 0, symlink_target: None, rdev };
-        self.create_node(r.parent, &name, &spec).map(|_| ())
+        self.on_path(path, false, |r| {
+            if r.target.is_some() {
+                return Err(Errno::EEXIST);
+            }
+            let name = r.name.as_ref().ok_or(Errno::EEXIST)?;
+            if path.ends_with(b"/") {
+                return Err(Errno::ENOENT);
+            }
+            self.create_node_in(&r.dir, name, &spec).map(|_| ())
+        })
     }
 
     fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {
-        self.readlink_ino(self.existing(path, false)?)
+        self.on_existing(path, false, |i| self.readlink_inode(i))
     }
 
     fn readdir(&self, fd: Fd, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
