@@ -99,6 +99,11 @@ pub fn get(fs: &dyn PathFs, path: &[u8]) -> Result<Vec<u8>, Errno> {
 /// true), check the pool with fsck (it must be clean), and mount a copy of
 /// its image: what a restart after either would find.
 pub fn remount(fs: ferrite::Ferrite, crash: bool) -> ferrite::Ferrite {
+    remount_checked(fs, crash).0
+}
+
+/// `remount`, also returning the fsck report of the image it mounted.
+pub fn remount_checked(fs: ferrite::Ferrite, crash: bool) -> (ferrite::Ferrite, ferrite::fsck::FsckReport) {
     let pmem = fs.pmem().clone();
     if crash {
         drop(fs);
@@ -108,7 +113,9 @@ pub fn remount(fs: ferrite::Ferrite, crash: bool) -> ferrite::Ferrite {
     let image = pmem.image();
     let report = ferrite::fsck::check(&ferrite_pmem::Pmem::from_image(&image)).unwrap();
     assert!(report.is_clean(), "{report}");
-    ferrite::Ferrite::mount(ferrite_pmem::Pmem::from_image(&image), &ferrite::MountOptions::default()).unwrap()
+    let fs =
+        ferrite::Ferrite::mount(ferrite_pmem::Pmem::from_image(&image), &ferrite::MountOptions::default()).unwrap();
+    (fs, report)
 }
 
 /// Deterministic pseudo-random bytes (for file contents that differ by

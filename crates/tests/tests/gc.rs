@@ -4,21 +4,9 @@
 //! end with a handful of log pages; the state survives remounts (clean and
 //! crash) unchanged, and fsck finds nothing.
 
-use ferrite::{Ferrite, FormatOptions, MountOptions, OpenFlags, PathFs};
+use ferrite::{Ferrite, FormatOptions, OpenFlags, PathFs};
 use ferrite_pmem::Pmem;
-
-fn check_and_remount(fs: Ferrite, crash: bool) -> (Ferrite, ferrite::fsck::FsckReport) {
-    let pmem = fs.pmem().clone();
-    if crash {
-        drop(fs);
-    } else {
-        fs.unmount().unwrap();
-    }
-    let image = pmem.image();
-    let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
-    assert!(report.is_clean(), "{report}");
-    (Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap(), report)
-}
+use ferrite_tests::remount_checked as check_and_remount;
 
 #[test]
 fn overwritten_file_keeps_a_bounded_log() {
