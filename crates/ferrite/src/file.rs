@@ -7,6 +7,7 @@
 //! allocator. A crash at any instant therefore shows the whole write or
 //! none of it.
 
+use crate::commit::Fresh;
 use crate::format::{Entry, PageNo, PunchEntry, TruncateEntry, WriteEntry, PAGE_SHIFT, PAGE_SIZE};
 use crate::fs::Ferrite;
 use crate::inode::{Inode, InodeData};
@@ -121,16 +122,7 @@ impl Ferrite {
         let now = self.now_ns();
         let size_after = d.attrs.size.max(end);
         let entries = write_entries(first, &pairs, size_after, now);
-        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
-            Ok(s) => s,
-            Err(e) => {
-                for (s, n) in runs {
-                    self.pages.free(s, n as u64);
-                }
-                return Err(e);
-            }
-        };
-        self.commit_single(inode, d, staged);
+        self.commit(inode, d, entries, Fresh::runs(runs))?;
         Ok(data.len())
     }
 
@@ -138,17 +130,12 @@ impl Ferrite {
     /// shrink to the middle of a page copies that page with its tail zeroed,
     /// so that bytes past the end are always zero on media. Returns the
     /// entries and the page allocated for that copy, if any.
-    pub(crate) fn truncate_entries(
-        &self,
-        d: &InodeData,
-        size: u64,
-        now: i64,
-    ) -> FsResult<(Vec<Entry>, Option<PageNo>)> {
+    pub(crate) fn truncate_entries(&self, d: &InodeData, size: u64, now: i64) -> FsResult<(Vec<Entry>, Fresh)> {
         if size > limits::FILE_SIZE_MAX {
             return Err(Errno::EFBIG);
         }
         let mut entries = vec![Entry::Truncate(TruncateEntry { size, mtime_ns: now, ctime_ns: now, size_only: false })];
-        let mut cow = None;
+        let mut cow = Fresh::none();
         let within = (size % PAGE_SIZE) as usize;
         if size < d.attrs.size && within != 0 {
             let p = size >> PAGE_SHIFT;
@@ -165,7 +152,7 @@ impl Ferrite {
                     mtime_ns: now,
                     ctime_ns: now,
                 }));
-                cow = Some(new);
+                cow.push(new);
             }
         }
         Ok((entries, cow))
@@ -180,17 +167,7 @@ impl Ferrite {
         }
         let now = self.now_ns();
         let (entries, cow) = self.truncate_entries(d, size, now)?;
-        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some(p) = cow {
-                    self.pages.free(p, 1);
-                }
-                return Err(e);
-            }
-        };
-        self.commit_single(inode, d, staged);
-        Ok(())
+        self.commit(inode, d, entries, cow)
     }
 
     pub(crate) fn fallocate_locked(
@@ -246,17 +223,7 @@ impl Ferrite {
             let pairs: Vec<(u64, PageNo)> = holes.iter().copied().zip(flatten(&runs)).collect();
             (write_entries(first, &pairs, new_size, now), runs)
         };
-        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
-            Ok(s) => s,
-            Err(e) => {
-                for (s, n) in runs {
-                    self.pages.free(s, n as u64);
-                }
-                return Err(e);
-            }
-        };
-        self.commit_single(inode, d, staged);
-        Ok(())
+        self.commit(inode, d, entries, Fresh::runs(runs))
     }
 
     /// fallocate PUNCH_HOLE (with KEEP_SIZE, as Linux requires): the bytes
@@ -292,6 +259,7 @@ impl Ferrite {
         }
         let mut pairs: SmallVec<[(u64, PageNo); 2]> = SmallVec::new();
         let mut entries = Vec::new();
+        let mut fresh = Fresh::none();
         if !edges.is_empty() {
             let runs = self.pages.alloc(edges.len() as u64)?;
             for (&(p, lo, hi), dest) in edges.iter().zip(flatten(&runs)) {
@@ -303,6 +271,7 @@ impl Ferrite {
                 pairs.push((p, dest));
             }
             entries = write_entries(first, &pairs, size, now);
+            fresh = Fresh::runs(runs);
         }
         let mapped_inside = full_first < full_end && d.pages().range(full_first..full_end).next().is_some();
         if mapped_inside {
@@ -318,20 +287,7 @@ impl Ferrite {
             // size-only Truncate to the same size carries them).
             entries.push(Entry::Truncate(TruncateEntry { size, mtime_ns: now, ctime_ns: now, size_only: true }));
         }
-        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
-            Ok(s) => s,
-            Err(e) => {
-                // The edge copies' streaming stores complete before their
-                // pages can be handed out again.
-                self.media.fence();
-                for &(_, dest) in &pairs {
-                    self.pages.free(dest, 1);
-                }
-                return Err(e);
-            }
-        };
-        self.commit_single(inode, d, staged);
-        Ok(())
+        self.commit(inode, d, entries, fresh)
     }
 
     /// SEEK_DATA and SEEK_HOLE at page granularity.

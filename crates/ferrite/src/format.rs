@@ -431,9 +431,17 @@ pub fn journal_decode(page: &[u8]) -> JournalState {
 pub const INODE_STATE_OFFSET: u64 = 0;
 pub const INODE_HEAD_OFFSET: u64 = 8;
 pub const INODE_TAIL_OFFSET: u64 = 16;
+/// Where the identity (`InodeHeader`, 40 bytes with its CRC) starts.
+pub const INODE_HEADER_OFFSET: u64 = 24;
+/// Where the generation lies inside the slot (within the identity).
+pub const INODE_GENERATION_OFFSET: u64 = INODE_HEADER_OFFSET + 8;
+/// The bytes of a slot that recovery reads: state, head, tail, identity.
+pub const INODE_SLOT_USED_BYTES: u64 = 64;
 pub const INODE_LIVE_TAG: u64 = 0x4E4F_4445_0000_0000; // "NODE" in the high half.
 
 const _: () = assert!(INODE_SLOT_SIZE == 128 && PAGE_SIZE.is_multiple_of(INODE_SLOT_SIZE));
+const _: () = assert!(INODE_HEAD_OFFSET + 8 == INODE_TAIL_OFFSET && INODE_TAIL_OFFSET + 8 == INODE_HEADER_OFFSET);
+const _: () = assert!(INODE_HEADER_OFFSET + InodeHeader::ENCODED_SIZE as u64 == INODE_SLOT_USED_BYTES);
 
 pub fn inode_live_word(generation: u32) -> u64 {
     INODE_LIVE_TAG | generation as u64
@@ -450,9 +458,11 @@ pub struct InodeHeader {
 }
 
 impl InodeHeader {
+    pub const ENCODED_SIZE: usize = 40;
+
     /// Encode bytes [24..64) of the slot.
-    pub fn encode(&self) -> [u8; 40] {
-        let mut b = [0u8; 40];
+    pub fn encode(&self) -> [u8; Self::ENCODED_SIZE] {
+        let mut b = [0u8; Self::ENCODED_SIZE];
         put_u64(&mut b, 0, self.ino.0);
         put_u32(&mut b, 8, self.generation);
         b[12] = self.kind as u8;

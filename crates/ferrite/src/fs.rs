@@ -2,16 +2,14 @@
 //! commit paths every operation shares.
 
 use crate::alloc::{InodeAllocator, PageAllocator};
-use crate::format::{
-    self, Layout, MountState, PageNo, Superblock, SuperblockError, INODE_STATE_OFFSET, INODE_TAIL_OFFSET, PAGE_SIZE,
-};
-use crate::inode::{Attrs, Inode, InodeData, Staged};
+use crate::format::{self, Layout, MountState, PageNo, Superblock, SuperblockError, INODE_TAIL_OFFSET, PAGE_SIZE};
+use crate::inode::{Attrs, Inode, InodeData};
 use crate::journal::{Journals, Transaction};
 use crate::media::Media;
 use crate::types::{Clock, Errno, FileType, FsResult, InodeNo, SystemClock};
 use crate::Map;
 use ferrite_pmem::{Pmem, PmemError, PoolOffset};
-use parking_lot::{Mutex, RwLockWriteGuard};
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -174,18 +172,15 @@ impl Ferrite {
             size: 0,
             parent: InodeNo::ROOT,
         };
-        let (inode, staged) = fs
-            .stage_new_inode(InodeNo::ROOT, FileType::Directory, 0, attrs, vec![])
+        let root = crate::commit::NewInode {
+            ino: InodeNo::ROOT,
+            kind: FileType::Directory,
+            rdev: 0,
+            attrs,
+            entries: Vec::new(),
+        };
+        fs.commit_journaled(Vec::new(), &mut [], Some(root), crate::commit::Fresh::none())
             .map_err(|e| PoolError::Invalid(format!("pool too small for the root directory: {e:?}")))?;
-        let mut tx = Transaction::default();
-        tx.set(fs.media.slot_offset(InodeNo::ROOT) + INODE_STATE_OFFSET, format::inode_live_word(inode.generation));
-        fs.journals.run(&fs.media, &tx);
-        {
-            let mut d = inode.data.write();
-            let mut freed = Vec::new();
-            d.commit_staged(FileType::Directory, staged, &mut freed);
-        }
-        fs.cache_insert(inode);
         // The superblock goes last: a crash before this point leaves a pool
         // that no mount accepts, never a half-made file system.
         fs.write_superblock(|_| {});
@@ -355,54 +350,11 @@ impl Ferrite {
         Errno::ECORRUPT
     }
 
-    // ---- commit paths ----------------------------------------------------
-
-    /// Commit entries staged in one inode's log: fence, store the new tail,
-    /// flush, fence (NOVA's two ordering points). Then bring DRAM forward,
-    /// free what the entries replaced, and collect dead log pages.
-    pub(crate) fn commit_single(&self, inode: &Inode, d: &mut InodeData, staged: Staged) {
-        let slot = self.media.slot_offset(inode.ino);
-        self.media.fence();
-        self.media.store_u64(slot + INODE_TAIL_OFFSET, staged.new_tail);
-        self.media.flush(slot + INODE_TAIL_OFFSET, 8);
-        // The DRAM update overlaps the write-back of the tail; it is private
-        // to this locked inode. Pages it releases are freed only after the
-        // fence: until the new tail is durable, a crash brings back the old
-        // log, which still points at them.
-        let extended = !staged.new_pages.is_empty();
-        let mut freed = Vec::new();
-        d.commit_staged(inode.kind, staged, &mut freed);
-        self.media.fence();
-        self.after_commit(inode, d, extended, freed);
-    }
-
-    /// DRAM side of a commit (after the tail is durable).
-    pub(crate) fn finish_commit(&self, inode: &Inode, d: &mut InodeData, staged: Staged) {
-        let extended = !staged.new_pages.is_empty();
-        let mut freed = Vec::new();
-        d.commit_staged(inode.kind, staged, &mut freed);
-        self.after_commit(inode, d, extended, freed);
-    }
-
-    /// Free what a durable commit released, then collect dead log pages.
-    fn after_commit(&self, inode: &Inode, d: &mut InodeData, extended: bool, freed: Vec<PageNo>) {
-        for p in freed {
-            self.pages.free(p, 1);
-        }
-        if extended && d.dead_log_pages() > 0 {
-            let n = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino));
-            self.gc_pages.fetch_add(n as u64, Ordering::Relaxed);
-        }
-        if extended && d.compaction_due() {
-            self.compact_log(inode, d);
-        }
-    }
-
     /// Thorough GC: rewrite the log with only the entries that must
     /// survive, switch head and tail together in one journal transaction,
     /// free the old pages and rebuild the DRAM state from the new log. Skipped
     /// (harmlessly) when there is no space for the new copy.
-    fn compact_log(&self, inode: &Inode, d: &mut InodeData) {
+    pub(crate) fn compact_log(&self, inode: &Inode, d: &mut InodeData) {
         let Ok(staged) = d.stage_compaction(&self.media, &self.pages, inode.ino, inode.generation) else {
             return;
         };
@@ -428,83 +380,6 @@ impl Ferrite {
         fresh.open_count = d.open_count;
         *d = fresh;
         self.gc_pages.fetch_add(old_pages.saturating_sub(d.log.live.page_count() as u64), Ordering::Relaxed);
-    }
-
-    /// Free the pages an aborted stage allocated.
-    pub(crate) fn unstage(&self, staged: Staged) {
-        for p in staged.new_pages {
-            self.pages.free(p, 1);
-        }
-    }
-
-    /// Prepare a new inode: allocate its number and first log page, write
-    /// its slot (identity, head, tail) and its first entries, all flushed but
-    /// not live: the caller's transaction sets the state word.
-    pub(crate) fn stage_new_inode(
-        &self,
-        ino: InodeNo,
-        kind: FileType,
-        rdev: u64,
-        attrs: Attrs,
-        mut extra: Vec<format::Entry>,
-    ) -> FsResult<(Arc<Inode>, Staged)> {
-        assert!(rdev == 0 || kind.has_rdev(), "a device number on a {kind:?}");
-        let generation = self.media.slot_generation(ino).wrapping_add(1).max(1);
-        let data = InodeData::new_empty(kind, attrs);
-        let mut entries = vec![format::Entry::Attr(attrs.to_entry())];
-        entries.append(&mut extra);
-        let staged = data.stage(&self.media, &self.pages, ino, generation, entries)?;
-        let slot = self.media.slot_offset(ino);
-        let header = format::InodeHeader { ino, generation, kind, rdev }.encode();
-        self.media.write(slot + 24, &header);
-        let mut words = [0u8; 16];
-        words[..8].copy_from_slice(&staged.new_pages[0].offset().to_le_bytes());
-        words[8..].copy_from_slice(&staged.new_tail.to_le_bytes());
-        self.media.write(slot + format::INODE_HEAD_OFFSET, &words);
-        self.media.flush(slot, 64);
-        let inode = Arc::new(Inode { ino, kind, generation, rdev, data: data.into() });
-        Ok((inode, staged))
-    }
-
-    /// Lock several inodes for writing, in inode-number order (the global
-    /// lock order that keeps multi-inode operations free of deadlock).
-    /// Duplicates are locked once; the guards come back in the order asked.
-    pub(crate) fn lock_all<'a>(&self, inodes: &[&'a Arc<Inode>]) -> Vec<Option<RwLockWriteGuard<'a, InodeData>>> {
-        let mut order: Vec<usize> = (0..inodes.len()).collect();
-        order.sort_by_key(|&i| inodes[i].ino);
-        let mut guards: Vec<Option<RwLockWriteGuard<'a, InodeData>>> = (0..inodes.len()).map(|_| None).collect();
-        let mut last: Option<InodeNo> = None;
-        for i in order {
-            if last == Some(inodes[i].ino) {
-                continue;
-            }
-            last = Some(inodes[i].ino);
-            guards[i] = Some(inodes[i].data.write());
-        }
-        guards
-    }
-
-    /// Mark an inode's slot free (durably) and release everything it owns.
-    /// The caller holds the inode's lock and has made it unreachable.
-    pub(crate) fn free_inode_now(&self, inode: &Inode, d: &mut InodeData) {
-        let slot = self.media.slot_offset(inode.ino);
-        self.media.commit_u64(slot + INODE_STATE_OFFSET, 0);
-        self.release_inode(inode, d);
-    }
-
-    /// DRAM side of freeing an inode whose state word is already zero.
-    pub(crate) fn release_inode(&self, inode: &Inode, d: &mut InodeData) {
-        for p in d.owned_pages() {
-            self.pages.free(p, 1);
-        }
-        d.alive = false;
-        d.body = match inode.kind {
-            FileType::Directory => crate::inode::Body::Dir(Default::default()),
-            _ => crate::inode::Body::Pages(Default::default()),
-        };
-        d.log.live = Default::default();
-        self.cache_remove(inode.ino);
-        self.inodes_free.free(inode.ino);
     }
 
     pub(crate) fn read_pool(&self, page: PageNo, within: usize, buf: &mut [u8]) {

@@ -11,6 +11,7 @@
 //! descriptors).
 
 mod alloc;
+mod commit;
 pub mod dump;
 mod file;
 pub mod format;

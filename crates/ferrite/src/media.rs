@@ -76,8 +76,22 @@ impl Media {
     /// to pick the next generation when a slot is reused).
     pub fn slot_generation(&self, ino: InodeNo) -> u32 {
         let mut b = [0u8; 4];
-        self.read(self.slot_offset(ino) + 32, &mut b);
+        self.read(self.slot_offset(ino) + format::INODE_GENERATION_OFFSET, &mut b);
         u32::from_le_bytes(b)
+    }
+
+    /// Write a new inode's slot, all but its state word: its identity and
+    /// the head and tail of its staged first log page; then flush. The slot
+    /// is not live until a journal transaction sets the state word.
+    pub fn write_slot_identity(&self, ino: InodeNo, header: &format::InodeHeader, staged: &crate::inode::Staged) {
+        assert_eq!(header.ino, ino, "slot identity of another inode");
+        let slot = self.slot_offset(ino);
+        self.write(slot + format::INODE_HEADER_OFFSET, &header.encode());
+        let mut words = [0u8; 16];
+        words[..8].copy_from_slice(&staged.new_pages[0].offset().to_le_bytes());
+        words[8..].copy_from_slice(&staged.new_tail.to_le_bytes());
+        self.write(slot + format::INODE_HEAD_OFFSET, &words);
+        self.flush(slot, format::INODE_SLOT_USED_BYTES);
     }
 
     /// A page number read from media must lie in the data region.

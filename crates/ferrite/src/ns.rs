@@ -8,10 +8,10 @@
 //! a lookup done before taking the locks is checked again under them, and
 //! the operation retries if the directory changed in between.
 
-use crate::format::{DentryEntry, Entry, PageNo, WriteEntry, INODE_STATE_OFFSET, INODE_TAIL_OFFSET, PAGE_SIZE};
+use crate::commit::{Fresh, NewInode, Part};
+use crate::format::{DentryEntry, Entry, WriteEntry, PAGE_SIZE};
 use crate::fs::Ferrite;
-use crate::inode::{Attrs, Dentry, Inode, InodeData, Staged};
-use crate::journal::Transaction;
+use crate::inode::{Attrs, Dentry, Inode, InodeData};
 use crate::types::{
     limits, DirEntry, Errno, FallocateMode, FileType, FsResult, InodeNo, RenameFlags, SetAttr, Stat, StatFs, TimeSet,
     XattrSetMode,
@@ -51,14 +51,6 @@ pub struct NodeSpec<'a> {
     /// The device number, for a device node; ignored for other types (as
     /// Linux does for FIFOs and sockets).
     pub rdev: u64,
-}
-
-/// One inode's part of a multi-inode operation.
-struct Part<'a> {
-    inode: &'a Arc<Inode>,
-    entries: Vec<Entry>,
-    /// Free the inode in the same transaction (state word to zero).
-    free: bool,
 }
 
 impl Ferrite {
@@ -148,70 +140,6 @@ impl Ferrite {
         Ok(i.stat(&d))
     }
 
-    /// Stage every part's entries, then commit all of them in one journal
-    /// transaction, then bring DRAM forward. All or nothing: on ENOSPC the
-    /// staged entries are abandoned and nothing changed.
-    fn commit_parts(
-        &self,
-        parts: Vec<Part<'_>>,
-        guards: &mut [&mut InodeData],
-        extra: Option<(Arc<Inode>, Staged)>,
-    ) -> FsResult<()> {
-        let mut staged: Vec<Option<Staged>> = Vec::with_capacity(parts.len());
-        for (i, part) in parts.iter().enumerate() {
-            if part.entries.is_empty() {
-                staged.push(None);
-                continue;
-            }
-            match guards[i].stage(&self.media, &self.pages, part.inode.ino, part.inode.generation, part.entries.clone())
-            {
-                Ok(s) => staged.push(Some(s)),
-                Err(e) => {
-                    for s in staged.into_iter().flatten() {
-                        self.unstage(s);
-                    }
-                    if let Some((_, s)) = extra {
-                        self.unstage(s);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        let mut tx = Transaction::default();
-        for (i, part) in parts.iter().enumerate() {
-            let slot = self.media.slot_offset(part.inode.ino);
-            if part.free {
-                tx.set(slot + INODE_STATE_OFFSET, 0);
-            } else if let Some(s) = &staged[i] {
-                tx.set(slot + INODE_TAIL_OFFSET, s.new_tail);
-            }
-        }
-        if let Some((new, _)) = &extra {
-            tx.set(
-                self.media.slot_offset(new.ino) + INODE_STATE_OFFSET,
-                crate::format::inode_live_word(new.generation),
-            );
-        }
-        self.journals.run(&self.media, &tx);
-        for (i, part) in parts.iter().enumerate() {
-            if part.free {
-                if let Some(s) = staged[i].take() {
-                    self.unstage(s);
-                }
-                self.release_inode(part.inode, guards[i]);
-            } else if let Some(s) = staged[i].take() {
-                self.finish_commit(part.inode, guards[i], s);
-            }
-        }
-        if let Some((new, s)) = extra {
-            let mut freed = Vec::new();
-            new.data.write().commit_staged(new.kind, s, &mut freed);
-            debug_assert!(freed.is_empty());
-            self.cache_insert(new);
-        }
-        Ok(())
-    }
-
     /// Create a regular file, directory, symlink, FIFO, socket or device
     /// node named `name` in `parent`.
     pub fn create_node(&self, parent: InodeNo, name: &[u8], spec: &NodeSpec<'_>) -> FsResult<Stat> {
@@ -249,8 +177,7 @@ impl Ferrite {
         let ino = self.inodes_free.alloc()?;
         let now = self.now_ns();
         let mut extra = Vec::new();
-        let mut data_page = None;
-        let mut size = 0;
+        let mut fresh = Fresh::none();
         if let Some(target) = symlink_target {
             debug_assert_eq!(kind, FileType::Symlink);
             let page = match self.pages.alloc_one() {
@@ -263,16 +190,15 @@ impl Ferrite {
             let mut buf = vec![0u8; PAGE_SIZE as usize];
             buf[..target.len()].copy_from_slice(target);
             self.media.write_nt(page.offset(), &buf);
-            size = target.len() as u64;
             extra.push(Entry::Write(WriteEntry {
                 file_page: 0,
                 pool_page: page,
                 num_pages: 1,
-                size_after: size,
+                size_after: target.len() as u64,
                 mtime_ns: now,
                 ctime_ns: now,
             }));
-            data_page = Some(page);
+            fresh.push(page);
         }
         let attrs = Attrs {
             perm: perm & 0o7777,
@@ -285,36 +211,15 @@ impl Ferrite {
             size: 0,
             parent: if kind == FileType::Directory { parent } else { InodeNo(0) },
         };
-        let _ = size;
-        let (child, staged_child) = match self.stage_new_inode(ino, kind, rdev, attrs, extra) {
-            Ok(v) => v,
-            Err(e) => {
-                self.inodes_free.free(ino);
-                if let Some(p) = data_page {
-                    // Complete the target's streaming stores before the page
-                    // can be handed out again.
-                    self.media.fence();
-                    self.pages.free(p, 1);
-                }
-                return Err(e);
-            }
-        };
         let parts = vec![Part {
             inode: dir,
             entries: vec![Entry::DentryAdd(DentryEntry { ino, kind, time_ns: now, name: name.to_vec() })],
             free: false,
         }];
-        let child2 = child.clone();
-        if let Err(e) = self.commit_parts(parts, &mut [&mut pd], Some((child, staged_child))) {
-            self.inodes_free.free(ino);
-            if let Some(p) = data_page {
-                self.media.fence();
-                self.pages.free(p, 1);
-            }
-            return Err(e);
-        }
-        let st = child2.stat(&child2.data.read());
-        Ok((st, child2))
+        let new = NewInode { ino, kind, rdev, attrs, entries: extra };
+        let child = self.commit_journaled(parts, &mut [&mut pd], Some(new), fresh)?.expect("a new inode");
+        let st = child.stat(&child.data.read());
+        Ok((st, child))
     }
 
     /// Remove a name; `want_dir` selects rmdir semantics.
@@ -368,7 +273,7 @@ impl Ferrite {
             })];
             let child_part = self.drop_link_part(&child, &g2, now)?;
             let parts = vec![Part { inode: dir, entries: parent_entries, free: false }, child_part];
-            return self.commit_parts(parts, &mut [&mut g1, &mut g2], None);
+            return self.commit_journaled(parts, &mut [&mut g1, &mut g2], None, Fresh::none()).map(drop);
         }
     }
 
@@ -449,7 +354,7 @@ impl Ferrite {
             },
             Part { inode: target, entries: vec![Entry::Attr(a.to_entry())], free: false },
         ];
-        self.commit_parts(parts, &mut [&mut g1, &mut g2], None)?;
+        self.commit_journaled(parts, &mut [&mut g1, &mut g2], None, Fresh::none()).map(drop)?;
         Ok(target.stat(&g2))
     }
 
@@ -653,7 +558,7 @@ impl Ferrite {
             for h in holders.iter_mut() {
                 refs.push(&mut **h);
             }
-            return self.commit_parts(parts, &mut refs, None);
+            return self.commit_journaled(parts, &mut refs, None, Fresh::none()).map(drop);
         }
     }
 
@@ -675,7 +580,7 @@ impl Ferrite {
     pub(crate) fn setattr_locked(&self, inode: &Inode, d: &mut InodeData, set: &SetAttr) -> FsResult<()> {
         let now = self.now_ns();
         let mut entries = Vec::new();
-        let mut cow: Option<PageNo> = None;
+        let mut cow = Fresh::none();
         if let Some(size) = set.size {
             match inode.kind {
                 FileType::Directory => return Err(Errno::EISDIR),
@@ -719,17 +624,7 @@ impl Ferrite {
         if entries.is_empty() {
             return Ok(());
         }
-        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some(p) = cow {
-                    self.pages.free(p, 1);
-                }
-                return Err(e);
-            }
-        };
-        self.commit_single(inode, d, staged);
-        Ok(())
+        self.commit(inode, d, entries, cow)
     }
 
     pub fn readlink_ino(&self, ino: InodeNo) -> FsResult<Vec<u8>> {
@@ -886,9 +781,7 @@ impl Ferrite {
             value: value.map(|v| v.to_vec()),
             ctime_ns: self.now_ns(),
         });
-        let staged = d.stage(&self.media, &self.pages, inode.ino, inode.generation, vec![entry])?;
-        self.commit_single(&inode, &mut d, staged);
-        Ok(())
+        self.commit(&inode, &mut d, vec![entry], Fresh::none())
     }
 
     /// SEEK_DATA (`data`) or SEEK_HOLE from `offset`, at page granularity:

@@ -356,15 +356,6 @@ impl Ferrite {
         Ok((n, at + n as u64))
     }
 
-    fn sync_if_needed(&self) -> FsResult<()> {
-        // Strict mode: every operation was durable when it returned. Only a
-        // pool in the page cache of a block-backed file needs msync.
-        if self.media.pmem.domain() == ferrite_pmem::PersistenceDomain::PageCache {
-            self.media.pmem.sync_to_backing_file().map_err(|_| Errno::EIO)?;
-        }
-        Ok(())
-    }
-
     /// The open of one resolution (see `PathFs::open`): the inode opened,
     /// its open count already taken.
     fn open_resolved(&self, r: &Resolved, flags: OpenFlags, perm: u32) -> FsResult<Arc<Inode>> {
@@ -516,13 +507,13 @@ impl PathFs for Ferrite {
     }
 
     fn fsync(&self, fd: Fd) -> FsResult<()> {
-        self.fds.get(fd)?;
-        self.sync_if_needed()
+        let f = self.fds.get(fd)?;
+        self.fsync_ino(f.inode.ino, false)
     }
 
     fn fdatasync(&self, fd: Fd) -> FsResult<()> {
-        self.fds.get(fd)?;
-        self.sync_if_needed()
+        let f = self.fds.get(fd)?;
+        self.fsync_ino(f.inode.ino, true)
     }
 
     fn fallocate(&self, fd: Fd, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {

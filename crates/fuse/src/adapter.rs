@@ -24,7 +24,6 @@ use ferrite::{
     Errno, FallocateMode, Ferrite, FileType, FsResult, InodeNo, NodeSpec, RenameFlags, SetAttr, Stat, TimeSet,
     TimeSpec, XattrSetMode,
 };
-use ferrite_pmem::PersistenceDomain;
 use fuser::{
     AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
     OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
@@ -98,8 +97,6 @@ struct Settings {
     readdirplus: ReaddirPlus,
     /// Serve extended attributes (else ENOSYS: see `setxattr`).
     xattr: bool,
-    /// fsync must msync the pool (a file in the page cache of a block device).
-    sync_backing: bool,
 }
 
 /// The FUSE file system: a thin adapter over one mounted `Ferrite`.
@@ -218,7 +215,6 @@ thread_local! {
 impl FerriteFuse {
     /// An adapter serving `fs` with the given options.
     pub fn new(fs: Arc<Ferrite>, cfg: &MountConfig) -> FerriteFuse {
-        let sync_backing = fs.pmem().domain() == PersistenceDomain::PageCache;
         FerriteFuse {
             set: Settings {
                 attr_ttl: cfg.attr_timeout,
@@ -233,7 +229,6 @@ impl FerriteFuse {
                 keep_cache: cfg.keep_cache,
                 readdirplus: cfg.readdirplus,
                 xattr: cfg.xattr,
-                sync_backing,
             },
             fs,
             lookups: Sharded::new(),
@@ -436,18 +431,6 @@ impl FerriteFuse {
             Ok(st) => reply.entry_with_ttls(&self.set.attr_ttl, &self.set.entry_ttl, &attr(&st), Generation(0)),
             Err(e) => reply.error(err(e)),
         }
-    }
-
-    fn sync(&self) -> FsResult<()> {
-        // Strict mode: every operation was durable when it returned. Only a
-        // pool in the page cache of a block device needs an msync.
-        if self.set.sync_backing {
-            self.fs.pmem().sync_to_backing_file().map_err(|e| {
-                log(format!("msync of the pool failed: {e}"));
-                Errno::EIO
-            })?;
-        }
-        Ok(())
     }
 
     /// Release everything the kernel still holds (at unmount; the kernel
@@ -799,8 +782,10 @@ impl Filesystem for FerriteFuse {
         })
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.guard("fsync", || match self.sync() {
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        // The engine's one durability entry point (the commit point of the
+        // fsync-atomic and buffered modes).
+        self.guard("fsync", || match self.fs.fsync_ino(node_no(ino), datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         })
@@ -868,8 +853,8 @@ impl Filesystem for FerriteFuse {
         })
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.guard("fsyncdir", || match self.sync() {
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        self.guard("fsyncdir", || match self.fs.fsync_ino(node_no(ino), datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         })

@@ -1,0 +1,315 @@
+//! The one commit path. Every change the engine makes to the file system
+//! goes through one of two functions here:
+//!
+//! - [`Ferrite::commit`]: a change to one inode (write, truncate,
+//!   fallocate, setattr, an extended attribute);
+//! - [`Ferrite::commit_journaled`]: a change to several inodes (create,
+//!   link, unlink, rmdir, rename), whose log tails and state words move
+//!   together in one undo-journal transaction.
+//!
+//! Both take the new log entries and the fresh pool pages those entries
+//! point at (data already copied into them with non-temporal stores), and
+//! do the same five steps: stage the entries after the tail (abandoning the
+//! fresh pages, fenced, if staging fails), make the commit durable, apply
+//! the entries to the DRAM state with the same `apply` that replay uses,
+//! free what the commit released (only once it is durable), and collect
+//! garbage in the logs that grew. Strict mode commits at once; the coming
+//! consistency modes branch at the marked commit point and nowhere else
+//! (see docs/DESIGN.md, "The commit path").
+
+use crate::alloc::Runs;
+use crate::format::{self, Entry, PageNo, INODE_STATE_OFFSET, INODE_TAIL_OFFSET};
+use crate::fs::Ferrite;
+use crate::inode::{Attrs, Inode, InodeData, Staged};
+use crate::journal::Transaction;
+use crate::types::{Errno, FileType, FsResult, InodeNo};
+use parking_lot::RwLockWriteGuard;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Pool pages a change has just filled (file data, zeroed fallocate pages,
+/// a symlink's target) that only the change's own entries reference. If the
+/// change does not commit they go back to the allocator, fenced first.
+#[derive(Default)]
+pub(crate) struct Fresh(Runs);
+
+impl Fresh {
+    pub fn none() -> Fresh {
+        Fresh(Runs::new())
+    }
+
+    pub fn runs(runs: Runs) -> Fresh {
+        Fresh(runs)
+    }
+
+    pub fn push(&mut self, page: PageNo) {
+        self.0.push((page, 1));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// One inode's part of a multi-inode change.
+pub(crate) struct Part<'a> {
+    pub inode: &'a Arc<Inode>,
+    pub entries: Vec<Entry>,
+    /// Free the inode in the same transaction (state word to zero).
+    pub free: bool,
+}
+
+/// An inode that a multi-inode change brings to life: its number (already
+/// taken from the inode allocator; given back if the change fails), what it
+/// is, its attributes, and its first entries after the Attr snapshot.
+pub(crate) struct NewInode {
+    pub ino: InodeNo,
+    pub kind: FileType,
+    pub rdev: u64,
+    pub attrs: Attrs,
+    pub entries: Vec<Entry>,
+}
+
+impl Ferrite {
+    /// Commit a change to one inode, whose write lock the caller holds.
+    /// On error (ENOSPC while extending the log) nothing changed, and the
+    /// fresh pages are free again.
+    pub(crate) fn commit(&self, inode: &Inode, d: &mut InodeData, entries: Vec<Entry>, fresh: Fresh) -> FsResult<()> {
+        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
+            Ok(s) => s,
+            Err(e) => {
+                self.abandon(fresh, Vec::new());
+                return Err(e);
+            }
+        };
+        // The commit point. Strict mode: fence (entries and data durable),
+        // store the new tail, flush it, fence (NOVA's two ordering points).
+        let slot = self.media.slot_offset(inode.ino);
+        self.media.fence();
+        self.media.store_u64(slot + INODE_TAIL_OFFSET, staged.new_tail);
+        self.media.flush(slot + INODE_TAIL_OFFSET, 8);
+        // The DRAM update overlaps the write-back of the tail; it is private
+        // to this locked inode. Pages it releases are freed only after the
+        // fence: until the new tail is durable, a crash brings back the old
+        // log, which still points at them.
+        let extended = !staged.new_pages.is_empty();
+        let mut released = Vec::new();
+        d.commit_staged(inode.kind, staged, &mut released);
+        self.media.fence();
+        self.after_commit(inode, d, extended, released);
+        Ok(())
+    }
+
+    /// Commit a change to several inodes in one journal transaction: every
+    /// part's entries are staged in its log, then the transaction sets every
+    /// tail, the state word of each inode freed, and the state word of the
+    /// new inode (which becomes live). `guards[i]` is `parts[i]`'s locked
+    /// data. All or nothing: on error nothing changed, the fresh pages are
+    /// free and the new inode's number is given back. Returns the new inode.
+    pub(crate) fn commit_journaled(
+        &self,
+        parts: Vec<Part<'_>>,
+        guards: &mut [&mut InodeData],
+        new: Option<NewInode>,
+        fresh: Fresh,
+    ) -> FsResult<Option<Arc<Inode>>> {
+        assert_eq!(parts.len(), guards.len(), "one lock guard per part");
+        let mut staged: Vec<Option<Staged>> = Vec::with_capacity(parts.len());
+        let mut failure = None;
+        for (i, part) in parts.iter().enumerate() {
+            if part.entries.is_empty() {
+                staged.push(None);
+                continue;
+            }
+            let g = &guards[i];
+            match g.stage(&self.media, &self.pages, part.inode.ino, part.inode.generation, part.entries.clone()) {
+                Ok(s) => staged.push(Some(s)),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let new_inode = match (failure, new) {
+            (None, Some(n)) => {
+                let ino = n.ino;
+                match self.stage_new_inode(n) {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        self.inodes_free.free(ino);
+                        failure = Some(e);
+                        None
+                    }
+                }
+            }
+            (Some(e), Some(n)) => {
+                self.inodes_free.free(n.ino);
+                failure = Some(e);
+                None
+            }
+            (f, None) => {
+                failure = f;
+                None
+            }
+        };
+        if let Some(e) = failure {
+            self.abandon(fresh, staged.into_iter().flatten().collect());
+            return Err(e);
+        }
+        // The commit point: one journal transaction.
+        let mut tx = Transaction::default();
+        for (i, part) in parts.iter().enumerate() {
+            let slot = self.media.slot_offset(part.inode.ino);
+            if part.free {
+                assert!(staged[i].is_none(), "inode {} is freed and appended to at once", part.inode.ino.0);
+                tx.set(slot + INODE_STATE_OFFSET, 0);
+            } else if let Some(s) = &staged[i] {
+                tx.set(slot + INODE_TAIL_OFFSET, s.new_tail);
+            }
+        }
+        if let Some((new, _)) = &new_inode {
+            tx.set(self.media.slot_offset(new.ino) + INODE_STATE_OFFSET, format::inode_live_word(new.generation));
+        }
+        self.journals.run(&self.media, &tx);
+        // Durable: bring DRAM forward, free what was released, collect.
+        for (i, part) in parts.iter().enumerate() {
+            if part.free {
+                self.release_inode(part.inode, guards[i]);
+            } else if let Some(s) = staged[i].take() {
+                let extended = !s.new_pages.is_empty();
+                let mut released = Vec::new();
+                guards[i].commit_staged(part.inode.kind, s, &mut released);
+                self.after_commit(part.inode, guards[i], extended, released);
+            }
+        }
+        Ok(new_inode.map(|(new, s)| {
+            let mut released = Vec::new();
+            new.data.write().commit_staged(new.kind, s, &mut released);
+            assert!(released.is_empty(), "a new inode {} released pages", new.ino.0);
+            self.cache_insert(new.clone());
+            new
+        }))
+    }
+
+    /// Give back what a change that will not commit had allocated: its
+    /// fresh data pages and the log pages its staging linked past the tail.
+    /// Their streaming stores are fenced first, so that no write-combining
+    /// buffer of this thread can still land in a page once another thread
+    /// has been handed it.
+    fn abandon(&self, fresh: Fresh, staged: Vec<Staged>) {
+        if fresh.is_empty() && staged.iter().all(|s| s.new_pages.is_empty()) {
+            return;
+        }
+        self.media.fence();
+        for (start, n) in fresh.0 {
+            self.pages.free(start, n as u64);
+        }
+        for s in staged {
+            for p in s.new_pages {
+                self.pages.free(p, 1);
+            }
+        }
+    }
+
+    /// Free what a durable commit released, then collect garbage in a log
+    /// that grew: fast GC of dead log pages, then compaction when due.
+    fn after_commit(&self, inode: &Inode, d: &mut InodeData, extended: bool, released: Vec<PageNo>) {
+        for p in released {
+            self.pages.free(p, 1);
+        }
+        if extended && d.dead_log_pages() > 0 {
+            let n = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino));
+            self.gc_pages.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        if extended && d.compaction_due() {
+            self.compact_log(inode, d);
+        }
+    }
+
+    /// Prepare a new inode: write its slot (identity, head, tail) and its
+    /// first entries (an Attr snapshot, then `new.entries`), all flushed but
+    /// not live: the caller's transaction sets the state word.
+    fn stage_new_inode(&self, new: NewInode) -> FsResult<(Arc<Inode>, Staged)> {
+        let NewInode { ino, kind, rdev, attrs, entries: extra } = new;
+        assert!(rdev == 0 || kind.has_rdev(), "a device number on a {kind:?}");
+        let generation = self.media.slot_generation(ino).wrapping_add(1).max(1);
+        let data = InodeData::new_empty(kind, attrs);
+        let mut entries = Vec::with_capacity(1 + extra.len());
+        entries.push(Entry::Attr(attrs.to_entry()));
+        entries.extend(extra);
+        let staged = data.stage(&self.media, &self.pages, ino, generation, entries)?;
+        self.media.write_slot_identity(ino, &format::InodeHeader { ino, generation, kind, rdev }, &staged);
+        let inode = Arc::new(Inode { ino, kind, generation, rdev, data: data.into() });
+        Ok((inode, staged))
+    }
+
+    /// Lock several inodes for writing, in inode-number order (the global
+    /// lock order that keeps multi-inode operations free of deadlock).
+    /// Duplicates are locked once; the guards come back in the order asked.
+    pub(crate) fn lock_all<'a>(&self, inodes: &[&'a Arc<Inode>]) -> Vec<Option<RwLockWriteGuard<'a, InodeData>>> {
+        let mut order: Vec<usize> = (0..inodes.len()).collect();
+        order.sort_by_key(|&i| inodes[i].ino);
+        let mut guards: Vec<Option<RwLockWriteGuard<'a, InodeData>>> = (0..inodes.len()).map(|_| None).collect();
+        let mut last: Option<InodeNo> = None;
+        for i in order {
+            if last == Some(inodes[i].ino) {
+                continue;
+            }
+            last = Some(inodes[i].ino);
+            guards[i] = Some(inodes[i].data.write());
+        }
+        guards
+    }
+
+    /// Mark an inode's slot free (durably) and release everything it owns.
+    /// The caller holds the inode's lock and has made it unreachable (its
+    /// last name is gone and its last handle closed).
+    pub(crate) fn free_inode_now(&self, inode: &Inode, d: &mut InodeData) {
+        let slot = self.media.slot_offset(inode.ino);
+        self.media.commit_u64(slot + INODE_STATE_OFFSET, 0);
+        self.release_inode(inode, d);
+    }
+
+    /// DRAM side of freeing an inode whose state word is already zero.
+    pub(crate) fn release_inode(&self, inode: &Inode, d: &mut InodeData) {
+        for p in d.owned_pages() {
+            self.pages.free(p, 1);
+        }
+        d.alive = false;
+        d.body = match inode.kind {
+            FileType::Directory => crate::inode::Body::Dir(Default::default()),
+            _ => crate::inode::Body::Pages(Default::default()),
+        };
+        d.log.live = Default::default();
+        self.cache_remove(inode.ino);
+        self.inodes_free.free(inode.ino);
+    }
+
+    /// Make everything `ino` has done durable: the engine's one durability
+    /// entry point, used by every front end for fsync, fdatasync, msync and
+    /// O_SYNC/O_DSYNC writes. In strict mode every operation was durable
+    /// when it returned, so only a pool in the page cache of a block-backed
+    /// file needs its pages written back (msync). The coming fsync-atomic
+    /// and buffered modes make this their commit point.
+    pub fn fsync_ino(&self, ino: InodeNo, data_only: bool) -> FsResult<()> {
+        let _ = data_only; // the same in strict mode: the data was committed with its metadata
+        let inode = self.inode(ino)?;
+        if !inode.data.read().alive {
+            return Err(Errno::ENOENT);
+        }
+        self.sync_domain()
+    }
+
+    /// Make everything durable (sync, syncfs).
+    pub fn sync_all(&self) -> FsResult<()> {
+        self.sync_domain()
+    }
+
+    /// Write back the pool's pages where the persistence domain needs it.
+    fn sync_domain(&self) -> FsResult<()> {
+        if self.media.pmem.domain() == ferrite_pmem::PersistenceDomain::PageCache {
+            self.media.pmem.sync_to_backing_file().map_err(|_| Errno::EIO)?;
+        }
+        Ok(())
+    }
+}
