@@ -11,8 +11,9 @@ use crate::commit::Fresh;
 use crate::format::{Entry, PageNo, PunchEntry, TruncateEntry, WriteEntry, PAGE_SHIFT, PAGE_SIZE};
 use crate::fs::Ferrite;
 use crate::inode::{Inode, InodeData};
-use crate::types::{limits, Errno, FallocateMode, FileType, FsResult};
+use crate::types::{limits, Errno, FallocateMode, FileType, FsResult, InodeNo};
 use smallvec::SmallVec;
+use std::sync::Arc;
 
 const PAGE: usize = PAGE_SIZE as usize;
 
@@ -317,5 +318,72 @@ impl Ferrite {
                 Ok((q << PAGE_SHIFT).min(size))
             }
         }
+    }
+}
+
+impl Ferrite {
+    pub fn read_ino(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        let inode = self.inode(ino)?;
+        if inode.kind == FileType::Directory {
+            return Err(Errno::EISDIR);
+        }
+        let d = inode.data.read();
+        Ok(self.read_locked(&d, offset, buf))
+    }
+
+    pub fn write_ino(&self, ino: InodeNo, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let inode = self.inode(ino)?;
+        if inode.kind != FileType::Regular {
+            return Err(Errno::EISDIR);
+        }
+        let mut d = inode.data.write();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        self.write_locked(&inode, &mut d, offset, data)
+    }
+
+    /// SEEK_DATA (`data`) or SEEK_HOLE from `offset`, at page granularity:
+    /// ENXIO at or past the end of file.
+    pub fn seek_data_hole_ino(&self, ino: InodeNo, offset: u64, data: bool) -> FsResult<u64> {
+        let inode = self.inode(ino)?;
+        if inode.kind != FileType::Regular {
+            return Err(Errno::EINVAL);
+        }
+        let d = inode.data.read();
+        self.seek_data_hole(&d, offset, data)
+    }
+
+    pub fn fallocate_ino(&self, ino: InodeNo, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
+        let inode = self.inode(ino)?;
+        let mut d = inode.data.write();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        self.fallocate_locked(&inode, &mut d, mode, offset, len)
+    }
+
+    pub fn readlink_ino(&self, ino: InodeNo) -> FsResult<Vec<u8>> {
+        self.readlink_inode(&self.inode(ino)?)
+    }
+
+    /// readlink of an inode already held.
+    pub(crate) fn readlink_inode(&self, inode: &Arc<Inode>) -> FsResult<Vec<u8>> {
+        let ino = inode.ino;
+        if inode.kind != FileType::Symlink {
+            return Err(Errno::EINVAL);
+        }
+        let d = inode.data.read();
+        if d.attrs.size == 0 || d.attrs.size > limits::SYMLINK_MAX as u64 {
+            return Err(self.corrupt(crate::format::corrupt!(
+                "symlink {} has a target of {} bytes",
+                ino.0,
+                d.attrs.size
+            )));
+        }
+        let mut buf = vec![0u8; d.attrs.size as usize];
+        let n = self.read_locked(&d, 0, &mut buf);
+        buf.truncate(n);
+        Ok(buf)
     }
 }

@@ -522,6 +522,18 @@ pub fn decode_inode_slot(slot: &[u8], expect_ino: InodeNo) -> Result<InodeSlot, 
 
 pub const LOG_NEXT_OFFSET: u64 = 24;
 
+/// Is `tail` a place a log tail may point at: just past a whole entry
+/// inside a log page (after its header and at least one unit), on a unit
+/// boundary. Checked by replay on the tail read from media and asserted by
+/// the engine on every tail it commits.
+pub fn log_tail_in_bounds(tail: u64) -> bool {
+    if tail < LOG_PAGE_HEADER_SIZE + LOG_UNIT {
+        return false;
+    }
+    let in_page = tail - ((tail - 1) & !(PAGE_SIZE - 1));
+    (LOG_PAGE_HEADER_SIZE + LOG_UNIT..=PAGE_SIZE).contains(&in_page) && in_page.is_multiple_of(LOG_UNIT)
+}
+
 pub fn encode_log_page_header(owner: InodeNo, generation: u32) -> [u8; 64] {
     let mut b = [0u8; 64];
     put_u32(&mut b, 0, LOG_PAGE_MAGIC);
@@ -654,24 +666,61 @@ pub const FILE_PAGES_MAX: u64 = crate::types::limits::FILE_SIZE_MAX >> PAGE_SHIF
 const DENTRY_NAME_AT: usize = 40;
 
 impl Entry {
-    /// Units of 64 bytes this entry takes.
+    /// Units of 64 bytes this entry takes (1..=ENTRY_UNITS_MAX, asserted).
     pub fn units(&self) -> u8 {
-        match self {
-            Entry::DentryAdd(d) | Entry::DentryRemove(d) => {
-                (DENTRY_NAME_AT + d.name.len()).div_ceil(LOG_UNIT as usize) as u8
-            }
-            Entry::Xattr(x) => (XATTR_NAME_AT + x.name.len() + x.value.as_ref().map_or(0, |v| v.len()))
-                .div_ceil(LOG_UNIT as usize) as u8,
-            _ => 1,
-        }
+        let units = self.units_unchecked();
+        assert!((1..=ENTRY_UNITS_MAX as usize).contains(&units), "log entry of {units} units");
+        units as u8
     }
 
     pub fn size_bytes(&self) -> usize {
         self.units() as usize * LOG_UNIT as usize
     }
 
+    /// Assert what `decode` checks (assertions that stay on in release
+    /// builds): the engine never writes an entry its own decoder would
+    /// call corrupt, nor lets a field be silently cut to its width.
+    fn assert_encodable(&self) {
+        let units = self.units_unchecked();
+        assert!((1..=ENTRY_UNITS_MAX as usize).contains(&units), "log entry of {units} units: {self:?}");
+        let name_ok = |n: &[u8]| (1..=u8::MAX as usize).contains(&n.len()) && !n.contains(&0);
+        match self {
+            Entry::Attr(_) => {}
+            Entry::Write(w) => assert!(
+                w.num_pages > 0
+                    && w.file_page.checked_add(w.num_pages as u64).is_some_and(|end| end <= FILE_PAGES_MAX)
+                    && w.size_after <= crate::types::limits::FILE_SIZE_MAX,
+                "write entry out of range: {w:?}"
+            ),
+            Entry::Truncate(t) => {
+                assert!(t.size <= crate::types::limits::FILE_SIZE_MAX, "truncate entry out of range: {t:?}")
+            }
+            Entry::Punch(h) => assert!(
+                h.num_pages > 0 && h.file_page.checked_add(h.num_pages).is_some_and(|end| end <= FILE_PAGES_MAX),
+                "punch entry out of range: {h:?}"
+            ),
+            Entry::DentryAdd(d) | Entry::DentryRemove(d) => assert!(
+                name_ok(&d.name) && !d.name.contains(&b'/') && d.name != b"." && d.name != b"..",
+                "dentry name of {} bytes invalid",
+                d.name.len()
+            ),
+            Entry::Xattr(x) => assert!(name_ok(&x.name), "extended attribute name of {} bytes invalid", x.name.len()),
+        }
+    }
+
+    fn units_unchecked(&self) -> usize {
+        match self {
+            Entry::DentryAdd(d) | Entry::DentryRemove(d) => (DENTRY_NAME_AT + d.name.len()).div_ceil(LOG_UNIT as usize),
+            Entry::Xattr(x) => {
+                (XATTR_NAME_AT + x.name.len() + x.value.as_ref().map_or(0, |v| v.len())).div_ceil(LOG_UNIT as usize)
+            }
+            _ => 1,
+        }
+    }
+
     /// Encode with its sequence number into `out` (cleared first).
     pub fn encode(&self, seq: u64, out: &mut Vec<u8>) {
+        self.assert_encodable();
         out.clear();
         out.resize(self.size_bytes(), 0);
         let b = &mut out[..];

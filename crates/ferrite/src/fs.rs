@@ -2,11 +2,11 @@
 //! commit paths every operation shares.
 
 use crate::alloc::{InodeAllocator, PageAllocator};
-use crate::format::{self, Layout, MountState, PageNo, Superblock, SuperblockError, INODE_TAIL_OFFSET, PAGE_SIZE};
+use crate::format::{self, Layout, MountState, PageNo, Superblock, SuperblockError, PAGE_SIZE};
 use crate::inode::{Attrs, Inode, InodeData};
-use crate::journal::{Journals, Transaction};
+use crate::journal::Journals;
 use crate::media::Media;
-use crate::types::{Clock, Errno, FileType, FsResult, InodeNo, SystemClock};
+use crate::types::{limits, Clock, Errno, FileType, FsResult, InodeNo, StatFs, SystemClock};
 use crate::Map;
 use ferrite_pmem::{Pmem, PmemError, PoolOffset};
 use parking_lot::Mutex;
@@ -350,40 +350,52 @@ impl Ferrite {
         Errno::ECORRUPT
     }
 
-    /// Thorough GC: rewrite the log with only the entries that must
-    /// survive, switch head and tail together in one journal transaction,
-    /// free the old pages and rebuild the DRAM state from the new log. Skipped
-    /// (harmlessly) when there is no space for the new copy.
-    pub(crate) fn compact_log(&self, inode: &Inode, d: &mut InodeData) {
-        let Ok(staged) = d.stage_compaction(&self.media, &self.pages, inode.ino, inode.generation) else {
-            return;
-        };
-        let slot = self.media.slot_offset(inode.ino);
-        let head = staged.new_pages[0].offset();
-        let mut tx = Transaction::default();
-        tx.set(slot + format::INODE_HEAD_OFFSET, head);
-        tx.set(slot + INODE_TAIL_OFFSET, staged.new_tail);
-        self.journals.run(&self.media, &tx);
-        let old = d.log.live.page_list();
-        let old_pages = old.len() as u64;
-        for &p in &old {
-            self.pages.free(p, 1);
-        }
-        // Rebuild the DRAM state by applying the checkpoint's entries at
-        // their new locations, as a first commit of a fresh inode would:
-        // the same `apply` that replay uses, without reading the pool back.
-        let mut fresh = InodeData::new_empty(inode.kind, Attrs::UNSET);
-        let mut released = Vec::new();
-        fresh.commit_staged(inode.kind, staged, &mut released);
-        assert!(released.is_empty(), "a checkpoint of inode {} released pages", inode.ino.0);
-        assert!(fresh.log.head == head, "checkpoint of inode {} starts elsewhere", inode.ino.0);
-        fresh.open_count = d.open_count;
-        *d = fresh;
-        self.gc_pages.fetch_add(old_pages.saturating_sub(d.log.live.page_count() as u64), Ordering::Relaxed);
-    }
-
     pub(crate) fn read_pool(&self, page: PageNo, within: usize, buf: &mut [u8]) {
         self.media.pmem.read(PoolOffset(page.offset() + within as u64), buf)
+    }
+}
+
+// ---- open handles and statistics -------------------------------------
+
+impl Ferrite {
+    /// Count an open handle, so that the inode outlives its last name.
+    pub fn open_ino(&self, ino: InodeNo) -> FsResult<Arc<Inode>> {
+        let inode = self.inode(ino)?;
+        self.open_inode(&inode)?;
+        Ok(inode)
+    }
+
+    /// Count one more open handle on an inode already held (ENOENT once it
+    /// has been freed).
+    pub(crate) fn open_inode(&self, inode: &Arc<Inode>) -> FsResult<()> {
+        let mut d = inode.data.write();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        d.open_count += 1;
+        Ok(())
+    }
+
+    /// Drop an open handle; the last one frees an unlinked inode.
+    pub fn release_ino(&self, inode: &Inode) {
+        let mut d = inode.data.write();
+        assert!(d.open_count > 0, "release without open");
+        d.open_count -= 1;
+        if d.open_count == 0 && d.alive && d.attrs.nlink == 0 {
+            self.free_inode_now(inode, &mut d);
+        }
+    }
+
+    pub fn fs_stats(&self) -> StatFs {
+        let l = self.media.layout;
+        StatFs {
+            block_size: PAGE_SIZE as u32,
+            blocks: l.total_pages,
+            blocks_free: self.pages.free_pages(),
+            files: l.inode_count - 1,
+            files_free: self.inodes_free.free_count(),
+            name_max: limits::NAME_MAX as u32,
+        }
     }
 }
 

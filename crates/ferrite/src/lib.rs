@@ -11,20 +11,25 @@
 //! descriptors).
 
 mod alloc;
+mod attr;
 mod commit;
+mod dir;
 pub mod dump;
 mod file;
 pub mod format;
 mod fs;
 pub mod fsck;
+mod gc;
 mod inode;
 mod journal;
+mod log;
 mod media;
-mod ns;
 mod pagemap;
 mod path;
 mod recovery;
+mod replay;
 pub mod types;
+mod xattr;
 mod xattr_name;
 
 /// The hash map of DRAM indexes: foldhash is several times faster than
@@ -32,8 +37,8 @@ mod xattr_name;
 pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
+pub use dir::NodeSpec;
 pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
 pub use inode::Inode;
-pub use ns::NodeSpec;
 pub use path::OpenFile;
 pub use types::*;

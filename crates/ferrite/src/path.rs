@@ -1,11 +1,11 @@
 //! The path-and-descriptor API (`PathFs`): path resolution through
 //! symlinks, `.` and `..`, a descriptor table with positions, and the POSIX
 //! rules about which call follows which link. Everything here is built on
-//! the inode-level operations in `ns.rs` and `file.rs`.
+//! the inode-level operations in `dir.rs`, `attr.rs`, `xattr.rs` and `file.rs`.
 
+use crate::dir::NodeSpec;
 use crate::fs::Ferrite;
 use crate::inode::Inode;
-use crate::ns::NodeSpec;
 use crate::types::{
     limits, DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, PathFs, RenameFlags, SetAttr,
     Stat, StatFs, TimeSet, Whence,

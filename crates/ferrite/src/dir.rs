@@ -1,10 +1,10 @@
-//! Namespace and attribute operations at the inode level: the interface a
+//! Directory operations at the inode level (NOVA's namei.c and dir.c):
+//! lookup, create, link, unlink, rmdir, rename, readdir. The interface a
 //! FUSE adapter calls, and on which the path API is built.
 //!
-//! Operations on one inode append to its log and commit with its tail.
-//! Operations on several inodes (create, link, unlink, rmdir, rename) stage
-//! entries in each log and commit all tails, plus any inode state word they
-//! set, in one journal transaction. Inodes are locked in inode-number order;
+//! Each of these changes several inodes: it stages entries in each log and
+//! commits all tails, plus any inode state word it sets, in one journal
+//! transaction (`Ferrite::commit_journaled`). Inodes are locked in inode-number order;
 //! a lookup done before taking the locks is checked again under them, and
 //! the operation retries if the directory changed in between.
 
@@ -12,11 +12,7 @@ use crate::commit::{Fresh, NewInode, Part};
 use crate::format::{DentryEntry, Entry, WriteEntry, PAGE_SIZE};
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Dentry, Inode, InodeData};
-use crate::types::{
-    limits, DirEntry, Errno, FallocateMode, FileType, FsResult, InodeNo, RenameFlags, SetAttr, Stat, StatFs, TimeSet,
-    XattrSetMode,
-};
-use crate::xattr_name::{self, XattrName};
+use crate::types::{limits, DirEntry, Errno, FileType, FsResult, InodeNo, RenameFlags, Stat};
 use parking_lot::RwLockWriteGuard;
 use std::sync::Arc;
 
@@ -125,19 +121,6 @@ impl Ferrite {
                 }
             }
         }
-    }
-
-    pub fn getattr(&self, ino: InodeNo) -> FsResult<Stat> {
-        self.getattr_inode(&self.inode(ino)?)
-    }
-
-    /// getattr of an inode already held (ENOENT once it has been freed).
-    pub(crate) fn getattr_inode(&self, i: &Arc<Inode>) -> FsResult<Stat> {
-        let d = i.data.read();
-        if !d.alive {
-            return Err(Errno::ENOENT);
-        }
-        Ok(i.stat(&d))
     }
 
     /// Create a regular file, directory, symlink, FIFO, socket or device
@@ -422,41 +405,8 @@ impl Ferrite {
         loop {
             let src = self.lookup_dentry(sdir, sname)?.ok_or(Errno::ENOENT)?;
             let dst = self.lookup_dentry(ddir, dname)?;
-            let exchange = flags == RenameFlags::Exchange;
-            if flags == RenameFlags::NoReplace && dst.is_some() {
-                return Err(Errno::EEXIST);
-            }
-            if exchange {
-                let t = dst.as_ref().ok_or(Errno::ENOENT)?;
-                if t.kind != FileType::Directory && dslash {
-                    return Err(Errno::ENOTDIR);
-                }
-            }
-            let src_dir = src.kind == FileType::Directory;
-            if !src_dir && (sslash || (!exchange && dslash)) {
-                return Err(Errno::ENOTDIR);
-            }
-            // The source may not be the target's directory or above it ...
-            if src_dir && self.is_ancestor(src.ino, dp)? {
-                return Err(Errno::EINVAL);
-            }
-            // ... nor the target the source's directory or above it.
-            if let Some(t) = &dst {
-                if t.kind == FileType::Directory && self.is_ancestor(t.ino, sp)? {
-                    return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
-                }
-            }
-            if let Some(t) = &dst {
-                if t.ino == src.ino {
-                    return Ok(());
-                }
-                if !exchange {
-                    match (src_dir, t.kind == FileType::Directory) {
-                        (true, false) => return Err(Errno::ENOTDIR),
-                        (false, true) => return Err(Errno::EISDIR),
-                        _ => {}
-                    }
-                }
+            if self.rename_is_noop(&src, dst.as_ref(), (sp, sslash), (dp, dslash), flags)? {
+                return Ok(());
             }
             let Some(moved) = self.child_of(sdir, sname, &src)? else {
                 continue; // removed meanwhile: look again
@@ -475,29 +425,9 @@ impl Ferrite {
             let mut guards = self.lock_all(&list);
             // sdir may equal ddir: then only guards[0] holds the lock.
             let same_dir = sp == dp;
-            {
-                let sd: &InodeData = guards[0].as_deref().expect("source dir locked");
-                if !sd.alive {
-                    return Err(Errno::ENOENT);
-                }
-                let dd: &InodeData = if same_dir { sd } else { guards[1].as_deref().expect("target dir locked") };
-                if !dd.alive || dd.attrs.nlink == 0 {
-                    return Err(Errno::ENOENT);
-                }
-                let still_src = sd.dir().names.get(sname).map(|d| d.ino) == Some(src.ino);
-                let still_dst = dd.dir().names.get(dname).map(|d| d.ino) == dst.map(|d| d.ino);
-                let alive = guards[2].as_deref().is_some_and(|m| m.alive)
-                    && guards.get(3).is_none_or(|g| g.as_deref().is_some_and(|t| t.alive));
-                if !still_src || !still_dst || !alive {
-                    continue;
-                }
-                if flags == RenameFlags::Replace {
-                    if let Some(t) = guards.get(3).and_then(|g| g.as_deref()) {
-                        if target.as_ref().is_some_and(|t| t.kind == FileType::Directory) && !t.dir().names.is_empty() {
-                            return Err(Errno::ENOTEMPTY);
-                        }
-                    }
-                }
+            let names = (sname, src.ino, dname, dst.map(|d| d.ino));
+            if !self.rename_still_holds(&guards, same_dir, names, target.as_ref(), flags)? {
+                continue; // changed between lookup and lock
             }
             let now = self.now_ns();
             let mut sd_entries = Vec::new();
@@ -562,93 +492,90 @@ impl Ferrite {
         }
     }
 
-    /// Change attributes (chmod, chown, utimens, truncate) in one commit.
-    pub fn setattr(&self, ino: InodeNo, set: &SetAttr) -> FsResult<Stat> {
-        self.setattr_inode(&self.inode(ino)?, set)
-    }
-
-    /// setattr of an inode already held (ENOENT once it has been freed).
-    pub(crate) fn setattr_inode(&self, inode: &Arc<Inode>, set: &SetAttr) -> FsResult<Stat> {
-        let mut d = inode.data.write();
-        if !d.alive {
-            return Err(Errno::ENOENT);
+    /// The checks of rename that come before any lock, in Linux's order.
+    /// True when source and target are one inode (rename does nothing).
+    fn rename_is_noop(
+        &self,
+        src: &Dentry,
+        dst: Option<&Dentry>,
+        (sp, sslash): (InodeNo, bool),
+        (dp, dslash): (InodeNo, bool),
+        flags: RenameFlags,
+    ) -> FsResult<bool> {
+        let exchange = flags == RenameFlags::Exchange;
+        if flags == RenameFlags::NoReplace && dst.is_some() {
+            return Err(Errno::EEXIST);
         }
-        self.setattr_locked(inode, &mut d, set)?;
-        Ok(inode.stat(&d))
-    }
-
-    pub(crate) fn setattr_locked(&self, inode: &Inode, d: &mut InodeData, set: &SetAttr) -> FsResult<()> {
-        let now = self.now_ns();
-        let mut entries = Vec::new();
-        let mut cow = Fresh::none();
-        if let Some(size) = set.size {
-            match inode.kind {
-                FileType::Directory => return Err(Errno::EISDIR),
-                FileType::Regular => {}
-                _ => return Err(Errno::EINVAL),
+        if exchange {
+            let t = dst.ok_or(Errno::ENOENT)?;
+            if t.kind != FileType::Directory && dslash {
+                return Err(Errno::ENOTDIR);
             }
-            let (e, c) = self.truncate_entries(d, size, now)?;
-            entries.extend(e);
-            cow = c;
         }
-        let times_only_omit =
-            matches!(set.atime, None | Some(TimeSet::Omit)) && matches!(set.mtime, None | Some(TimeSet::Omit));
-        let attr_change = set.perm.is_some() || set.uid.is_some() || set.gid.is_some() || !times_only_omit;
-        if attr_change {
-            let mut a = d.attrs;
-            if let Some(p) = set.perm {
-                a.perm = p & 0o7777;
-            }
-            if let Some(u) = set.uid {
-                a.uid = u;
-            }
-            if let Some(g) = set.gid {
-                a.gid = g;
-            }
-            let resolve = |t: TimeSet, old: i64| match t {
-                TimeSet::Omit => old,
-                TimeSet::Now => now,
-                TimeSet::At(ts) => ts.as_ns(),
-            };
-            if let Some(t) = set.atime {
-                a.atime_ns = resolve(t, a.atime_ns);
-            }
-            if let Some(t) = set.mtime {
-                a.mtime_ns = resolve(t, a.mtime_ns);
-            } else if set.size.is_some() {
-                a.mtime_ns = now;
-            }
-            a.ctime_ns = now;
-            entries.push(Entry::Attr(a.to_entry()));
+        let src_dir = src.kind == FileType::Directory;
+        if !src_dir && (sslash || (!exchange && dslash)) {
+            return Err(Errno::ENOTDIR);
         }
-        if entries.is_empty() {
-            return Ok(());
-        }
-        self.commit(inode, d, entries, cow)
-    }
-
-    pub fn readlink_ino(&self, ino: InodeNo) -> FsResult<Vec<u8>> {
-        self.readlink_inode(&self.inode(ino)?)
-    }
-
-    /// readlink of an inode already held.
-    pub(crate) fn readlink_inode(&self, inode: &Arc<Inode>) -> FsResult<Vec<u8>> {
-        let ino = inode.ino;
-        if inode.kind != FileType::Symlink {
+        // The source may not be the target's directory or above it ...
+        if src_dir && self.is_ancestor(src.ino, dp)? {
             return Err(Errno::EINVAL);
         }
-        let d = inode.data.read();
-        if d.attrs.size == 0 || d.attrs.size > limits::SYMLINK_MAX as u64 {
-            return Err(self.corrupt(crate::format::corrupt!(
-                "symlink {} has a target of {} bytes",
-                ino.0,
-                d.attrs.size
-            )));
+        // ... nor the target the source's directory or above it.
+        if let Some(t) = dst {
+            if t.kind == FileType::Directory && self.is_ancestor(t.ino, sp)? {
+                return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
+            }
         }
-        let mut buf = vec![0u8; d.attrs.size as usize];
-        let n = self.read_locked(&d, 0, &mut buf);
-        buf.truncate(n);
-        Ok(buf)
+        if let Some(t) = dst {
+            if t.ino == src.ino {
+                return Ok(true);
+            }
+            if !exchange {
+                match (src_dir, t.kind == FileType::Directory) {
+                    (true, false) => return Err(Errno::ENOTDIR),
+                    (false, true) => return Err(Errno::EISDIR),
+                    _ => {}
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Under the locks of rename (`guards`: source directory, target
+    /// directory unless the same, moved inode, replaced inode): do both
+    /// names still name what the lookup found, and is everything alive?
+    /// False: look again. Errors that only the locked state can tell.
+    fn rename_still_holds(
+        &self,
+        guards: &[Option<RwLockWriteGuard<'_, InodeData>>],
+        same_dir: bool,
+        (sname, src_ino, dname, dst_ino): (&[u8], InodeNo, &[u8], Option<InodeNo>),
+        target: Option<&Arc<Inode>>,
+        flags: RenameFlags,
+    ) -> FsResult<bool> {
+        let sd: &InodeData = guards[0].as_deref().expect("source dir locked");
+        if !sd.alive {
+            return Err(Errno::ENOENT);
+        }
+        let dd: &InodeData = if same_dir { sd } else { guards[1].as_deref().expect("target dir locked") };
+        if !dd.alive || dd.attrs.nlink == 0 {
+            return Err(Errno::ENOENT);
+        }
+        let still_src = sd.dir().names.get(sname).map(|d| d.ino) == Some(src_ino);
+        let still_dst = dd.dir().names.get(dname).map(|d| d.ino) == dst_ino;
+        let alive = guards[2].as_deref().is_some_and(|m| m.alive)
+            && guards.get(3).is_none_or(|g| g.as_deref().is_some_and(|t| t.alive));
+        if !still_src || !still_dst || !alive {
+            return Ok(false);
+        }
+        if flags == RenameFlags::Replace {
+            if let Some(t) = guards.get(3).and_then(|g| g.as_deref()) {
+                if target.is_some_and(|t| t.kind == FileType::Directory) && !t.dir().names.is_empty() {
+                    return Err(Errno::ENOTEMPTY);
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Entries after `cookie` (0 = from the start), at most `max`.
@@ -674,173 +601,5 @@ impl Ferrite {
                 DirEntry { name: name.to_vec(), ino: de.ino, kind: de.kind, next_cookie: seq }
             })
             .collect())
-    }
-
-    pub fn read_ino(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        let inode = self.inode(ino)?;
-        if inode.kind == FileType::Directory {
-            return Err(Errno::EISDIR);
-        }
-        let d = inode.data.read();
-        Ok(self.read_locked(&d, offset, buf))
-    }
-
-    pub fn write_ino(&self, ino: InodeNo, offset: u64, data: &[u8]) -> FsResult<usize> {
-        let inode = self.inode(ino)?;
-        if inode.kind != FileType::Regular {
-            return Err(Errno::EISDIR);
-        }
-        let mut d = inode.data.write();
-        if !d.alive {
-            return Err(Errno::ENOENT);
-        }
-        self.write_locked(&inode, &mut d, offset, data)
-    }
-
-    /// The value of an extended attribute (ENODATA if it has none).
-    pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> FsResult<Vec<u8>> {
-        if xattr_name::classify(name) == XattrName::Unsupported {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        let inode = self.inode(ino)?;
-        let d = inode.data.read();
-        d.xattrs.get(name).map(|(v, _)| v.to_vec()).ok_or(Errno::ENODATA)
-    }
-
-    /// The names of an inode's extended attributes, in byte order.
-    pub fn listxattr(&self, ino: InodeNo) -> FsResult<Vec<Vec<u8>>> {
-        let inode = self.inode(ino)?;
-        let d = inode.data.read();
-        Ok(d.xattrs.keys().map(|k| k.to_vec()).collect())
-    }
-
-    /// Set an extended attribute, atomically and durably like every change.
-    /// Names are 1..=255 bytes without NUL (ERANGE otherwise) in one of
-    /// Linux's namespaces (EOPNOTSUPP otherwise, see `xattr_name`); name and
-    /// value together at most `format::XATTR_BYTES_MAX` bytes (E2BIG). An
-    /// access ACL equivalent to a mode sets the mode (as chmod) and is not
-    /// stored.
-    pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: XattrSetMode) -> FsResult<()> {
-        if name.is_empty() || name.len() > crate::format::XATTR_NAME_MAX || name.contains(&0) {
-            return Err(Errno::ERANGE);
-        }
-        match xattr_name::classify(name) {
-            XattrName::Stored => {}
-            XattrName::AclAccess => return self.set_acl_access(ino, value),
-            XattrName::AclDefault | XattrName::Unsupported => return Err(Errno::EOPNOTSUPP),
-        }
-        if name.len() + value.len() > crate::format::XATTR_BYTES_MAX {
-            return Err(Errno::E2BIG);
-        }
-        self.change_xattr(ino, name, Some(value), mode)
-    }
-
-    /// Remove an extended attribute (ENODATA if it has none).
-    pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> FsResult<()> {
-        if name.is_empty() || name.len() > crate::format::XATTR_NAME_MAX {
-            return Err(Errno::ERANGE);
-        }
-        if xattr_name::classify(name) == XattrName::Unsupported {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        self.change_xattr(ino, name, None, XattrSetMode::Replace)
-    }
-
-    /// `system.posix_acl_access`: an ACL of owner, group and other entries
-    /// only is the mode's permission bits, set as chmod sets them (ctime
-    /// too); an empty value removes an extended ACL, of which there is
-    /// none, so it changes nothing.
-    fn set_acl_access(&self, ino: InodeNo, value: &[u8]) -> FsResult<()> {
-        let bits = if value.is_empty() { None } else { Some(xattr_name::acl_access_mode(value)?) };
-        let inode = self.inode(ino)?;
-        let mut d = inode.data.write();
-        if !d.alive {
-            return Err(Errno::ENOENT);
-        }
-        if let Some(bits) = bits {
-            let perm = (d.attrs.perm & !0o777) | bits;
-            self.setattr_locked(&inode, &mut d, &SetAttr { perm: Some(perm), ..SetAttr::default() })?;
-        }
-        Ok(())
-    }
-
-    fn change_xattr(&self, ino: InodeNo, name: &[u8], value: Option<&[u8]>, mode: XattrSetMode) -> FsResult<()> {
-        let inode = self.inode(ino)?;
-        let mut d = inode.data.write();
-        if !d.alive {
-            return Err(Errno::ENOENT);
-        }
-        let exists = d.xattrs.contains_key(name);
-        match (mode, exists) {
-            (XattrSetMode::Create, true) => return Err(Errno::EEXIST),
-            (XattrSetMode::Replace, false) => return Err(Errno::ENODATA),
-            _ => {}
-        }
-        let entry = Entry::Xattr(crate::format::XattrEntry {
-            name: name.to_vec(),
-            value: value.map(|v| v.to_vec()),
-            ctime_ns: self.now_ns(),
-        });
-        self.commit(&inode, &mut d, vec![entry], Fresh::none())
-    }
-
-    /// SEEK_DATA (`data`) or SEEK_HOLE from `offset`, at page granularity:
-    /// ENXIO at or past the end of file.
-    pub fn seek_data_hole_ino(&self, ino: InodeNo, offset: u64, data: bool) -> FsResult<u64> {
-        let inode = self.inode(ino)?;
-        if inode.kind != FileType::Regular {
-            return Err(Errno::EINVAL);
-        }
-        let d = inode.data.read();
-        self.seek_data_hole(&d, offset, data)
-    }
-
-    pub fn fallocate_ino(&self, ino: InodeNo, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
-        let inode = self.inode(ino)?;
-        let mut d = inode.data.write();
-        if !d.alive {
-            return Err(Errno::ENOENT);
-        }
-        self.fallocate_locked(&inode, &mut d, mode, offset, len)
-    }
-
-    /// Count an open handle, so that the inode outlives its last name.
-    pub fn open_ino(&self, ino: InodeNo) -> FsResult<Arc<Inode>> {
-        let inode = self.inode(ino)?;
-        self.open_inode(&inode)?;
-        Ok(inode)
-    }
-
-    /// Count one more open handle on an inode already held (ENOENT once it
-    /// has been freed).
-    pub(crate) fn open_inode(&self, inode: &Arc<Inode>) -> FsResult<()> {
-        let mut d = inode.data.write();
-        if !d.alive {
-            return Err(Errno::ENOENT);
-        }
-        d.open_count += 1;
-        Ok(())
-    }
-
-    /// Drop an open handle; the last one frees an unlinked inode.
-    pub fn release_ino(&self, inode: &Inode) {
-        let mut d = inode.data.write();
-        assert!(d.open_count > 0, "release without open");
-        d.open_count -= 1;
-        if d.open_count == 0 && d.alive && d.attrs.nlink == 0 {
-            self.free_inode_now(inode, &mut d);
-        }
-    }
-
-    pub fn fs_stats(&self) -> StatFs {
-        let l = self.media.layout;
-        StatFs {
-            block_size: PAGE_SIZE as u32,
-            blocks: l.total_pages,
-            blocks_free: self.pages.free_pages(),
-            files: l.inode_count - 1,
-            files_free: self.inodes_free.free_count(),
-            name_max: limits::NAME_MAX as u32,
-        }
     }
 }

@@ -1,0 +1,186 @@
+//! Log garbage collection (NOVA's gc.c): fast GC unlinks log pages whose
+//! entries are all dead; thorough GC (compaction) rewrites a log that is
+//! mostly dead as a checkpoint of the inode's current state. Both run
+//! after a commit that extended a log (`commit.rs`).
+
+use crate::alloc::PageAllocator;
+use crate::format::{
+    self, DentryEntry, Entry, PageNo, TruncateEntry, WriteEntry, XattrEntry, INODE_TAIL_OFFSET, LOG_NEXT_OFFSET,
+};
+use crate::fs::Ferrite;
+use crate::inode::{Attrs, Body, Inode, InodeData};
+use crate::journal::Transaction;
+use crate::log::{write_log_entries, Staged, NO_PAGE};
+use crate::media::Media;
+use crate::types::{FsResult, InodeNo};
+use std::sync::atomic::Ordering;
+
+impl InodeData {
+    /// Fast log GC: unlink log pages whose entries are all dead (never the
+    /// tail page), then free them. Returns how many pages were collected.
+    pub fn collect_garbage(&mut self, media: &Media, alloc: &PageAllocator, slot_offset: u64) -> usize {
+        let tail_page = self.log.tail_page().0;
+        let dead: Vec<u64> = self.log.live.dead_pages.iter().copied().filter(|&p| p != tail_page).collect();
+        if dead.is_empty() {
+            return 0;
+        }
+        let dead_set: crate::Set<u64> = dead.iter().copied().collect();
+        // Relink around each dead page with one 8-byte store: the previous
+        // live page's next pointer (or the head) skips to the next live page.
+        let live = &self.log.live;
+        for &p in &dead {
+            let info = &live.pages[&p];
+            let mut next = info.next;
+            while dead_set.contains(&next) {
+                next = live.pages[&next].next;
+            }
+            // The tail page is never dead, so a live successor exists.
+            assert!(next != NO_PAGE, "dead page {p} has no live successor");
+            if info.prev != NO_PAGE && dead_set.contains(&info.prev) {
+                continue; // an earlier dead page of this run does the relink
+            }
+            if info.prev == NO_PAGE {
+                media.store_u64(slot_offset + format::INODE_HEAD_OFFSET, PageNo(next).offset());
+                media.flush(slot_offset + format::INODE_HEAD_OFFSET, 8);
+                self.log.head = PageNo(next).offset();
+            } else {
+                media.store_u64(PageNo(info.prev).offset() + LOG_NEXT_OFFSET, PageNo(next).offset());
+                media.flush(PageNo(info.prev).offset() + LOG_NEXT_OFFSET, 8);
+            }
+        }
+        // The unlinks must be durable before the pages can be reused.
+        media.fence();
+        for &p in &dead {
+            self.log.live.remove_page(p);
+            alloc.free(PageNo(p), 1);
+        }
+        dead.len()
+    }
+
+    pub fn dead_log_pages(&self) -> usize {
+        self.log.live.dead_pages.len()
+    }
+
+    /// Is the log worth compacting (thorough GC)? Its live entries would
+    /// fill at most half of its pages even if each were of the largest size.
+    pub fn compaction_due(&self) -> bool {
+        let pages = self.log.live.page_count() as u64;
+        let live_units = self.log.live.live_units as u64;
+        // A checkpoint takes about the live units (plus an Attr entry).
+        pages >= 4 && (live_units + 2) * 2 <= (pages - 1) * format::LOG_UNITS_PER_PAGE
+    }
+
+    /// Thorough GC, first half: write a checkpoint of the inode as a fresh
+    /// chain of log pages. A file's checkpoint is one Write entry per run of
+    /// its current page map (consecutive file pages in consecutive pool
+    /// pages) carrying the current size, then a size-only Truncate (so an
+    /// empty file keeps its size), then an Attr snapshot. A directory's is
+    /// its live DentryAdd entries, copied with their sequence numbers (the
+    /// readdir cookies), then an Attr snapshot. Nothing superseded, cancelled
+    /// or partly dead is copied, so the replay of the checkpoint is exactly
+    /// the current state. Returns the new chain; the caller commits head and
+    /// tail together through the journal, frees the old pages and reloads.
+    pub fn stage_compaction(
+        &self,
+        media: &Media,
+        alloc: &PageAllocator,
+        owner: InodeNo,
+        generation: u32,
+    ) -> FsResult<Staged> {
+        let a = &self.attrs;
+        let mut entries = Vec::new();
+        let mut seqs = Vec::new();
+        match &self.body {
+            Body::Pages(map) => {
+                let mut run: Option<WriteEntry> = None;
+                for (fp, r) in map.iter() {
+                    if let Some(w) = &mut run {
+                        if w.file_page + w.num_pages as u64 == fp
+                            && w.pool_page.0 + w.num_pages as u64 == r.pool.0
+                            && w.num_pages < u32::MAX
+                        {
+                            w.num_pages += 1;
+                            continue;
+                        }
+                        entries.push(Entry::Write(*w));
+                    }
+                    run = Some(WriteEntry {
+                        file_page: fp,
+                        pool_page: r.pool,
+                        num_pages: 1,
+                        size_after: a.size,
+                        mtime_ns: a.mtime_ns,
+                        ctime_ns: a.ctime_ns,
+                    });
+                }
+                entries.extend(run.map(Entry::Write));
+                entries.push(Entry::Truncate(TruncateEntry {
+                    size: a.size,
+                    mtime_ns: a.mtime_ns,
+                    ctime_ns: a.ctime_ns,
+                    size_only: true,
+                }));
+                seqs.extend(1..=entries.len() as u64);
+            }
+            Body::Dir(dir) => {
+                for (&seq, name) in &dir.by_seq {
+                    let de = dir.names[name];
+                    entries.push(Entry::DentryAdd(DentryEntry {
+                        ino: de.ino,
+                        kind: de.kind,
+                        time_ns: a.mtime_ns,
+                        name: name.to_vec(),
+                    }));
+                    seqs.push(seq);
+                }
+            }
+        }
+        let mut last_seq = seqs.last().copied().unwrap_or(0).max(self.log.next_seq - 1);
+        for (name, (value, _)) in &self.xattrs {
+            last_seq += 1;
+            seqs.push(last_seq);
+            entries.push(Entry::Xattr(XattrEntry {
+                name: name.to_vec(),
+                value: Some(value.to_vec()),
+                ctime_ns: a.ctime_ns,
+            }));
+        }
+        seqs.push(last_seq + 1);
+        entries.push(Entry::Attr(a.to_entry()));
+        write_log_entries(media, alloc, owner, generation, 0, entries, seqs)
+    }
+}
+
+impl Ferrite {
+    /// Thorough GC: rewrite the log with only the entries that must
+    /// survive, switch head and tail together in one journal transaction,
+    /// free the old pages and rebuild the DRAM state from the new log. Skipped
+    /// (harmlessly) when there is no space for the new copy.
+    pub(crate) fn compact_log(&self, inode: &Inode, d: &mut InodeData) {
+        let Ok(staged) = d.stage_compaction(&self.media, &self.pages, inode.ino, inode.generation) else {
+            return;
+        };
+        let slot = self.media.slot_offset(inode.ino);
+        let head = staged.new_pages[0].offset();
+        let mut tx = Transaction::default();
+        tx.set(slot + format::INODE_HEAD_OFFSET, head);
+        tx.set(slot + INODE_TAIL_OFFSET, staged.new_tail);
+        self.journals.run(&self.media, &tx);
+        let old = d.log.live.page_list();
+        let old_pages = old.len() as u64;
+        for &p in &old {
+            self.pages.free(p, 1);
+        }
+        // Rebuild the DRAM state by applying the checkpoint's entries at
+        // their new locations, as a first commit of a fresh inode would:
+        // the same `apply` that replay uses, without reading the pool back.
+        let mut fresh = InodeData::new_empty(inode.kind, Attrs::UNSET);
+        let mut released = Vec::new();
+        fresh.commit_staged(inode.kind, staged, &mut released);
+        assert!(released.is_empty(), "a checkpoint of inode {} released pages", inode.ino.0);
+        assert!(fresh.log.head == head, "checkpoint of inode {} starts elsewhere", inode.ino.0);
+        fresh.open_count = d.open_count;
+        *d = fresh;
+        self.gc_pages.fetch_add(old_pages.saturating_sub(d.log.live.page_count() as u64), Ordering::Relaxed);
+    }
+}

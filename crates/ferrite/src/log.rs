@@ -1,0 +1,308 @@
+//! The per-inode log (NOVA's log.c): the chain of 4 KiB log pages, the
+//! staging of entries after the tail, and the DRAM accounting of which
+//! entries are still live, which log garbage collection (`gc.rs`) needs.
+//!
+//! Every entry has a count of reasons to stay in the log, every log page a
+//! count of live entries, and a page whose count reaches zero can be
+//! unlinked from the log (NOVA's fast GC). The reasons:
+//! - an Attr entry while it is the newest Attr entry (it is a full snapshot);
+//! - a Write entry for each file page it still maps;
+//! - a DentryAdd (or XattrSet) while its name is live;
+//! - the newest entry of the log (it carries the newest mtime and ctime), and
+//!   the newest size-carrying entry (Write or Truncate);
+//! - a Truncate, Punch, DentryRemove or XattrRemove for each older log page
+//!   that still holds an entry it cancels (a "pin"): if the canceller were
+//!   collected first, a rebuild would bring the cancelled entry back to life.
+
+use crate::alloc::PageAllocator;
+use crate::format::{
+    self, Entry, PageNo, LOG_NEXT_OFFSET, LOG_PAGE_HEADER_SIZE, LOG_UNIT, LOG_UNITS_PER_PAGE, PAGE_SHIFT, PAGE_SIZE,
+};
+use crate::inode::InodeData;
+use crate::media::Media;
+use crate::types::{FsResult, InodeNo};
+use crate::Map;
+use std::collections::BTreeSet;
+
+/// What DRAM keeps about one log page: its place in the chain and the
+/// reference counts of its entries (indexed by 64-byte unit).
+pub(crate) struct LogPage {
+    pub(crate) prev: u64,
+    pub(crate) next: u64,
+    pub(crate) live_entries: u32,
+    /// Lowest file page and highest file page end mapped by a Write entry
+    /// in this page (for Truncate and Punch pins).
+    pub(crate) min_file_page: u64,
+    pub(crate) max_file_end: u64,
+    pub(crate) refs: [u32; LOG_UNITS_PER_PAGE as usize],
+    /// Size in units of the entry starting at each unit.
+    pub(crate) units: [u8; LOG_UNITS_PER_PAGE as usize],
+    /// Entries (locations) this page pins: they stay live while it exists.
+    pub(crate) pins: Vec<u64>,
+}
+
+pub(crate) const NO_PAGE: u64 = u64::MAX;
+
+/// Liveness accounting for log GC (see the module comment), and the order
+/// of the log's pages, kept as a doubly linked list so that unlinking a
+/// dead page costs O(1) whatever the length of the log.
+pub struct Liveness {
+    pub(crate) pages: Map<u64, Box<LogPage>>,
+    pub(crate) first: u64,
+    pub(crate) last: u64,
+    pub(crate) live_entries: usize,
+    /// Units (of 64 bytes) the live entries take: what a compaction keeps.
+    pub(crate) live_units: usize,
+    pub(crate) dead_pages: BTreeSet<u64>,
+    pub(crate) last_attr: Option<u64>,
+    pub(crate) last_size: Option<u64>,
+    pub(crate) last_entry: Option<u64>,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Liveness {
+            pages: Map::default(),
+            first: NO_PAGE,
+            last: NO_PAGE,
+            live_entries: 0,
+            live_units: 0,
+            dead_pages: BTreeSet::new(),
+            last_attr: None,
+            last_size: None,
+            last_entry: None,
+        }
+    }
+}
+
+pub(crate) fn page_of(loc: u64) -> u64 {
+    loc >> PAGE_SHIFT
+}
+
+pub(crate) fn unit_of(loc: u64) -> usize {
+    (((loc & (PAGE_SIZE - 1)) - LOG_PAGE_HEADER_SIZE) / LOG_UNIT) as usize
+}
+
+impl Liveness {
+    /// Append a page to the end of the chain.
+    pub(crate) fn push_page(&mut self, p: PageNo) {
+        let page = Box::new(LogPage {
+            prev: self.last,
+            next: NO_PAGE,
+            live_entries: 0,
+            min_file_page: u64::MAX,
+            max_file_end: 0,
+            refs: [0; LOG_UNITS_PER_PAGE as usize],
+            units: [0; LOG_UNITS_PER_PAGE as usize],
+            pins: Vec::new(),
+        });
+        assert!(self.pages.insert(p.0, page).is_none(), "log page {} linked twice", p.0);
+        if self.last == NO_PAGE {
+            self.first = p.0;
+        } else {
+            self.pages.get_mut(&self.last).expect("last page").next = p.0;
+        }
+        self.last = p.0;
+    }
+
+    pub fn page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// The pages from head to tail.
+    pub fn page_list(&self) -> Vec<PageNo> {
+        let mut v = Vec::with_capacity(self.pages.len());
+        let mut p = self.first;
+        while p != NO_PAGE {
+            v.push(PageNo(p));
+            p = self.pages[&p].next;
+        }
+        v
+    }
+
+    pub(crate) fn page_mut(&mut self, loc: u64) -> &mut LogPage {
+        self.pages.get_mut(&page_of(loc)).expect("entry in a page of this log")
+    }
+
+    pub(crate) fn add_ref(&mut self, loc: u64, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let unit = unit_of(loc);
+        let page = self.page_mut(loc);
+        let was = page.refs[unit];
+        page.refs[unit] += n;
+        if was == 0 {
+            page.live_entries += 1;
+            let revived = page.live_entries == 1;
+            self.live_units += page.units[unit] as usize;
+            self.live_entries += 1;
+            if revived {
+                self.dead_pages.remove(&page_of(loc));
+            }
+        }
+    }
+
+    pub(crate) fn unref(&mut self, loc: u64) {
+        let unit = unit_of(loc);
+        let page = self.page_mut(loc);
+        assert!(page.refs[unit] > 0, "unref of an entry with no references");
+        page.refs[unit] -= 1;
+        if page.refs[unit] == 0 {
+            page.live_entries -= 1;
+            let dead = page.live_entries == 0;
+            self.live_units -= page.units[unit] as usize;
+            self.live_entries -= 1;
+            if dead {
+                self.dead_pages.insert(page_of(loc));
+            }
+        }
+    }
+
+    pub(crate) fn pin(&mut self, pinning_page: u64, loc: u64) {
+        self.pages.get_mut(&pinning_page).expect("pinning page in the log").pins.push(loc);
+        self.add_ref(loc, 1);
+    }
+
+    /// Unlink a page from the chain and release the pins it held.
+    pub(crate) fn remove_page(&mut self, page: u64) {
+        let info = self.pages.remove(&page).expect("removed page is in the log");
+        self.dead_pages.remove(&page);
+        self.live_entries -= info.live_entries as usize;
+        if info.prev == NO_PAGE {
+            self.first = info.next;
+        } else {
+            self.pages.get_mut(&info.prev).expect("prev page").next = info.next;
+        }
+        if info.next == NO_PAGE {
+            self.last = info.prev;
+        } else {
+            self.pages.get_mut(&info.next).expect("next page").prev = info.prev;
+        }
+        for loc in info.pins {
+            self.unref(loc);
+        }
+    }
+
+    pub fn live_entries(&self) -> usize {
+        self.live_entries
+    }
+
+    /// Record the size of a new entry before its first reference.
+    pub(crate) fn set_units(&mut self, loc: u64, units: u8) {
+        let unit = unit_of(loc);
+        let page = self.page_mut(loc);
+        debug_assert_eq!(page.refs[unit], 0);
+        page.units[unit] = units;
+    }
+}
+
+/// The log of one inode: pages from head to tail.
+pub struct Log {
+    pub head: u64,
+    pub tail: u64,
+    pub next_seq: u64,
+    pub live: Liveness,
+}
+
+impl Log {
+    pub(crate) fn tail_page(&self) -> PageNo {
+        PageNo((self.tail - 1) >> PAGE_SHIFT)
+    }
+}
+
+/// Entries written after the tail but not yet committed.
+pub struct Staged {
+    pub new_tail: u64,
+    pub new_pages: Vec<PageNo>,
+    /// (location, sequence number) of each entry, in order.
+    pub locs: Vec<(u64, u64)>,
+    pub entries: Vec<Entry>,
+}
+
+impl InodeData {
+    /// Write `entries` after the tail, extending the log with new pages as
+    /// needed, and flush them. Nothing is committed: the caller fences and
+    /// then stores the new tail (directly or through the journal). On ENOSPC
+    /// nothing has changed.
+    pub fn stage(
+        &self,
+        media: &Media,
+        alloc: &PageAllocator,
+        owner: InodeNo,
+        generation: u32,
+        entries: Vec<Entry>,
+    ) -> FsResult<Staged> {
+        let seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
+        write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs)
+    }
+}
+
+/// Write `entries` (with their sequence numbers) after position `pos` (0:
+/// start a new chain), extending with fresh log pages as needed, and flush
+/// them. Nothing is committed. On ENOSPC nothing has changed.
+pub(crate) fn write_log_entries(
+    media: &Media,
+    alloc: &PageAllocator,
+    owner: InodeNo,
+    generation: u32,
+    pos: u64,
+    entries: Vec<Entry>,
+    seqs: Vec<u64>,
+) -> FsResult<Staged> {
+    let mut pos = pos;
+    let mut new_pages = Vec::new();
+    let mut locs = Vec::with_capacity(entries.len());
+    let mut buf = Vec::with_capacity(LOG_UNIT as usize);
+    // Plan first so that allocation failure changes nothing: which
+    // entries open a fresh page.
+    let mut plan: smallvec::SmallVec<[bool; 8]> = smallvec::SmallVec::new();
+    let mut need_pages = 0u64;
+    let mut room = if pos == 0 { 0 } else { (((pos - 1) | (PAGE_SIZE - 1)) + 1) - pos };
+    for e in &entries {
+        let len = e.size_bytes() as u64;
+        let fresh = len > room;
+        if fresh {
+            need_pages += 1;
+            room = PAGE_SIZE - LOG_PAGE_HEADER_SIZE;
+        }
+        plan.push(fresh);
+        room -= len;
+    }
+    let runs = if need_pages > 0 { alloc.alloc(need_pages)? } else { crate::alloc::Runs::new() };
+    let mut fresh = runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i)));
+    let mut prev_page = if pos == 0 { None } else { Some(PageNo((pos - 1) >> PAGE_SHIFT)) };
+    for ((e, &needs_new), &seq) in entries.iter().zip(&plan).zip(&seqs) {
+        let len = e.size_bytes() as u64;
+        if needs_new {
+            let page = fresh.next().expect("planned page count");
+            // A new log page is written whole: its header and zeros (so the
+            // unused rest of a full page reads as the end of its entries).
+            media.write_nt(page.offset(), &format::encode_log_page_header(owner, generation));
+            media.fill_nt(page.offset() + LOG_PAGE_HEADER_SIZE, PAGE_SIZE - LOG_PAGE_HEADER_SIZE, 0);
+            if let Some(prev) = prev_page {
+                // The page being left may hold stale, never-committed entries
+                // past this position (staged before a crash): once it is no
+                // longer the tail's page, replay reads it to the first
+                // all-zero unit, so write that end marker explicitly.
+                let page_end = prev.offset() + PAGE_SIZE;
+                if pos != 0 && pos < page_end {
+                    media.write(pos, &[0u8; LOG_UNIT as usize]);
+                    media.flush(pos, LOG_UNIT);
+                }
+                media.store_u64(prev.offset() + LOG_NEXT_OFFSET, page.offset());
+                media.flush(prev.offset() + LOG_NEXT_OFFSET, 8);
+            }
+            new_pages.push(page);
+            prev_page = Some(page);
+            pos = page.offset() + LOG_PAGE_HEADER_SIZE;
+        }
+        e.encode(seq, &mut buf);
+        media.write(pos, &buf);
+        media.flush(pos, len);
+        locs.push((pos, seq));
+        pos += len;
+    }
+    assert!(format::log_tail_in_bounds(pos), "inode {}: staged tail {pos:#x} out of bounds", owner.0);
+    Ok(Staged { new_tail: pos, new_pages, locs, entries })
+}

@@ -1,0 +1,309 @@
+//! Replay (NOVA's rebuild.c): an inode is rebuilt from its log by applying
+//! each entry in order, at first access after a clean mount, in the full
+//! scan after a crash, and (the same `apply`) after every commit.
+//! Everything read from media is checked: a failed check is `Corrupt`.
+
+use crate::format::{
+    self, corrupt, AttrEntry, Corrupt, DentryEntry, Entry, PageNo, PunchEntry, TruncateEntry, WriteEntry, XattrEntry,
+    LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SHIFT, PAGE_SIZE,
+};
+use crate::inode::{Attrs, Body, Dentry, InodeData, PageRef};
+use crate::log::{page_of, Liveness, NO_PAGE};
+use crate::media::Media;
+use crate::types::{FileType, InodeNo};
+
+impl InodeData {
+    /// Apply one committed entry at `loc`. Pool pages that the entry makes
+    /// unreferenced are pushed to `freed`. The same code serves replay at
+    /// mount and the DRAM update after a commit.
+    pub fn apply(
+        &mut self,
+        kind: FileType,
+        e: &Entry,
+        loc: u64,
+        seq: u64,
+        freed: &mut Vec<PageNo>,
+    ) -> Result<(), Corrupt> {
+        if seq < self.log.next_seq {
+            return Err(corrupt!("log entry sequence {seq} not increasing"));
+        }
+        if matches!(e, Entry::DentryAdd(_) | Entry::DentryRemove(_)) && kind != FileType::Directory {
+            return Err(corrupt!("dentry in a non-directory log"));
+        }
+        self.log.next_seq =
+            seq.checked_add(1).ok_or_else(|| corrupt!("log entry sequence number {seq} out of range"))?;
+        // Every entry is live while it is the newest of the log (it carries
+        // the newest times).
+        let live = &mut self.log.live;
+        live.set_units(loc, e.units());
+        live.add_ref(loc, 1);
+        if let Some(prev) = live.last_entry.replace(loc) {
+            live.unref(prev);
+        }
+        match e {
+            Entry::Attr(a) => self.apply_attr(a, loc),
+            Entry::Write(w) => self.apply_write(w, loc, freed),
+            Entry::Truncate(t) => self.apply_truncate(t, loc, freed),
+            Entry::Punch(h) => self.apply_punch(h, loc, freed),
+            Entry::DentryAdd(d) => self.apply_dentry_add(d, loc, seq),
+            Entry::DentryRemove(d) => self.apply_dentry_remove(d, loc),
+            Entry::Xattr(x) => {
+                self.apply_xattr(x, loc);
+                Ok(())
+            }
+        }
+    }
+
+    /// An Attr entry is a full snapshot of every attribute but the size;
+    /// it is live while it is the newest one.
+    fn apply_attr(&mut self, a: &AttrEntry, loc: u64) -> Result<(), Corrupt> {
+        self.attrs.perm = a.perm;
+        self.attrs.uid = a.uid;
+        self.attrs.gid = a.gid;
+        self.attrs.nlink = a.nlink;
+        self.attrs.atime_ns = a.atime_ns;
+        self.attrs.mtime_ns = a.mtime_ns;
+        self.attrs.ctime_ns = a.ctime_ns;
+        self.attrs.parent = a.parent;
+        let live = &mut self.log.live;
+        live.add_ref(loc, 1);
+        if let Some(prev) = live.last_attr.replace(loc) {
+            live.unref(prev);
+        }
+        Ok(())
+    }
+
+    /// The newest size-carrying entry (Write or Truncate) stays live: it
+    /// holds the size.
+    fn set_size(&mut self, size: u64, mtime_ns: i64, ctime_ns: i64, loc: u64) {
+        self.attrs.size = size;
+        self.attrs.mtime_ns = mtime_ns;
+        self.attrs.ctime_ns = ctime_ns;
+        let live = &mut self.log.live;
+        live.add_ref(loc, 1);
+        if let Some(prev) = live.last_size.replace(loc) {
+            live.unref(prev);
+        }
+    }
+
+    /// A Write entry maps file pages to pool pages; it is live for each
+    /// file page it still maps. The pages it replaces are released.
+    fn apply_write(&mut self, w: &WriteEntry, loc: u64, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
+        let Body::Pages(map) = &mut self.body else {
+            return Err(corrupt!("write entry in a directory log"));
+        };
+        let live = &mut self.log.live;
+        live.add_ref(loc, w.num_pages);
+        for i in 0..w.num_pages as u64 {
+            let r = PageRef { pool: PageNo(w.pool_page.0 + i), entry: loc };
+            if let Some(old) = map.insert(w.file_page + i, r) {
+                live.unref(old.entry);
+                freed.push(old.pool);
+            }
+        }
+        let page = live.page_mut(loc);
+        page.max_file_end = page.max_file_end.max(w.file_page + w.num_pages as u64);
+        page.min_file_page = page.min_file_page.min(w.file_page);
+        self.set_size(w.size_after, w.mtime_ns, w.ctime_ns, loc);
+        Ok(())
+    }
+
+    /// A Truncate sets the size and (unless size-only) unmaps the pages
+    /// past it, pinned to the older log pages that may map them.
+    fn apply_truncate(&mut self, t: &TruncateEntry, loc: u64, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
+        let Body::Pages(map) = &mut self.body else {
+            return Err(corrupt!("truncate entry in a directory log"));
+        };
+        // A size-only entry unmaps nothing. The engine never writes one
+        // below the size of its time, but older entries that set a larger
+        // size may have outlived the truncate between them (pinned pages)
+        // on replay, so no order is checked here.
+        if !t.size_only {
+            let keep_pages = t.size.div_ceil(PAGE_SIZE);
+            unmap_and_pin(map, &mut self.log.live, loc, keep_pages, format::FILE_PAGES_MAX, freed);
+        }
+        self.set_size(t.size, t.mtime_ns, t.ctime_ns, loc);
+        Ok(())
+    }
+
+    /// A Punch unmaps whole pages inside the file; the size stays.
+    fn apply_punch(&mut self, h: &PunchEntry, loc: u64, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
+        let Body::Pages(map) = &mut self.body else {
+            return Err(corrupt!("punch entry in a directory log"));
+        };
+        unmap_and_pin(map, &mut self.log.live, loc, h.file_page, h.file_page + h.num_pages, freed);
+        self.attrs.mtime_ns = h.mtime_ns;
+        self.attrs.ctime_ns = h.ctime_ns;
+        Ok(())
+    }
+
+    /// A DentryAdd is live while its name exists; its sequence number is
+    /// the name's readdir cookie.
+    fn apply_dentry_add(&mut self, d: &DentryEntry, loc: u64, seq: u64) -> Result<(), Corrupt> {
+        let Body::Dir(dir) = &mut self.body else {
+            return Err(corrupt!("dentry in a file log"));
+        };
+        if dir.names.contains_key(d.name.as_slice()) {
+            return Err(corrupt!("directory adds name {:?} twice", String::from_utf8_lossy(&d.name)));
+        }
+        let name: Box<[u8]> = d.name.clone().into_boxed_slice();
+        dir.names.insert(name.clone(), Dentry { ino: d.ino, kind: d.kind, seq, entry: loc });
+        dir.by_seq.insert(seq, name);
+        if d.kind == FileType::Directory {
+            dir.subdirs += 1;
+        }
+        self.log.live.add_ref(loc, 1);
+        self.attrs.mtime_ns = d.time_ns;
+        self.attrs.ctime_ns = d.time_ns;
+        Ok(())
+    }
+
+    /// A DentryRemove kills its DentryAdd and is pinned to that entry's
+    /// page while it exists.
+    fn apply_dentry_remove(&mut self, d: &DentryEntry, loc: u64) -> Result<(), Corrupt> {
+        let Body::Dir(dir) = &mut self.body else {
+            return Err(corrupt!("dentry in a file log"));
+        };
+        self.attrs.mtime_ns = d.time_ns;
+        self.attrs.ctime_ns = d.time_ns;
+        // A removal whose addition GC already collected (its page went
+        // first, and this entry's page stayed for other live entries) finds
+        // nothing to remove: it is dead, and only its times apply.
+        let Some(old) = dir.names.remove(d.name.as_slice()) else {
+            return Ok(());
+        };
+        if old.ino != d.ino {
+            return Err(corrupt!("directory removes name {:?} of another inode", String::from_utf8_lossy(&d.name)));
+        }
+        dir.by_seq.remove(&old.seq);
+        if old.kind == FileType::Directory {
+            dir.subdirs -= 1;
+        }
+        let live = &mut self.log.live;
+        live.unref(old.entry);
+        if page_of(old.entry) != page_of(loc) {
+            live.pin(page_of(old.entry), loc);
+        }
+        Ok(())
+    }
+
+    /// Extended attributes follow the rules of directory entries: a set is
+    /// live while it is the value of its name; a removal is pinned by the
+    /// page of the set it cancels, and one whose set was collected first
+    /// finds nothing to remove.
+    fn apply_xattr(&mut self, x: &XattrEntry, loc: u64) {
+        let live = &mut self.log.live;
+        let old = self.xattrs.remove(x.name.as_slice());
+        if let Some((_, old_loc)) = old {
+            live.unref(old_loc);
+        }
+        match &x.value {
+            Some(v) => {
+                self.xattrs.insert(x.name.clone().into_boxed_slice(), (v.clone().into_boxed_slice(), loc));
+                live.add_ref(loc, 1);
+            }
+            None => {
+                if let Some((_, old_loc)) = old {
+                    if page_of(old_loc) != page_of(loc) {
+                        live.pin(page_of(old_loc), loc);
+                    }
+                }
+            }
+        }
+        self.attrs.ctime_ns = x.ctime_ns;
+    }
+
+    /// Rebuild an inode from its log on media (lazy rebuild at first
+    /// access, and the full scan after a crash).
+    pub fn load(
+        media: &Media,
+        ino: InodeNo,
+        kind: FileType,
+        generation: u32,
+        head: u64,
+        tail: u64,
+    ) -> Result<InodeData, Corrupt> {
+        let mut data = InodeData::new_empty(kind, Attrs::UNSET);
+        let head_page = media.check_log_pointer(head, "log head")?;
+        if !format::log_tail_in_bounds(tail) {
+            return Err(corrupt!("inode {}: log tail {tail:#x} invalid", ino.0));
+        }
+        let tail_page = PageNo((tail - 1) >> PAGE_SHIFT);
+        media.check_data_page(tail_page, "log tail")?;
+        let tail_in_page = tail - tail_page.offset();
+        let mut page = head_page;
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        let mut freed = Vec::new();
+        let max_pages = media.layout.total_pages;
+        let mut seen = crate::Set::default();
+        loop {
+            if !seen.insert(page.0) || seen.len() as u64 > max_pages {
+                return Err(corrupt!("inode {}: log pages form a cycle", ino.0));
+            }
+            media.read_checked(page.offset(), &mut buf)?;
+            let next = format::decode_log_page_header(&buf, ino, generation)?;
+            data.log.live.push_page(page);
+            let end = if page == tail_page { tail_in_page } else { PAGE_SIZE };
+            let mut at = LOG_PAGE_HEADER_SIZE;
+            while at < end {
+                let rest = &buf[at as usize..end as usize];
+                if page != tail_page && rest[..LOG_UNIT as usize].iter().all(|&b| b == 0) {
+                    break; // the rest of a full page is unused
+                }
+                let (entry, seq, len) = Entry::decode(rest).map_err(|c| corrupt!("inode {}: {}", ino.0, c.0))?;
+                if let Entry::Write(w) = &entry {
+                    media.check_data_page(w.pool_page, "write entry")?;
+                    media.check_data_page(PageNo(w.pool_page.0 + w.num_pages as u64 - 1), "write entry")?;
+                }
+                data.apply(kind, &entry, page.offset() + at, seq, &mut freed)
+                    .map_err(|c| corrupt!("inode {}: {}", ino.0, c.0))?;
+                at += len as u64;
+            }
+            if page == tail_page {
+                break;
+            }
+            page = media.check_log_pointer(next, "log next pointer")?;
+        }
+        data.log.head = head;
+        data.log.tail = tail;
+        if data.log.live.last_attr.is_none() {
+            return Err(corrupt!("inode {}: log holds no attribute entry", ino.0));
+        }
+        if kind == FileType::Directory && data.attrs.parent.0 == 0 {
+            return Err(corrupt!("directory {} has no parent", ino.0));
+        }
+        Ok(data)
+    }
+}
+
+/// For a Truncate or Punch entry at `loc`: unmap the file pages in
+/// `[first, end)` (their pool pages go to `freed`), and pin the entry to
+/// every older log page whose Write entries may map a page of that range,
+/// so that it stays in the log as long as an entry it cancels does (else a
+/// rebuild would map the cancelled pages again). Judged by each page's
+/// range of mapped file pages: conservative, never too few pins.
+fn unmap_and_pin(
+    map: &mut crate::pagemap::PageMap,
+    live: &mut Liveness,
+    loc: u64,
+    first: u64,
+    end: u64,
+    freed: &mut Vec<PageNo>,
+) {
+    let cut: Vec<u64> = map.range(first..end).map(|(k, _)| k).collect();
+    for k in cut {
+        let old = map.remove(&k).expect("key just listed");
+        live.unref(old.entry);
+        freed.push(old.pool);
+    }
+    let own = page_of(loc);
+    let mut p = live.first;
+    while p != NO_PAGE && p != own {
+        let info = &live.pages[&p];
+        let next = info.next;
+        if info.min_file_page < end && info.max_file_end > first {
+            live.pin(p, loc);
+        }
+        p = next;
+    }
+}

@@ -1,0 +1,98 @@
+//! Extended attributes at the inode level: one XattrSet entry per change,
+//! committed like any single-inode change. Names follow Linux's namespaces
+//! (`xattr_name.rs`); an access ACL equivalent to a mode sets the mode.
+
+use crate::commit::Fresh;
+use crate::format::Entry;
+use crate::fs::Ferrite;
+use crate::types::{Errno, FsResult, InodeNo, SetAttr, XattrSetMode};
+use crate::xattr_name::{self, XattrName};
+
+impl Ferrite {
+    /// The value of an extended attribute (ENODATA if it has none).
+    pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> FsResult<Vec<u8>> {
+        if xattr_name::classify(name) == XattrName::Unsupported {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let inode = self.inode(ino)?;
+        let d = inode.data.read();
+        d.xattrs.get(name).map(|(v, _)| v.to_vec()).ok_or(Errno::ENODATA)
+    }
+
+    /// The names of an inode's extended attributes, in byte order.
+    pub fn listxattr(&self, ino: InodeNo) -> FsResult<Vec<Vec<u8>>> {
+        let inode = self.inode(ino)?;
+        let d = inode.data.read();
+        Ok(d.xattrs.keys().map(|k| k.to_vec()).collect())
+    }
+
+    /// Set an extended attribute, atomically and durably like every change.
+    /// Names are 1..=255 bytes without NUL (ERANGE otherwise) in one of
+    /// Linux's namespaces (EOPNOTSUPP otherwise, see `xattr_name`); name and
+    /// value together at most `format::XATTR_BYTES_MAX` bytes (E2BIG). An
+    /// access ACL equivalent to a mode sets the mode (as chmod) and is not
+    /// stored.
+    pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: XattrSetMode) -> FsResult<()> {
+        if name.is_empty() || name.len() > crate::format::XATTR_NAME_MAX || name.contains(&0) {
+            return Err(Errno::ERANGE);
+        }
+        match xattr_name::classify(name) {
+            XattrName::Stored => {}
+            XattrName::AclAccess => return self.set_acl_access(ino, value),
+            XattrName::AclDefault | XattrName::Unsupported => return Err(Errno::EOPNOTSUPP),
+        }
+        if name.len() + value.len() > crate::format::XATTR_BYTES_MAX {
+            return Err(Errno::E2BIG);
+        }
+        self.change_xattr(ino, name, Some(value), mode)
+    }
+
+    /// Remove an extended attribute (ENODATA if it has none).
+    pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> FsResult<()> {
+        if name.is_empty() || name.len() > crate::format::XATTR_NAME_MAX {
+            return Err(Errno::ERANGE);
+        }
+        if xattr_name::classify(name) == XattrName::Unsupported {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.change_xattr(ino, name, None, XattrSetMode::Replace)
+    }
+
+    /// `system.posix_acl_access`: an ACL of owner, group and other entries
+    /// only is the mode's permission bits, set as chmod sets them (ctime
+    /// too); an empty value removes an extended ACL, of which there is
+    /// none, so it changes nothing.
+    fn set_acl_access(&self, ino: InodeNo, value: &[u8]) -> FsResult<()> {
+        let bits = if value.is_empty() { None } else { Some(xattr_name::acl_access_mode(value)?) };
+        let inode = self.inode(ino)?;
+        let mut d = inode.data.write();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        if let Some(bits) = bits {
+            let perm = (d.attrs.perm & !0o777) | bits;
+            self.setattr_locked(&inode, &mut d, &SetAttr { perm: Some(perm), ..SetAttr::default() })?;
+        }
+        Ok(())
+    }
+
+    fn change_xattr(&self, ino: InodeNo, name: &[u8], value: Option<&[u8]>, mode: XattrSetMode) -> FsResult<()> {
+        let inode = self.inode(ino)?;
+        let mut d = inode.data.write();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        let exists = d.xattrs.contains_key(name);
+        match (mode, exists) {
+            (XattrSetMode::Create, true) => return Err(Errno::EEXIST),
+            (XattrSetMode::Replace, false) => return Err(Errno::ENODATA),
+            _ => {}
+        }
+        let entry = Entry::Xattr(crate::format::XattrEntry {
+            name: name.to_vec(),
+            value: value.map(|v| v.to_vec()),
+            ctime_ns: self.now_ns(),
+        });
+        self.commit(&inode, &mut d, vec![entry], Fresh::none())
+    }
+}
