@@ -248,7 +248,7 @@ fn fill(pair: &mut Pair) -> Result<(), String> {
 pub fn log_room_units(fs: &Ferrite, path: &[u8]) -> Result<u64, String> {
     let ino = fs.lstat(path).map_err(|e| format!("stat {path:?}: {e:?}"))?.ino;
     let slot = fs.layout().inode_slot(ino);
-    let tail = fs.pmem().read_u64(ferrite_pmem::PoolOffset(slot + ferrite::format::INODE_TAIL_OFFSET));
+    let tail = fs.pmem().read_u64(slot + ferrite::format::INODE_TAIL_OFFSET);
     let within = (tail - 1) % 4096 + 1;
     Ok((4096 - within) / 64)
 }

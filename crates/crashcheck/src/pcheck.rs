@@ -97,12 +97,13 @@ fn u64_at(img: &[u8], off: u64) -> u64 {
 pub fn live_log_pages(img: &[u8], layout: &Layout) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
     for ino in 1..layout.inode_count {
-        let off = layout.inode_slot(InodeNo(ino)) as usize;
+        let off = layout.inode_slot(InodeNo(ino)).0 as usize;
         let Ok(InodeSlot::Live { header, head, tail }) =
             format::decode_inode_slot(&img[off..off + INODE_SLOT_SIZE as usize], InodeNo(ino))
         else {
             continue;
         };
+        let (head, tail) = (head.0, tail.0);
         if tail == 0 {
             continue;
         }
@@ -119,10 +120,10 @@ pub fn live_log_pages(img: &[u8], layout: &Layout) -> BTreeSet<u64> {
             if !out.insert(page) || page == tail_page {
                 break;
             }
-            if !next.is_multiple_of(PAGE_SIZE) {
+            if !next.0.is_multiple_of(PAGE_SIZE) {
                 break;
             }
-            page = next / PAGE_SIZE;
+            page = next.0 / PAGE_SIZE;
         }
     }
     out
@@ -155,7 +156,7 @@ impl Checker<'_> {
         if page >= l.journal_start.0 && page < l.journal_start.0 + l.lane_count as u64 {
             return (within == 0).then_some(Word::JournalActive);
         }
-        let it = l.inode_table_start.offset();
+        let it = l.inode_table_start.offset().0;
         let it_end = it + l.inode_table_pages * PAGE_SIZE;
         if w >= it && w < it_end {
             let slot = (w - it) / INODE_SLOT_SIZE;
@@ -196,7 +197,7 @@ impl Checker<'_> {
         let guard = match kind {
             Word::JournalActive => (start <= w && end >= w + 12).then_some("journal-header-under-crc"),
             Word::SlotHeadTail(slot) => {
-                let state = self.layout.inode_slot(InodeNo(slot));
+                let state = self.layout.inode_slot(InodeNo(slot)).0;
                 (u64_at(&self.img, state) == 0).then_some("slot-not-live")
             }
             Word::LogNext(_) => None,

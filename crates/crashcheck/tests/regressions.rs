@@ -89,7 +89,7 @@ fn is_fence(e: &Event) -> bool {
 }
 
 fn journal_record_store(r: &Recording) -> impl Fn(&Event) -> bool + '_ {
-    let j = r.layout.journal_start.offset();
+    let j = r.layout.journal_start.offset().0;
     move |e| matches!(e, Event::Store { offset, data } if *offset == j && data.len() > 64)
 }
 
@@ -125,7 +125,7 @@ fn mkdir_log_head_persistence() {
         &[StartKind::Empty, StartKind::Aged],
     );
     let r = rec(StartKind::Empty, "s1.mkdir");
-    let it = r.layout.inode_table_start.offset();
+    let it = r.layout.inode_table_start.offset().0;
     let it_end = it + r.layout.inode_table_pages * PAGE;
     // The 16-byte store of head and tail into the new slot.
     let s = find(
@@ -299,7 +299,7 @@ fn link_counts_after_rename_and_link() {
         &[StartKind::Empty, StartKind::Aged],
     );
     let r = rec(StartKind::Empty, "s1.link");
-    let ds = r.layout.data_start.offset();
+    let ds = r.layout.data_start.offset().0;
     // The second 64-byte entry staged (the target's Attr), then its flush.
     let first = find(&r.events, 0, |e| matches!(e, Event::Store { offset, data } if *offset >= ds && data.len() == 64));
     let second =

@@ -109,7 +109,7 @@ fn kinds(r: &pcheck::Report) -> Vec<&'static str> {
 fn persistence_checker_kinds() {
     let l = layout();
     let base = start(StartKind::Empty).image.to_vec();
-    let d = l.data_start.offset() + 60 * 4096;
+    let d = (l.data_start.offset() + 60 * 4096).0;
     // A clean operation.
     let ok = wrap(vec![store(d, 1, 64), Event::Flush { offset: d, len: 64 }, Event::Fence]);
     assert!(pcheck::check(&base, &ok, &l).violations.is_empty());
@@ -136,7 +136,7 @@ fn persistence_checker_kinds() {
     );
     assert_eq!(kinds(&r), ["dirty-again-at-fence"]);
     // A live slot's tail written by a 16-byte store: not atomic.
-    let root_slot = l.inode_slot(ferrite::InodeNo(1));
+    let root_slot = l.inode_slot(ferrite::InodeNo(1)).0;
     let r = pcheck::check(
         &base,
         &wrap(vec![store(root_slot + 8, 9, 16), Event::Flush { offset: root_slot, len: 64 }, Event::Fence]),
@@ -144,7 +144,7 @@ fn persistence_checker_kinds() {
     );
     assert_eq!(kinds(&r), ["commit-word-not-atomic"]);
     // The same store into a free slot is a guarded write.
-    let free_slot = l.inode_slot(ferrite::InodeNo(l.inode_count - 1));
+    let free_slot = l.inode_slot(ferrite::InodeNo(l.inode_count - 1)).0;
     let r = pcheck::check(
         &base,
         &wrap(vec![store(free_slot + 8, 9, 16), Event::Flush { offset: free_slot, len: 64 }, Event::Fence]),
@@ -153,7 +153,7 @@ fn persistence_checker_kinds() {
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert_eq!(r.guarded.get("slot-not-live"), Some(&2));
     // A journal header written with its CRC: guarded.
-    let j = l.journal_start.offset();
+    let j = l.journal_start.offset().0;
     let r = pcheck::check(&base, &wrap(vec![store(j, 5, 96), Event::Flush { offset: j, len: 96 }, Event::Fence]), &l);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert_eq!(r.guarded.get("journal-header-under-crc"), Some(&1));
@@ -225,7 +225,7 @@ fn recovery_trace_is_checked() {
     let events = fs.pmem().stop_recording();
     drop(fs);
     ferrite_crashcheck::verify::check_recovery_trace(&crashed, &events, &layout).expect("the real recovery is clean");
-    let it = layout.inode_table_start.offset();
+    let it = layout.inode_table_start.offset().0;
     let c = events
         .iter()
         .position(

@@ -2,6 +2,7 @@
 //! journals, one inode and its log), for people reading a pool. Read-only;
 //! corrupt structures are shown as such, never trusted.
 
+use crate::format::PoolOffset;
 use crate::format::{
     self, Entry, InodeSlot, JournalState, MountState, PageNo, LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SIZE,
 };
@@ -67,7 +68,7 @@ pub fn dump(pmem: Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
             JournalState::Open(recs) => {
                 let _ = writeln!(w, "  lane {lane}: OPEN transaction, {} words (rolled back at recovery):", recs.len());
                 for r in recs {
-                    let _ = writeln!(w, "    word {:#x} old value {:#x}", r.offset, r.old);
+                    let _ = writeln!(w, "    word {} old value {:#x}", r.offset, r.old);
                 }
             }
         }
@@ -84,19 +85,19 @@ pub fn dump(pmem: Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
         }
         Ok(InodeSlot::Live { header, head, tail }) => {
             let _ = writeln!(w, "  type {:?}, generation {}", header.kind, header.generation);
-            let _ = writeln!(w, "  log head {head:#x} (page {}), tail {tail:#x}", head / PAGE_SIZE);
+            let _ = writeln!(w, "  log head {head} (page {}), tail {tail}", PageNo::containing(head).0);
             dump_log(w, &media, ino, header.generation, head, tail);
         }
     }
     Ok(o)
 }
 
-fn dump_log(w: &mut String, media: &Media, ino: InodeNo, generation: u32, head: u64, tail: u64) {
+fn dump_log(w: &mut String, media: &Media, ino: InodeNo, generation: u32, head: PoolOffset, tail: PoolOffset) {
     let Ok(mut page) = media.check_log_pointer(head, "log head") else {
         let _ = writeln!(w, "  log head is invalid");
         return;
     };
-    let tail_page = PageNo(tail.saturating_sub(1) / PAGE_SIZE);
+    let tail_page = PageNo(tail.0.saturating_sub(1) / PAGE_SIZE);
     let mut buf = vec![0u8; PAGE_SIZE as usize];
     for _ in 0..media.layout.total_pages {
         if media.read_checked(page.offset(), &mut buf).is_err() {
@@ -110,8 +111,8 @@ fn dump_log(w: &mut String, media: &Media, ino: InodeNo, generation: u32, head: 
                 return;
             }
         };
-        let _ = writeln!(w, "  -- log page {} (next {next:#x})", page.0);
-        let end = if page == tail_page { tail - page.offset() } else { PAGE_SIZE };
+        let _ = writeln!(w, "  -- log page {} (next {next})", page.0);
+        let end = if page == tail_page { tail.0 - page.offset().0 } else { PAGE_SIZE };
         let mut at = LOG_PAGE_HEADER_SIZE;
         while at < end.min(PAGE_SIZE) {
             let rest = &buf[at as usize..end.min(PAGE_SIZE) as usize];
@@ -131,7 +132,7 @@ fn dump_log(w: &mut String, media: &Media, ino: InodeNo, generation: u32, head: 
             }
         }
         if page == tail_page {
-            let _ = writeln!(w, "  -- tail at +{}", tail - page.offset());
+            let _ = writeln!(w, "  -- tail at +{}", tail.0 - page.offset().0);
             return;
         }
         match media.check_log_pointer(next, "next") {

@@ -8,6 +8,7 @@
 //! must change together, and `FORMAT_VERSION` with them.
 
 use crate::types::{FileType, InodeNo};
+pub use ferrite_pmem::PoolOffset;
 
 /// Version of the on-media format this code reads and writes.
 pub const FORMAT_VERSION: u32 = 2;
@@ -58,8 +59,19 @@ pub(crate) use corrupt;
 pub struct PageNo(pub u64);
 
 impl PageNo {
-    pub fn offset(self) -> u64 {
-        self.0 << PAGE_SHIFT
+    /// Where the page starts in the pool.
+    pub fn offset(self) -> PoolOffset {
+        PoolOffset(self.0 << PAGE_SHIFT)
+    }
+
+    /// The page holding byte `at`.
+    pub fn containing(at: PoolOffset) -> PageNo {
+        PageNo(at.0 >> PAGE_SHIFT)
+    }
+
+    /// The page `n` pages further on.
+    pub fn plus(self, n: u64) -> PageNo {
+        PageNo(self.0.checked_add(n).expect("page number overflows u64"))
     }
 }
 
@@ -325,7 +337,7 @@ impl Layout {
     }
 
     /// Byte offset of the slot of inode `ino`.
-    pub fn inode_slot(&self, ino: InodeNo) -> u64 {
+    pub fn inode_slot(&self, ino: InodeNo) -> PoolOffset {
         self.inode_table_start.offset() + ino.0 * INODE_SLOT_SIZE
     }
 
@@ -346,7 +358,7 @@ pub const JOURNAL_ACTIVE_OFFSET: u64 = 0;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct JournalRecord {
-    pub offset: u64,
+    pub offset: PoolOffset,
     pub old: u64,
 }
 
@@ -362,7 +374,7 @@ pub fn journal_encode(seq: u64, records: &[JournalRecord]) -> Vec<u8> {
     put_u64(&mut b, 0, journal_active_word(seq, records.len()));
     for (i, r) in records.iter().enumerate() {
         let at = JOURNAL_HEADER_SIZE as usize + i * JOURNAL_RECORD_SIZE as usize;
-        put_u64(&mut b, at, r.offset);
+        put_u64(&mut b, at, r.offset.0);
         put_u64(&mut b, at + 8, r.old);
     }
     let c = journal_crc(&b);
@@ -407,7 +419,7 @@ pub fn journal_decode(page: &[u8]) -> JournalState {
     let records = (0..count)
         .map(|i| {
             let at = JOURNAL_HEADER_SIZE as usize + i * JOURNAL_RECORD_SIZE as usize;
-            JournalRecord { offset: get_u64(page, at), old: get_u64(page, at + 8) }
+            JournalRecord { offset: PoolOffset(get_u64(page, at)), old: get_u64(page, at + 8) }
         })
         .collect();
     JournalState::Open(records)
@@ -477,7 +489,7 @@ impl InodeHeader {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum InodeSlot {
     Free,
-    Live { header: InodeHeader, head: u64, tail: u64 },
+    Live { header: InodeHeader, head: PoolOffset, tail: PoolOffset },
 }
 
 pub fn decode_inode_slot(slot: &[u8], expect_ino: InodeNo) -> Result<InodeSlot, Corrupt> {
@@ -507,8 +519,8 @@ pub fn decode_inode_slot(slot: &[u8], expect_ino: InodeNo) -> Result<InodeSlot, 
     }
     Ok(InodeSlot::Live {
         header: InodeHeader { ino, generation, kind, rdev },
-        head: get_u64(slot, 8),
-        tail: get_u64(slot, 16),
+        head: PoolOffset(get_u64(slot, INODE_HEAD_OFFSET as usize)),
+        tail: PoolOffset(get_u64(slot, INODE_TAIL_OFFSET as usize)),
     })
 }
 
@@ -522,11 +534,23 @@ pub fn decode_inode_slot(slot: &[u8], expect_ino: InodeNo) -> Result<InodeSlot, 
 
 pub const LOG_NEXT_OFFSET: u64 = 24;
 
+/// A log head or tail that names no log (an inode before its first commit,
+/// or a checkpoint chain started from nothing).
+pub const NO_LOG: PoolOffset = PoolOffset(0);
+
+/// The log page of the last entry before `tail` (the tail's own page: a
+/// tail at the very end of a page still belongs to it).
+pub fn tail_page(tail: PoolOffset) -> PageNo {
+    assert!(tail != NO_LOG, "the page of an empty log's tail");
+    PageNo((tail.0 - 1) >> PAGE_SHIFT)
+}
+
 /// Is `tail` a place a log tail may point at: just past a whole entry
 /// inside a log page (after its header and at least one unit), on a unit
 /// boundary. Checked by replay on the tail read from media and asserted by
 /// the engine on every tail it commits.
-pub fn log_tail_in_bounds(tail: u64) -> bool {
+pub fn log_tail_in_bounds(tail: PoolOffset) -> bool {
+    let tail = tail.0;
     if tail < LOG_PAGE_HEADER_SIZE + LOG_UNIT {
         return false;
     }
@@ -545,14 +569,14 @@ pub fn encode_log_page_header(owner: InodeNo, generation: u32) -> [u8; 64] {
 }
 
 /// Check a log page header; returns the next pointer.
-pub fn decode_log_page_header(b: &[u8], owner: InodeNo, generation: u32) -> Result<u64, Corrupt> {
+pub fn decode_log_page_header(b: &[u8], owner: InodeNo, generation: u32) -> Result<PoolOffset, Corrupt> {
     if get_u32(b, 0) != LOG_PAGE_MAGIC || get_u32(b, 20) != crc(&b[..20]) {
         return Err(corrupt!("inode {}: log page header invalid", owner.0));
     }
     if get_u64(b, 8) != owner.0 || get_u32(b, 16) != generation {
         return Err(corrupt!("inode {}: log page belongs to inode {}", owner.0, get_u64(b, 8)));
     }
-    Ok(get_u64(b, 24))
+    Ok(PoolOffset(get_u64(b, LOG_NEXT_OFFSET as usize)))
 }
 
 // ---------------------------------------------------------------------------
@@ -998,7 +1022,8 @@ mod tests {
 
     #[test]
     fn journal_round_trip_and_torn() {
-        let recs = vec![JournalRecord { offset: 64, old: 5 }, JournalRecord { offset: 128, old: 6 }];
+        let recs =
+            vec![JournalRecord { offset: PoolOffset(64), old: 5 }, JournalRecord { offset: PoolOffset(128), old: 6 }];
         let enc = journal_encode(9, &recs);
         let mut page = vec![0u8; PAGE_SIZE as usize];
         assert_eq!(journal_decode(&page), JournalState::Idle);

@@ -130,7 +130,7 @@ impl Ferrite {
         let media = Media { pmem: Arc::new(pmem), layout };
         // Metadata regions start zeroed: no superblock until the end, idle
         // journals, free inode slots.
-        media.fill_nt(0, layout.data_start.0 * PAGE_SIZE, 0);
+        media.fill_nt(PoolOffset(0), layout.data_start.0 * PAGE_SIZE, 0);
         media.fence();
         let now = opts.clock.now().as_ns();
         let mut uuid = [0u8; 16];
@@ -351,7 +351,7 @@ impl Ferrite {
     }
 
     pub(crate) fn read_pool(&self, page: PageNo, within: usize, buf: &mut [u8]) {
-        self.media.pmem.read(PoolOffset(page.offset() + within as u64), buf)
+        self.media.read(page.offset() + within as u64, buf)
     }
 }
 
@@ -414,7 +414,7 @@ pub fn read_superblock(pmem: &Pmem) -> Result<Superblock, PoolError> {
     let mut errors = Vec::new();
     for copy in format::SUPERBLOCK_COPIES {
         let mut b = [0u8; format::SUPERBLOCK_SIZE];
-        if pmem.read_checked(PoolOffset(copy.offset()), &mut b).is_none() {
+        if pmem.read_checked(copy.offset(), &mut b).is_none() {
             errors.push(SuperblockError::NotFerrite);
             continue;
         }

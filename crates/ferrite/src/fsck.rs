@@ -18,7 +18,7 @@ use crate::format::{self, InodeSlot, MountState, SuperblockError, PAGE_SIZE};
 use crate::fs::{Ferrite, MountOptions, PoolError};
 use crate::inode::{Body, InodeData};
 use crate::types::{FileType, InodeNo};
-use ferrite_pmem::{Pmem, PoolOffset};
+use ferrite_pmem::Pmem;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
@@ -135,7 +135,7 @@ fn check_inner(source: Source<'_>) -> Result<FsckReport, PoolError> {
     for (i, copy) in format::SUPERBLOCK_COPIES.iter().enumerate() {
         let mut b = [0u8; format::SUPERBLOCK_SIZE];
         let name = if i == 0 { "A" } else { "B" };
-        if pmem.read_checked(PoolOffset(copy.offset()), &mut b).is_none() {
+        if pmem.read_checked(copy.offset(), &mut b).is_none() {
             copies.push(Err(SuperblockError::NotFerrite));
             continue;
         }

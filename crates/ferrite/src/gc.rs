@@ -5,7 +5,8 @@
 
 use crate::alloc::PageAllocator;
 use crate::format::{
-    self, DentryEntry, Entry, PageNo, TruncateEntry, WriteEntry, XattrEntry, INODE_TAIL_OFFSET, LOG_NEXT_OFFSET,
+    self, DentryEntry, Entry, PageNo, PoolOffset, TruncateEntry, WriteEntry, XattrEntry, INODE_TAIL_OFFSET,
+    LOG_NEXT_OFFSET,
 };
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Body, Inode, InodeData};
@@ -18,13 +19,13 @@ use std::sync::atomic::Ordering;
 impl InodeData {
     /// Fast log GC: unlink log pages whose entries are all dead (never the
     /// tail page), then free them. Returns how many pages were collected.
-    pub fn collect_garbage(&mut self, media: &Media, alloc: &PageAllocator, slot_offset: u64) -> usize {
-        let tail_page = self.log.tail_page().0;
-        let dead: Vec<u64> = self.log.live.dead_pages.iter().copied().filter(|&p| p != tail_page).collect();
+    pub fn collect_garbage(&mut self, media: &Media, alloc: &PageAllocator, slot_offset: PoolOffset) -> usize {
+        let tail_page = self.log.tail_page();
+        let dead: Vec<PageNo> = self.log.live.dead_pages.iter().copied().filter(|&p| p != tail_page).collect();
         if dead.is_empty() {
             return 0;
         }
-        let dead_set: crate::Set<u64> = dead.iter().copied().collect();
+        let dead_set: crate::Set<PageNo> = dead.iter().copied().collect();
         // Relink around each dead page with one 8-byte store: the previous
         // live page's next pointer (or the head) skips to the next live page.
         let live = &self.log.live;
@@ -35,24 +36,24 @@ impl InodeData {
                 next = live.pages[&next].next;
             }
             // The tail page is never dead, so a live successor exists.
-            assert!(next != NO_PAGE, "dead page {p} has no live successor");
+            assert!(next != NO_PAGE, "dead page {} has no live successor", p.0);
             if info.prev != NO_PAGE && dead_set.contains(&info.prev) {
                 continue; // an earlier dead page of this run does the relink
             }
             if info.prev == NO_PAGE {
-                media.store_u64(slot_offset + format::INODE_HEAD_OFFSET, PageNo(next).offset());
+                media.store_u64(slot_offset + format::INODE_HEAD_OFFSET, next.offset().0);
                 media.flush(slot_offset + format::INODE_HEAD_OFFSET, 8);
-                self.log.head = PageNo(next).offset();
+                self.log.head = next.offset();
             } else {
-                media.store_u64(PageNo(info.prev).offset() + LOG_NEXT_OFFSET, PageNo(next).offset());
-                media.flush(PageNo(info.prev).offset() + LOG_NEXT_OFFSET, 8);
+                media.store_u64(info.prev.offset() + LOG_NEXT_OFFSET, next.offset().0);
+                media.flush(info.prev.offset() + LOG_NEXT_OFFSET, 8);
             }
         }
         // The unlinks must be durable before the pages can be reused.
         media.fence();
         for &p in &dead {
             self.log.live.remove_page(p);
-            alloc.free(PageNo(p), 1);
+            alloc.free(p, 1);
         }
         dead.len()
     }
@@ -147,7 +148,7 @@ impl InodeData {
         }
         seqs.push(last_seq + 1);
         entries.push(Entry::Attr(a.to_entry()));
-        write_log_entries(media, alloc, owner, generation, 0, entries, seqs)
+        write_log_entries(media, alloc, owner, generation, format::NO_LOG, entries, seqs)
     }
 }
 
@@ -163,8 +164,8 @@ impl Ferrite {
         let slot = self.media.slot_offset(inode.ino);
         let head = staged.new_pages[0].offset();
         let mut tx = Transaction::default();
-        tx.set(slot + format::INODE_HEAD_OFFSET, head);
-        tx.set(slot + INODE_TAIL_OFFSET, staged.new_tail);
+        tx.set(slot + format::INODE_HEAD_OFFSET, head.0);
+        tx.set(slot + INODE_TAIL_OFFSET, staged.new_tail.0);
         self.journals.run(&self.media, &tx);
         let old = d.log.live.page_list();
         let old_pages = old.len() as u64;

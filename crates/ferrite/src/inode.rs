@@ -9,7 +9,7 @@
 //! forward, so the state after an operation and the state a remount
 //! rebuilds cannot drift apart. Garbage collection is in `gc.rs`.
 
-use crate::format::{AttrEntry, PageNo, PAGE_SIZE};
+use crate::format::{AttrEntry, PageNo, PoolOffset, NO_LOG, PAGE_SIZE};
 pub use crate::log::{Liveness, Log, Staged};
 use crate::types::{FileType, InodeNo, Stat, TimeSpec};
 use crate::Map;
@@ -55,7 +55,8 @@ impl Attrs {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct PageRef {
     pub pool: PageNo,
-    pub entry: u64,
+    /// Where the Write entry mapping it lies in the log.
+    pub entry: PoolOffset,
 }
 
 /// A live name in a directory.
@@ -65,7 +66,8 @@ pub struct Dentry {
     pub kind: FileType,
     /// Sequence number of the DentryAdd entry: the readdir cookie.
     pub seq: u64,
-    pub entry: u64,
+    /// Where the DentryAdd entry lies in the log.
+    pub entry: PoolOffset,
 }
 
 #[derive(Default)]
@@ -83,7 +85,7 @@ pub enum Body {
 }
 
 /// An extended attribute's value and the location of its XattrSet entry.
-pub type Xattr = (Box<[u8]>, u64);
+pub type Xattr = (Box<[u8]>, PoolOffset);
 
 /// The DRAM state of an inode, behind its lock.
 pub struct InodeData {
@@ -120,7 +122,7 @@ impl InodeData {
         InodeData {
             alive: true,
             attrs,
-            log: Log { head: 0, tail: 0, next_seq: 1, live: Liveness::default() },
+            log: Log { head: NO_LOG, tail: NO_LOG, next_seq: 1, live: Liveness::default() },
             body: match kind {
                 FileType::Directory => Body::Dir(DirIndex::default()),
                 _ => Body::Pages(Default::default()),
@@ -171,7 +173,7 @@ impl InodeData {
     /// Bring the DRAM state forward after `staged` committed. Pool pages no
     /// longer referenced go to `freed` (to free once the commit is durable).
     pub fn commit_staged(&mut self, kind: FileType, staged: Staged, freed: &mut Vec<PageNo>) {
-        if self.log.head == 0 {
+        if self.log.head == NO_LOG {
             self.log.head = staged.new_pages[0].offset();
         }
         for &p in &staged.new_pages {

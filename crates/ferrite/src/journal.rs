@@ -15,7 +15,7 @@
 //! the old values. A header whose CRC does not check was never fenced, so no
 //! word it covers was changed (step 2 only starts after step 1's fence).
 
-use crate::format::{self, corrupt, Corrupt, JournalRecord, JournalState, PAGE_SIZE};
+use crate::format::{self, corrupt, Corrupt, JournalRecord, JournalState, PoolOffset, PAGE_SIZE};
 use crate::media::Media;
 use parking_lot::Mutex;
 
@@ -26,12 +26,12 @@ pub struct Journals {
 /// The words one transaction sets: (offset, new value).
 #[derive(Default)]
 pub struct Transaction {
-    pub words: Vec<(u64, u64)>,
+    pub words: Vec<(PoolOffset, u64)>,
 }
 
 impl Transaction {
-    pub fn set(&mut self, offset: u64, value: u64) {
-        assert!(offset.is_multiple_of(8));
+    pub fn set(&mut self, offset: PoolOffset, value: u64) {
+        assert!(offset.0.is_multiple_of(8), "journaled word at {offset} is not aligned");
         assert!(!self.words.iter().any(|w| w.0 == offset), "word journaled twice");
         self.words.push((offset, value));
     }
@@ -70,16 +70,16 @@ impl Journals {
 /// state word, log head or log tail inside the inode table.
 fn check_record(media: &Media, r: &JournalRecord) -> Result<(), Corrupt> {
     let l = &media.layout;
-    let start = l.inode_table_start.offset();
+    let start = l.inode_table_start.offset().0;
     let end = start + l.inode_table_pages * PAGE_SIZE;
-    let within = r.offset.wrapping_sub(start) % format::INODE_SLOT_SIZE;
-    if r.offset < start + format::INODE_SLOT_SIZE
-        || r.offset >= end
+    let within = r.offset.0.wrapping_sub(start) % format::INODE_SLOT_SIZE;
+    if r.offset.0 < start + format::INODE_SLOT_SIZE
+        || r.offset.0 >= end
         || !(within == format::INODE_STATE_OFFSET
             || within == format::INODE_HEAD_OFFSET
             || within == format::INODE_TAIL_OFFSET)
     {
-        return Err(corrupt!("journal record names offset {:#x}, not an inode word", r.offset));
+        return Err(corrupt!("journal record names offset {:#x}, not an inode word", r.offset.0));
     }
     Ok(())
 }

@@ -16,7 +16,7 @@
 
 use crate::alloc::PageAllocator;
 use crate::format::{
-    self, Entry, PageNo, LOG_NEXT_OFFSET, LOG_PAGE_HEADER_SIZE, LOG_UNIT, LOG_UNITS_PER_PAGE, PAGE_SHIFT, PAGE_SIZE,
+    self, Entry, PageNo, PoolOffset, LOG_NEXT_OFFSET, LOG_PAGE_HEADER_SIZE, LOG_UNIT, LOG_UNITS_PER_PAGE, PAGE_SIZE,
 };
 use crate::inode::InodeData;
 use crate::media::Media;
@@ -27,8 +27,8 @@ use std::collections::BTreeSet;
 /// What DRAM keeps about one log page: its place in the chain and the
 /// reference counts of its entries (indexed by 64-byte unit).
 pub(crate) struct LogPage {
-    pub(crate) prev: u64,
-    pub(crate) next: u64,
+    pub(crate) prev: PageNo,
+    pub(crate) next: PageNo,
     pub(crate) live_entries: u32,
     /// Lowest file page and highest file page end mapped by a Write entry
     /// in this page (for Truncate and Punch pins).
@@ -38,25 +38,25 @@ pub(crate) struct LogPage {
     /// Size in units of the entry starting at each unit.
     pub(crate) units: [u8; LOG_UNITS_PER_PAGE as usize],
     /// Entries (locations) this page pins: they stay live while it exists.
-    pub(crate) pins: Vec<u64>,
+    pub(crate) pins: Vec<PoolOffset>,
 }
 
-pub(crate) const NO_PAGE: u64 = u64::MAX;
+pub(crate) const NO_PAGE: PageNo = PageNo(u64::MAX);
 
 /// Liveness accounting for log GC (see the module comment), and the order
 /// of the log's pages, kept as a doubly linked list so that unlinking a
 /// dead page costs O(1) whatever the length of the log.
 pub struct Liveness {
-    pub(crate) pages: Map<u64, Box<LogPage>>,
-    pub(crate) first: u64,
-    pub(crate) last: u64,
+    pub(crate) pages: Map<PageNo, Box<LogPage>>,
+    pub(crate) first: PageNo,
+    pub(crate) last: PageNo,
     pub(crate) live_entries: usize,
     /// Units (of 64 bytes) the live entries take: what a compaction keeps.
     pub(crate) live_units: usize,
-    pub(crate) dead_pages: BTreeSet<u64>,
-    pub(crate) last_attr: Option<u64>,
-    pub(crate) last_size: Option<u64>,
-    pub(crate) last_entry: Option<u64>,
+    pub(crate) dead_pages: BTreeSet<PageNo>,
+    pub(crate) last_attr: Option<PoolOffset>,
+    pub(crate) last_size: Option<PoolOffset>,
+    pub(crate) last_entry: Option<PoolOffset>,
 }
 
 impl Default for Liveness {
@@ -75,12 +75,14 @@ impl Default for Liveness {
     }
 }
 
-pub(crate) fn page_of(loc: u64) -> u64 {
-    loc >> PAGE_SHIFT
+/// The log page holding the entry at `loc`.
+pub(crate) fn page_of(loc: PoolOffset) -> PageNo {
+    PageNo::containing(loc)
 }
 
-pub(crate) fn unit_of(loc: u64) -> usize {
-    (((loc & (PAGE_SIZE - 1)) - LOG_PAGE_HEADER_SIZE) / LOG_UNIT) as usize
+/// The unit of its log page at which the entry at `loc` starts.
+pub(crate) fn unit_of(loc: PoolOffset) -> usize {
+    (((loc.0 & (PAGE_SIZE - 1)) - LOG_PAGE_HEADER_SIZE) / LOG_UNIT) as usize
 }
 
 impl Liveness {
@@ -96,13 +98,13 @@ impl Liveness {
             units: [0; LOG_UNITS_PER_PAGE as usize],
             pins: Vec::new(),
         });
-        assert!(self.pages.insert(p.0, page).is_none(), "log page {} linked twice", p.0);
+        assert!(self.pages.insert(p, page).is_none(), "log page {} linked twice", p.0);
         if self.last == NO_PAGE {
-            self.first = p.0;
+            self.first = p;
         } else {
-            self.pages.get_mut(&self.last).expect("last page").next = p.0;
+            self.pages.get_mut(&self.last).expect("last page").next = p;
         }
-        self.last = p.0;
+        self.last = p;
     }
 
     pub fn page_count(&self) -> usize {
@@ -114,17 +116,17 @@ impl Liveness {
         let mut v = Vec::with_capacity(self.pages.len());
         let mut p = self.first;
         while p != NO_PAGE {
-            v.push(PageNo(p));
+            v.push(p);
             p = self.pages[&p].next;
         }
         v
     }
 
-    pub(crate) fn page_mut(&mut self, loc: u64) -> &mut LogPage {
+    pub(crate) fn page_mut(&mut self, loc: PoolOffset) -> &mut LogPage {
         self.pages.get_mut(&page_of(loc)).expect("entry in a page of this log")
     }
 
-    pub(crate) fn add_ref(&mut self, loc: u64, n: u32) {
+    pub(crate) fn add_ref(&mut self, loc: PoolOffset, n: u32) {
         if n == 0 {
             return;
         }
@@ -143,7 +145,7 @@ impl Liveness {
         }
     }
 
-    pub(crate) fn unref(&mut self, loc: u64) {
+    pub(crate) fn unref(&mut self, loc: PoolOffset) {
         let unit = unit_of(loc);
         let page = self.page_mut(loc);
         assert!(page.refs[unit] > 0, "unref of an entry with no references");
@@ -159,13 +161,13 @@ impl Liveness {
         }
     }
 
-    pub(crate) fn pin(&mut self, pinning_page: u64, loc: u64) {
+    pub(crate) fn pin(&mut self, pinning_page: PageNo, loc: PoolOffset) {
         self.pages.get_mut(&pinning_page).expect("pinning page in the log").pins.push(loc);
         self.add_ref(loc, 1);
     }
 
     /// Unlink a page from the chain and release the pins it held.
-    pub(crate) fn remove_page(&mut self, page: u64) {
+    pub(crate) fn remove_page(&mut self, page: PageNo) {
         let info = self.pages.remove(&page).expect("removed page is in the log");
         self.dead_pages.remove(&page);
         self.live_entries -= info.live_entries as usize;
@@ -189,7 +191,7 @@ impl Liveness {
     }
 
     /// Record the size of a new entry before its first reference.
-    pub(crate) fn set_units(&mut self, loc: u64, units: u8) {
+    pub(crate) fn set_units(&mut self, loc: PoolOffset, units: u8) {
         let unit = unit_of(loc);
         let page = self.page_mut(loc);
         debug_assert_eq!(page.refs[unit], 0);
@@ -199,24 +201,26 @@ impl Liveness {
 
 /// The log of one inode: pages from head to tail.
 pub struct Log {
-    pub head: u64,
-    pub tail: u64,
+    /// Where the first log page starts (PoolOffset(0): no log yet).
+    pub head: PoolOffset,
+    /// Where the next entry goes: the commit point.
+    pub tail: PoolOffset,
     pub next_seq: u64,
     pub live: Liveness,
 }
 
 impl Log {
     pub(crate) fn tail_page(&self) -> PageNo {
-        PageNo((self.tail - 1) >> PAGE_SHIFT)
+        format::tail_page(self.tail)
     }
 }
 
 /// Entries written after the tail but not yet committed.
 pub struct Staged {
-    pub new_tail: u64,
+    pub new_tail: PoolOffset,
     pub new_pages: Vec<PageNo>,
     /// (location, sequence number) of each entry, in order.
-    pub locs: Vec<(u64, u64)>,
+    pub locs: Vec<(PoolOffset, u64)>,
     pub entries: Vec<Entry>,
 }
 
@@ -246,7 +250,7 @@ pub(crate) fn write_log_entries(
     alloc: &PageAllocator,
     owner: InodeNo,
     generation: u32,
-    pos: u64,
+    pos: PoolOffset,
     entries: Vec<Entry>,
     seqs: Vec<u64>,
 ) -> FsResult<Staged> {
@@ -258,7 +262,7 @@ pub(crate) fn write_log_entries(
     // entries open a fresh page.
     let mut plan: smallvec::SmallVec<[bool; 8]> = smallvec::SmallVec::new();
     let mut need_pages = 0u64;
-    let mut room = if pos == 0 { 0 } else { (((pos - 1) | (PAGE_SIZE - 1)) + 1) - pos };
+    let mut room = if pos == format::NO_LOG { 0 } else { format::tail_page(pos).offset().0 + PAGE_SIZE - pos.0 };
     for e in &entries {
         let len = e.size_bytes() as u64;
         let fresh = len > room;
@@ -270,8 +274,8 @@ pub(crate) fn write_log_entries(
         room -= len;
     }
     let runs = if need_pages > 0 { alloc.alloc(need_pages)? } else { crate::alloc::Runs::new() };
-    let mut fresh = runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i)));
-    let mut prev_page = if pos == 0 { None } else { Some(PageNo((pos - 1) >> PAGE_SHIFT)) };
+    let mut fresh = runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| s.plus(i)));
+    let mut prev_page = if pos == format::NO_LOG { None } else { Some(format::tail_page(pos)) };
     for ((e, &needs_new), &seq) in entries.iter().zip(&plan).zip(&seqs) {
         let len = e.size_bytes() as u64;
         if needs_new {
@@ -286,11 +290,11 @@ pub(crate) fn write_log_entries(
                 // longer the tail's page, replay reads it to the first
                 // all-zero unit, so write that end marker explicitly.
                 let page_end = prev.offset() + PAGE_SIZE;
-                if pos != 0 && pos < page_end {
+                if pos != format::NO_LOG && pos < page_end {
                     media.write(pos, &[0u8; LOG_UNIT as usize]);
                     media.flush(pos, LOG_UNIT);
                 }
-                media.store_u64(prev.offset() + LOG_NEXT_OFFSET, page.offset());
+                media.store_u64(prev.offset() + LOG_NEXT_OFFSET, page.offset().0);
                 media.flush(prev.offset() + LOG_NEXT_OFFSET, 8);
             }
             new_pages.push(page);
@@ -301,8 +305,8 @@ pub(crate) fn write_log_entries(
         media.write(pos, &buf);
         media.flush(pos, len);
         locs.push((pos, seq));
-        pos += len;
+        pos = pos + len;
     }
-    assert!(format::log_tail_in_bounds(pos), "inode {}: staged tail {pos:#x} out of bounds", owner.0);
+    assert!(format::log_tail_in_bounds(pos), "inode {}: staged tail {pos} out of bounds", owner.0);
     Ok(Staged { new_tail: pos, new_pages, locs, entries })
 }

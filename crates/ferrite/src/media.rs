@@ -2,9 +2,9 @@
 //! with the few composite accesses every module needs. All stores still go
 //! through `ferrite_pmem::Pmem`; this module only names offsets.
 
-use crate::format::{self, corrupt, Corrupt, InodeSlot, Layout, PageNo, INODE_SLOT_SIZE, PAGE_SIZE};
+use crate::format::{self, corrupt, Corrupt, InodeSlot, Layout, PageNo, PoolOffset, INODE_SLOT_SIZE, PAGE_SIZE};
 use crate::types::InodeNo;
-use ferrite_pmem::{Pmem, PoolOffset};
+use ferrite_pmem::Pmem;
 use std::sync::Arc;
 
 pub struct Media {
@@ -13,53 +13,53 @@ pub struct Media {
 }
 
 impl Media {
-    pub fn read(&self, offset: u64, buf: &mut [u8]) {
-        self.pmem.read(PoolOffset(offset), buf)
+    pub fn read(&self, offset: PoolOffset, buf: &mut [u8]) {
+        self.pmem.read(offset, buf)
     }
 
     /// Read bytes whose offset came from media: out of range is corruption.
-    pub fn read_checked(&self, offset: u64, buf: &mut [u8]) -> Result<(), Corrupt> {
+    pub fn read_checked(&self, offset: PoolOffset, buf: &mut [u8]) -> Result<(), Corrupt> {
         self.pmem
-            .read_checked(PoolOffset(offset), buf)
-            .ok_or_else(|| corrupt!("read of {} bytes at {offset:#x} outside the pool", buf.len()))
+            .read_checked(offset, buf)
+            .ok_or_else(|| corrupt!("read of {} bytes at {offset} outside the pool", buf.len()))
     }
 
-    pub fn read_u64(&self, offset: u64) -> u64 {
-        self.pmem.read_u64(PoolOffset(offset))
+    pub fn read_u64(&self, offset: PoolOffset) -> u64 {
+        self.pmem.read_u64(offset)
     }
 
-    pub fn write(&self, offset: u64, data: &[u8]) {
-        self.pmem.write(PoolOffset(offset), data)
+    pub fn write(&self, offset: PoolOffset, data: &[u8]) {
+        self.pmem.write(offset, data)
     }
 
-    pub fn write_nt(&self, offset: u64, data: &[u8]) {
-        self.pmem.write_nt(PoolOffset(offset), data)
+    pub fn write_nt(&self, offset: PoolOffset, data: &[u8]) {
+        self.pmem.write_nt(offset, data)
     }
 
-    pub fn fill_nt(&self, offset: u64, len: u64, byte: u8) {
-        self.pmem.fill_nt(PoolOffset(offset), len, byte)
+    pub fn fill_nt(&self, offset: PoolOffset, len: u64, byte: u8) {
+        self.pmem.fill_nt(offset, len, byte)
     }
 
-    pub fn flush(&self, offset: u64, len: u64) {
-        self.pmem.flush(PoolOffset(offset), len)
+    pub fn flush(&self, offset: PoolOffset, len: u64) {
+        self.pmem.flush(offset, len)
     }
 
     pub fn fence(&self) {
         self.pmem.fence()
     }
 
-    pub fn store_u64(&self, offset: u64, value: u64) {
-        self.pmem.store_u64(PoolOffset(offset), value)
+    pub fn store_u64(&self, offset: PoolOffset, value: u64) {
+        self.pmem.store_u64(offset, value)
     }
 
     /// The commit primitive: one atomic 8-byte store, made durable.
-    pub fn commit_u64(&self, offset: u64, value: u64) {
-        self.pmem.store_u64(PoolOffset(offset), value);
-        self.pmem.flush(PoolOffset(offset), 8);
+    pub fn commit_u64(&self, offset: PoolOffset, value: u64) {
+        self.pmem.store_u64(offset, value);
+        self.pmem.flush(offset, 8);
         self.pmem.fence();
     }
 
-    pub fn slot_offset(&self, ino: InodeNo) -> u64 {
+    pub fn slot_offset(&self, ino: InodeNo) -> PoolOffset {
         self.layout.inode_slot(ino)
     }
 
@@ -88,8 +88,8 @@ impl Media {
         let slot = self.slot_offset(ino);
         self.write(slot + format::INODE_HEADER_OFFSET, &header.encode());
         let mut words = [0u8; 16];
-        words[..8].copy_from_slice(&staged.new_pages[0].offset().to_le_bytes());
-        words[8..].copy_from_slice(&staged.new_tail.to_le_bytes());
+        words[..8].copy_from_slice(&staged.new_pages[0].offset().0.to_le_bytes());
+        words[8..].copy_from_slice(&staged.new_tail.0.to_le_bytes());
         self.write(slot + format::INODE_HEAD_OFFSET, &words);
         self.flush(slot, format::INODE_SLOT_USED_BYTES);
     }
@@ -104,7 +104,8 @@ impl Media {
     }
 
     /// A log page pointer read from media must be page-aligned and in the data region.
-    pub fn check_log_pointer(&self, off: u64, what: &str) -> Result<PageNo, Corrupt> {
+    pub fn check_log_pointer(&self, off: PoolOffset, what: &str) -> Result<PageNo, Corrupt> {
+        let off = off.0;
         if !off.is_multiple_of(PAGE_SIZE) {
             return Err(corrupt!("{what} {off:#x} is not page aligned"));
         }

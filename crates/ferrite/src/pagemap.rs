@@ -14,7 +14,7 @@ const DENSE_PAGES_MAX: u64 = 1 << 18;
 
 /// Pool page 0 holds a superblock, so it never maps file data: it marks an
 /// empty slot of the dense vector.
-const EMPTY: PageRef = PageRef { pool: PageNo(0), entry: 0 };
+const EMPTY: PageRef = PageRef { pool: PageNo(0), entry: crate::format::NO_LOG };
 
 #[derive(Default)]
 pub struct PageMap {
@@ -119,7 +119,7 @@ mod tests {
     use super::*;
 
     fn r(p: u64) -> PageRef {
-        PageRef { pool: PageNo(p), entry: p * 64 }
+        PageRef { pool: PageNo(p), entry: crate::format::PoolOffset(p * 64) }
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! Everything read from media is checked: a failed check is `Corrupt`.
 
 use crate::format::{
-    self, corrupt, AttrEntry, Corrupt, DentryEntry, Entry, PageNo, PunchEntry, TruncateEntry, WriteEntry, XattrEntry,
-    LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SHIFT, PAGE_SIZE,
+    self, corrupt, AttrEntry, Corrupt, DentryEntry, Entry, PageNo, PoolOffset, PunchEntry, TruncateEntry, WriteEntry,
+    XattrEntry, LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SIZE,
 };
 use crate::inode::{Attrs, Body, Dentry, InodeData, PageRef};
 use crate::log::{page_of, Liveness, NO_PAGE};
@@ -20,7 +20,7 @@ impl InodeData {
         &mut self,
         kind: FileType,
         e: &Entry,
-        loc: u64,
+        loc: PoolOffset,
         seq: u64,
         freed: &mut Vec<PageNo>,
     ) -> Result<(), Corrupt> {
@@ -56,7 +56,7 @@ impl InodeData {
 
     /// An Attr entry is a full snapshot of every attribute but the size;
     /// it is live while it is the newest one.
-    fn apply_attr(&mut self, a: &AttrEntry, loc: u64) -> Result<(), Corrupt> {
+    fn apply_attr(&mut self, a: &AttrEntry, loc: PoolOffset) -> Result<(), Corrupt> {
         self.attrs.perm = a.perm;
         self.attrs.uid = a.uid;
         self.attrs.gid = a.gid;
@@ -75,7 +75,7 @@ impl InodeData {
 
     /// The newest size-carrying entry (Write or Truncate) stays live: it
     /// holds the size.
-    fn set_size(&mut self, size: u64, mtime_ns: i64, ctime_ns: i64, loc: u64) {
+    fn set_size(&mut self, size: u64, mtime_ns: i64, ctime_ns: i64, loc: PoolOffset) {
         self.attrs.size = size;
         self.attrs.mtime_ns = mtime_ns;
         self.attrs.ctime_ns = ctime_ns;
@@ -88,7 +88,7 @@ impl InodeData {
 
     /// A Write entry maps file pages to pool pages; it is live for each
     /// file page it still maps. The pages it replaces are released.
-    fn apply_write(&mut self, w: &WriteEntry, loc: u64, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
+    fn apply_write(&mut self, w: &WriteEntry, loc: PoolOffset, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
         let Body::Pages(map) = &mut self.body else {
             return Err(corrupt!("write entry in a directory log"));
         };
@@ -110,7 +110,7 @@ impl InodeData {
 
     /// A Truncate sets the size and (unless size-only) unmaps the pages
     /// past it, pinned to the older log pages that may map them.
-    fn apply_truncate(&mut self, t: &TruncateEntry, loc: u64, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
+    fn apply_truncate(&mut self, t: &TruncateEntry, loc: PoolOffset, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
         let Body::Pages(map) = &mut self.body else {
             return Err(corrupt!("truncate entry in a directory log"));
         };
@@ -127,7 +127,7 @@ impl InodeData {
     }
 
     /// A Punch unmaps whole pages inside the file; the size stays.
-    fn apply_punch(&mut self, h: &PunchEntry, loc: u64, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
+    fn apply_punch(&mut self, h: &PunchEntry, loc: PoolOffset, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
         let Body::Pages(map) = &mut self.body else {
             return Err(corrupt!("punch entry in a directory log"));
         };
@@ -139,7 +139,7 @@ impl InodeData {
 
     /// A DentryAdd is live while its name exists; its sequence number is
     /// the name's readdir cookie.
-    fn apply_dentry_add(&mut self, d: &DentryEntry, loc: u64, seq: u64) -> Result<(), Corrupt> {
+    fn apply_dentry_add(&mut self, d: &DentryEntry, loc: PoolOffset, seq: u64) -> Result<(), Corrupt> {
         let Body::Dir(dir) = &mut self.body else {
             return Err(corrupt!("dentry in a file log"));
         };
@@ -160,7 +160,7 @@ impl InodeData {
 
     /// A DentryRemove kills its DentryAdd and is pinned to that entry's
     /// page while it exists.
-    fn apply_dentry_remove(&mut self, d: &DentryEntry, loc: u64) -> Result<(), Corrupt> {
+    fn apply_dentry_remove(&mut self, d: &DentryEntry, loc: PoolOffset) -> Result<(), Corrupt> {
         let Body::Dir(dir) = &mut self.body else {
             return Err(corrupt!("dentry in a file log"));
         };
@@ -191,7 +191,7 @@ impl InodeData {
     /// live while it is the value of its name; a removal is pinned by the
     /// page of the set it cancels, and one whose set was collected first
     /// finds nothing to remove.
-    fn apply_xattr(&mut self, x: &XattrEntry, loc: u64) {
+    fn apply_xattr(&mut self, x: &XattrEntry, loc: PoolOffset) {
         let live = &mut self.log.live;
         let old = self.xattrs.remove(x.name.as_slice());
         if let Some((_, old_loc)) = old {
@@ -220,17 +220,17 @@ impl InodeData {
         ino: InodeNo,
         kind: FileType,
         generation: u32,
-        head: u64,
-        tail: u64,
+        head: PoolOffset,
+        tail: PoolOffset,
     ) -> Result<InodeData, Corrupt> {
         let mut data = InodeData::new_empty(kind, Attrs::UNSET);
         let head_page = media.check_log_pointer(head, "log head")?;
         if !format::log_tail_in_bounds(tail) {
-            return Err(corrupt!("inode {}: log tail {tail:#x} invalid", ino.0));
+            return Err(corrupt!("inode {}: log tail {tail} invalid", ino.0));
         }
-        let tail_page = PageNo((tail - 1) >> PAGE_SHIFT);
+        let tail_page = format::tail_page(tail);
         media.check_data_page(tail_page, "log tail")?;
-        let tail_in_page = tail - tail_page.offset();
+        let tail_in_page = tail.0 - tail_page.offset().0;
         let mut page = head_page;
         let mut buf = vec![0u8; PAGE_SIZE as usize];
         let mut freed = Vec::new();
@@ -285,7 +285,7 @@ impl InodeData {
 fn unmap_and_pin(
     map: &mut crate::pagemap::PageMap,
     live: &mut Liveness,
-    loc: u64,
+    loc: PoolOffset,
     first: u64,
     end: u64,
     freed: &mut Vec<PageNo>,

@@ -189,7 +189,7 @@ fn map_pool(img: &[u8]) -> PoolMap {
     let mut m = PoolMap {
         superblocks: SUPERBLOCK_COPIES
             .iter()
-            .map(|p| p.offset() as usize..p.offset() as usize + SUPERBLOCK_SIZE)
+            .map(|p| p.offset().0 as usize..p.offset().0 as usize + SUPERBLOCK_SIZE)
             .collect(),
         journals: (0..sb.lane_count as u64)
             .map(|l| {
@@ -201,14 +201,14 @@ fn map_pool(img: &[u8]) -> PoolMap {
         log_pages: Vec::new(),
         entries: Vec::new(),
         entry_owner: Vec::new(),
-        save: sb.save_start.offset() as usize..(sb.save_start.offset() + sb.save_pages * PAGE_SIZE) as usize,
-        inode_table: sb.inode_table_start.offset() as usize
-            ..(sb.inode_table_start.offset() + sb.inode_table_pages * PAGE_SIZE) as usize,
-        data_start: sb.data_start.offset() as usize,
+        save: sb.save_start.offset().0 as usize..(sb.save_start.offset() + sb.save_pages * PAGE_SIZE).0 as usize,
+        inode_table: sb.inode_table_start.offset().0 as usize
+            ..(sb.inode_table_start.offset() + sb.inode_table_pages * PAGE_SIZE).0 as usize,
+        data_start: sb.data_start.offset().0 as usize,
         len: img.len(),
     };
     for ino in 1..sb.inode_count {
-        let slot = (sb.inode_table_start.offset() + ino * INODE_SLOT_SIZE) as usize;
+        let slot = (sb.inode_table_start.offset() + ino * INODE_SLOT_SIZE).0 as usize;
         if u64_at(img, slot) == 0 {
             continue;
         }
@@ -761,7 +761,7 @@ fn wrong_magic_and_version_are_refused() {
     // Wrong magic in both copies: not a Ferrite pool.
     let mut img = clean.clone();
     for c in SUPERBLOCK_COPIES {
-        img[c.offset() as usize] ^= 0x20;
+        img[c.offset().0 as usize] ^= 0x20;
     }
     assert!(matches!(mount(&img), Err(PoolError::NotFerrite)));
     assert!(matches!(fsck(&img), Err(PoolError::NotFerrite)));
@@ -771,7 +771,7 @@ fn wrong_magic_and_version_are_refused() {
     // calling the pool damaged: the next mount rewrites it.
     for c in SUPERBLOCK_COPIES {
         let mut img = clean.clone();
-        img[c.offset() as usize + 3] = b'!';
+        img[c.offset().0 as usize + 3] = b'!';
         let fs = mount(&img).expect("one good superblock copy is enough");
         let st = explore(&fs, 1000, 1 << 20);
         assert_eq!(st.errors, 0, "{:?}", st.error_lines);
@@ -784,7 +784,7 @@ fn wrong_magic_and_version_are_refused() {
     for v in [0u32, 1, 3, 7, u32::MAX] {
         let mut img = clean.clone();
         for c in SUPERBLOCK_COPIES {
-            let at = c.offset() as usize;
+            let at = c.offset().0 as usize;
             put_u32(&mut img, at + 8, v);
             fix_superblock_crc(&mut img, at);
         }
@@ -803,7 +803,7 @@ fn wrong_magic_and_version_are_refused() {
         // A wrong version without a valid checksum is corruption.
         let mut img2 = clean.clone();
         for c in SUPERBLOCK_COPIES {
-            put_u32(&mut img2, c.offset() as usize + 8, v);
+            put_u32(&mut img2, c.offset().0 as usize + 8, v);
         }
         assert!(matches!(mount(&img2), Err(PoolError::Corrupt(_))), "version {v} with a stale checksum");
     }
@@ -988,7 +988,7 @@ fn forged_superblock_counters_do_not_panic() {
     for (field, at) in [("generation", 112usize), ("mount count", 152)] {
         let mut img = base.clone();
         for c in SUPERBLOCK_COPIES {
-            let o = c.offset() as usize;
+            let o = c.offset().0 as usize;
             put_u64(&mut img, o + at, u64::MAX);
             fix_superblock_crc(&mut img, o);
         }

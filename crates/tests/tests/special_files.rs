@@ -115,7 +115,7 @@ fn special_files_are_recorded_and_survive_remounts() {
 }
 
 fn superblock(image: &[u8]) -> Superblock {
-    let at = SUPERBLOCK_COPIES[0].offset() as usize;
+    let at = SUPERBLOCK_COPIES[0].offset().0 as usize;
     Superblock::decode(&image[at..at + SUPERBLOCK_SIZE], image.len() as u64).unwrap()
 }
 
@@ -134,7 +134,7 @@ fn pools_carry_the_feature_bits() {
     let mut sb = superblock(&old);
     sb.features = 0;
     for copy in SUPERBLOCK_COPIES {
-        let at = copy.offset() as usize;
+        let at = copy.offset().0 as usize;
         old[at..at + SUPERBLOCK_SIZE].copy_from_slice(&sb.encode());
     }
     assert_eq!(superblock(&old).features, 0);
@@ -148,7 +148,7 @@ fn pools_carry_the_feature_bits() {
     let mut sb = superblock(&newer);
     sb.features |= 1 << 7;
     for copy in SUPERBLOCK_COPIES {
-        let at = copy.offset() as usize;
+        let at = copy.offset().0 as usize;
         newer[at..at + SUPERBLOCK_SIZE].copy_from_slice(&sb.encode());
     }
     let err = Ferrite::mount(Pmem::from_image(&newer), &MountOptions::default()).err().expect("refused");
