@@ -110,6 +110,21 @@ impl Ferrite {
         fresh: Fresh,
     ) -> FsResult<Option<Arc<Inode>>> {
         assert_eq!(parts.len(), guards.len(), "one lock guard per part");
+        // What fsck checks, asserted where it is produced: an inode is freed
+        // only when nothing names it and nobody has it open, and a new name
+        // carries the type of the inode it names.
+        for (i, part) in parts.iter().enumerate() {
+            assert!(
+                !part.free || (guards[i].open_count == 0 && part.entries.is_empty()),
+                "inode {} freed while open or while appended to",
+                part.inode.ino.0
+            );
+            for e in &part.entries {
+                if let (Entry::DentryAdd(d), Some(n)) = (e, &new) {
+                    assert!(d.ino != n.ino || d.kind == n.kind, "name of new inode {} with another type", n.ino.0);
+                }
+            }
+        }
         // The new inode first: its slot (not live) and its first log page.
         let new_inode = match new {
             None => None,
@@ -150,7 +165,6 @@ impl Ferrite {
         for (i, part) in parts.iter().enumerate() {
             let slot = self.media.slot_offset(part.inode.ino);
             if part.free {
-                assert!(staged[i].is_none(), "inode {} is freed and appended to at once", part.inode.ino.0);
                 tx.set(slot + INODE_STATE_OFFSET, 0);
             } else if let Some(s) = &staged[i] {
                 tx.set(slot + INODE_TAIL_OFFSET, s.new_tail.0);
