@@ -7,8 +7,9 @@
 //! `docs/DESIGN.md` for the story and `docs/FORMAT.md` for the bytes.
 //!
 //! The engine knows nothing of FUSE, LD_PRELOAD or the command line: those
-//! are adapters over `Ferrite` (inode-level calls) and `PathFs` (paths and
-//! descriptors).
+//! are adapters over `Ferrite` (inode-level calls) and `Session` (a
+//! process's descriptors, current directory and credentials, implementing
+//! `PathFs`).
 
 mod alloc;
 pub mod dump;
@@ -22,6 +23,7 @@ mod media;
 mod ns;
 mod pagemap;
 mod path;
+pub mod perm;
 mod recovery;
 pub mod types;
 mod xattr_name;
@@ -34,5 +36,5 @@ pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomStat
 pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
 pub use inode::Inode;
 pub use ns::NodeSpec;
-pub use path::OpenFile;
+pub use path::{FdTable, OpenFile, Session};
 pub use types::*;

@@ -53,6 +53,10 @@ pub struct NodeSpec<'a> {
     pub rdev: u64,
 }
 
+/// The permission check `rename_in` runs on the inode moved and the one
+/// replaced or exchanged (the path API's; none at inode level).
+pub(crate) type RenameCheck<'a> = dyn Fn(&Arc<Inode>, Option<&Arc<Inode>>) -> FsResult<()> + 'a;
+
 /// One inode's part of a multi-inode operation.
 struct Part<'a> {
     inode: &'a Arc<Inode>,
@@ -493,11 +497,14 @@ impl Ferrite {
         dslash: bool,
         flags: RenameFlags,
     ) -> FsResult<()> {
-        self.rename_in(&self.dir_inode(sp)?, sname, sslash, &self.dir_inode(dp)?, dname, dslash, flags)
+        let no_check = |_: &Arc<Inode>, _: Option<&Arc<Inode>>| Ok(());
+        self.rename_in(&self.dir_inode(sp)?, sname, sslash, &self.dir_inode(dp)?, dname, dslash, flags, &no_check)
     }
 
     /// rename_checked between directories already held (ENOENT once either
-    /// has been removed).
+    /// has been removed). `check` gets the inode moved and the one replaced
+    /// or exchanged, where Linux's vfs_rename checks permissions: after the
+    /// same-inode case, before the type checks.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rename_in(
         &self,
@@ -508,6 +515,7 @@ impl Ferrite {
         dname: &[u8],
         dslash: bool,
         flags: RenameFlags,
+        check: &RenameCheck<'_>,
     ) -> FsResult<()> {
         if sdir.kind != FileType::Directory || ddir.kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
@@ -541,17 +549,8 @@ impl Ferrite {
                     return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
                 }
             }
-            if let Some(t) = &dst {
-                if t.ino == src.ino {
-                    return Ok(());
-                }
-                if !exchange {
-                    match (src_dir, t.kind == FileType::Directory) {
-                        (true, false) => return Err(Errno::ENOTDIR),
-                        (false, true) => return Err(Errno::EISDIR),
-                        _ => {}
-                    }
-                }
+            if dst.as_ref().is_some_and(|t| t.ino == src.ino) {
+                return Ok(());
             }
             let Some(moved) = self.child_of(sdir, sname, &src)? else {
                 continue; // removed meanwhile: look again
@@ -563,6 +562,16 @@ impl Ferrite {
                 },
                 None => None,
             };
+            check(&moved, target.as_ref())?;
+            if let Some(t) = &dst {
+                if !exchange {
+                    match (src_dir, t.kind == FileType::Directory) {
+                        (true, false) => return Err(Errno::ENOTDIR),
+                        (false, true) => return Err(Errno::EISDIR),
+                        _ => {}
+                    }
+                }
+            }
             let mut list: Vec<&Arc<Inode>> = vec![&sdir, &ddir, &moved];
             if let Some(t) = &target {
                 list.push(t);
