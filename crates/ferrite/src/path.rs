@@ -894,9 +894,7 @@ impl Session {
                 return Err(Errno::ENOENT);
             }
             may_create(&r.dir, &c)?;
-            if kind.has_rdev() && !c.is_root() {
-                return Err(Errno::EPERM);
-            }
+            perm::may_mknod(&c, kind, rdev)?;
             let (uid, gid, perm) = perm::new_owner(&c, &owner_of(&r.dir), kind, perm);
             let spec = NodeSpec { kind, perm, uid, gid, symlink_target: target, rdev };
             self.fs.create_node_in(&r.dir, name, &spec).map(|_| ())

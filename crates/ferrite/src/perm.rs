@@ -130,3 +130,13 @@ pub fn new_owner(c: &Credentials, dir: &Owner, kind: FileType, perm: u32) -> (u3
     }
     (c.uid, gid, perm)
 }
+
+/// vfs_mknod: device nodes need root (CAP_MKNOD), except a character
+/// device 0:0, which is a whiteout anyone may make.
+pub fn may_mknod(c: &Credentials, kind: FileType, rdev: u64) -> FsResult<()> {
+    let whiteout = kind == FileType::CharDevice && rdev == 0;
+    if kind.has_rdev() && !whiteout && !c.is_root() {
+        return Err(Errno::EPERM);
+    }
+    Ok(())
+}

@@ -95,6 +95,17 @@
 //!   so that adding a file does not renumber every later path.
 //! * [`ModelFs::tree`] materializes the content of every file: keep sparse
 //!   files to sizes that fit in memory when comparing trees.
+//! * Permissions: the rules of `ferrite::perm` (search, write+search on
+//!   parents, access modes at open, sticky directories, chmod/chown/utimens
+//!   ownership, set-group-id inheritance). Not modeled (as in the engine):
+//!   Linux clearing set-user-id/set-group-id bits on write, truncate or
+//!   chown (brief), the fs.protected_* sysctls, a real/effective id split.
+//! * Extended attributes: user., trusted. and security. names are stored
+//!   (name + value at most `ferrite::format::XATTR_BYTES_MAX` bytes, E2BIG
+//!   beyond, as the engine); system.* names (POSIX ACLs) are EOPNOTSUPP,
+//!   where the engine maps an access ACL to the mode.
+//! * A removed directory holds no name: looking one up in it gives ENOENT
+//!   before the name's length is checked (Linux's IS_DEADDIR).
 
 mod state;
 mod tree;

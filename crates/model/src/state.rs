@@ -1510,9 +1510,9 @@ impl ModelState {
         check_path(path)?;
         let start = self.start(dirfd, path)?;
         let (dir, name) = self.create_target(start, path, false)?;
-        // vfs_mknod: device nodes need CAP_MKNOD.
-        if matches!(body, Body::Special(k, _) if k.has_rdev()) && !self.creds.is_root() {
-            return Err(Errno::EPERM);
+        // vfs_mknod: device nodes need CAP_MKNOD (but for a whiteout).
+        if let Body::Special(k, rdev) = body {
+            perm::may_mknod(&self.creds, k, rdev)?;
         }
         if self.free_inodes() == 0 {
             return Err(Errno::ENOSPC);

@@ -385,6 +385,8 @@ impl PathFs for HostFs {
                         libc::DT_LNK => FileType::Symlink,
                         libc::DT_SOCK => FileType::Socket,
                         libc::DT_FIFO => FileType::Fifo,
+                        libc::DT_CHR => FileType::CharDevice,
+                        libc::DT_BLK => FileType::BlockDevice,
                         _ => FileType::Regular,
                     };
                     out.push(DirEntry { name, ino: InodeNo(ino), kind, next_cookie: d_off as u64 });
