@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use ferrite::{Fd, Ferrite, FormatOptions, OpenFlags, PathFs};
+use ferrite::{Fd, FormatOptions, OpenFlags, PathFs, Session};
 use ferrite_pmem::{Event, Pmem, PoolOffset};
 
 use crate::scratch::{unique_path, Scratch};
@@ -233,7 +233,7 @@ fn add_events(sum: &mut MediaBytes, events: &[Event]) {
 /// The Ferrite engine linked into this process, on a pool file in the base
 /// directory (strict mode: every call durable when it returns).
 pub struct FerriteLib {
-    fs: Option<Ferrite>,
+    fs: Option<Session>,
     pool_len: u64,
     inodes: u64,
     base: PathBuf,
@@ -255,7 +255,7 @@ impl FerriteLib {
             .map_err(|e| io::Error::other(format!("{}: {e}", pool.path().display())))?;
         let inodes = inodes_for(pool_len);
         let opts = FormatOptions { inodes: Some(inodes), ..FormatOptions::default() };
-        let fs = Ferrite::format(pmem, &opts)
+        let fs = Session::format(pmem, &opts)
             .map_err(|e| io::Error::other(format!("format {}: {e}", pool.path().display())))?;
         Ok(FerriteLib {
             fs: Some(fs),
@@ -268,7 +268,7 @@ impl FerriteLib {
     }
 
     #[inline]
-    fn fs(&self) -> &Ferrite {
+    fn fs(&self) -> &Session {
         self.fs.as_ref().expect("ferrite target used after finish")
     }
 
@@ -379,7 +379,7 @@ impl Target for FerriteLib {
 /// A second Ferrite pool holding `files` empty files in directories of
 /// 1,000, unmounted and mounted again by the remount workload.
 pub struct FerriteRemount {
-    fs: Option<Ferrite>,
+    fs: Option<Session>,
     files: usize,
     pool_len: u64,
     probe: Vec<u8>,
@@ -395,7 +395,7 @@ impl FerriteRemount {
         let pmem = Pmem::create_file(pool.path(), pool_len, 64 * 4096)
             .map_err(|e| io::Error::other(format!("{}: {e}", pool.path().display())))?;
         let opts = FormatOptions { inodes: Some(files as u64 + 4096), ..FormatOptions::default() };
-        let fs = Ferrite::format(pmem, &opts)
+        let fs = Session::format(pmem, &opts)
             .map_err(|e| io::Error::other(format!("format {}: {e}", pool.path().display())))?;
         fs.mkdir(b"/r", 0o755)?;
         for d in 0..files.div_ceil(1000) {
@@ -414,7 +414,7 @@ impl FerriteRemount {
     fn mount_timed(&mut self) -> io::Result<MountTimes> {
         let t0 = std::time::Instant::now();
         let pmem = Pmem::open_file(self.pool.path(), 64 * 4096).map_err(io::Error::other)?;
-        let fs = Ferrite::mount(pmem, &ferrite::MountOptions::default()).map_err(io::Error::other)?;
+        let fs = Session::mount(pmem, &ferrite::MountOptions::default()).map_err(io::Error::other)?;
         let t1 = std::time::Instant::now();
         fs.stat(&self.probe)?;
         let t2 = std::time::Instant::now();

@@ -9,7 +9,7 @@ use crate::util::{
     self, human_bytes, human_duration, outln, pool_message, throughput, CliError, CliResult, Existing, EXIT_DAMAGED,
     EXIT_OK,
 };
-use ferrite::{Errno, Fd, Ferrite, FileType, FormatOptions, MountOptions, OpenFlags, PathFs};
+use ferrite::{Errno, Fd, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, Session};
 use ferrite::{FsResult, RenameFlags};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::Path;
@@ -247,7 +247,7 @@ impl Meter {
 }
 
 struct Demo {
-    fs: Ferrite,
+    fs: Session,
     model: Model,
     rng: Rng,
     meter: Meter,
@@ -410,7 +410,7 @@ fn lstat_kind(kind: FileType) -> &'static str {
 }
 
 /// Every name the engine lists, by walking from the root with readdir.
-fn walk(fs: &Ferrite, problems: &mut Vec<String>) -> BTreeMap<String, (u64, FileType)> {
+fn walk(fs: &Session, problems: &mut Vec<String>) -> BTreeMap<String, (u64, FileType)> {
     let mut found = BTreeMap::new();
     let mut dirs = vec!["/".to_string()];
     while let Some(dir) = dirs.pop() {
@@ -448,7 +448,7 @@ fn walk(fs: &Ferrite, problems: &mut Vec<String>) -> BTreeMap<String, (u64, File
     found
 }
 
-fn read_whole(fs: &Ferrite, path: &str, expect_len: usize) -> FsResult<Vec<u8>> {
+fn read_whole(fs: &Session, path: &str, expect_len: usize) -> FsResult<Vec<u8>> {
     let fd = fs.open(path.as_bytes(), OpenFlags::RDONLY.nofollow(), 0)?;
     // One byte more than expected, to see a file that is longer than its size.
     let mut buf = vec![0u8; expect_len + 1];
@@ -472,7 +472,7 @@ fn read_whole(fs: &Ferrite, path: &str, expect_len: usize) -> FsResult<Vec<u8>> 
     Ok(buf)
 }
 
-fn verify(fs: &Ferrite, model: &Model) -> (Vec<String>, Verified) {
+fn verify(fs: &Session, model: &Model) -> (Vec<String>, Verified) {
     let mut problems = Vec::new();
     let mut v = Verified::default();
     let listed = walk(fs, &mut problems);
@@ -634,21 +634,21 @@ fn report_verify(label: &str, problems: &[String], v: &Verified, elapsed: Durati
 // ---------------------------------------------------------------------------
 // The demo itself.
 
-fn mount(path: &Path) -> CliResult<(Ferrite, Duration)> {
+fn mount(path: &Path) -> CliResult<(Session, Duration)> {
     let pmem = util::open_pool(path)?;
     let t = Instant::now();
-    let fs = Ferrite::mount(pmem, &MountOptions::default())
+    let fs = Session::mount(pmem, &MountOptions::default())
         .map_err(|e| CliError::new(EXIT_DAMAGED, format!("{}: mount failed: {}", path.display(), pool_message(&e))))?;
     Ok((fs, t.elapsed()))
 }
 
-fn unmount(fs: Ferrite, path: &Path) -> CliResult<Duration> {
+fn unmount(fs: Session, path: &Path) -> CliResult<Duration> {
     let t = Instant::now();
     fs.unmount().map_err(|e| CliError::new(EXIT_DAMAGED, format!("{}: unmount failed: {e}", path.display())))?;
     Ok(t.elapsed())
 }
 
-fn space(fs: &Ferrite) -> String {
+fn space(fs: &Session) -> String {
     let st = fs.fs_stats();
     let used = st.blocks - st.blocks_free;
     format!(
@@ -688,7 +688,12 @@ pub fn run(path: &Path, files: usize, size: u64) -> CliResult<u8> {
     outln!("{:<22} {}", "format", human_duration(t.elapsed()));
 
     // ---- round 1: build the tree -----------------------------------------
-    let mut d = Demo { fs, model: Model::new(), rng: Rng(0), meter: Meter::default() };
+    let mut d = Demo {
+        fs: ferrite::Session::new(std::sync::Arc::new(fs)),
+        model: Model::new(),
+        rng: Rng(0),
+        meter: Meter::default(),
+    };
     let t = Instant::now();
     for k in 0..DIRS {
         d.mkdir(&format!("/d{k}"))?;

@@ -13,7 +13,7 @@ mod util;
 
 use clap::{Parser, Subcommand};
 use ferrite::format::{Layout, MountState, FORMAT_VERSION, PAGE_SIZE};
-use ferrite::{Ferrite, FormatOptions, InodeNo, MountOptions, PathFs};
+use ferrite::{Ferrite, FormatOptions, InodeNo, MountOptions};
 use ferrite_pmem::{FlushKind, NtKind, Pmem, PmemError};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -286,7 +286,7 @@ fn info(path: &Path, usage: bool) -> CliResult<u8> {
             human_duration(std::time::Duration::from_nanos(r.recovery_ns))
         );
     }
-    let st = fs.statfs().map_err(|e| CliError::pool(path, format!("statfs failed: {e}")))?;
+    let st = fs.fs_stats();
     let used_pages = st.blocks - st.blocks_free;
     let used_inodes = st.files - st.files_free;
     outln!(

@@ -257,7 +257,7 @@ fn info_reports_a_crashed_pool_dirty_and_usage_recovers_it() {
     {
         // A mount that ends without unmount: a crash as far as the pool knows.
         let pmem = ferrite_pmem::Pmem::create_file(&pool, 2 << 20, 64 * 4096).unwrap();
-        let fs = ferrite::Ferrite::format(pmem, &ferrite::FormatOptions::default()).unwrap();
+        let fs = ferrite::Session::format(pmem, &ferrite::FormatOptions::default()).unwrap();
         use ferrite::PathFs;
         fs.mkdir(b"/d", 0o755).unwrap();
         drop(fs);

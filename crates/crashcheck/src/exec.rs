@@ -5,7 +5,7 @@
 use crate::hash::tree_key;
 use crate::workload::{age, build_fileset, run_call, Call, CallResult, Slots, StartKind, Workload};
 use ferrite::format::Layout;
-use ferrite::{Errno, Ferrite, FormatOptions, ManualClock, MountOptions, OpenFlags, PathFs, TimeSpec};
+use ferrite::{Errno, FormatOptions, ManualClock, MountOptions, OpenFlags, PathFs, Session, TimeSpec};
 use ferrite_model::{diff_trees, tree_of, ModelFs, ModelState, Tree};
 use ferrite_pmem::{Event, Pmem};
 use std::collections::HashMap;
@@ -78,7 +78,7 @@ pub fn empty_figures(geo: Geometry) -> EmptyFigures {
         return *f;
     }
     let clock = clock_at(T_BUILD);
-    let fs = Ferrite::format(Pmem::heap(geo.pages * 4096), &format_options(geo, &clock)).expect("format an empty pool");
+    let fs = Session::format(Pmem::heap(geo.pages * 4096), &format_options(geo, &clock)).expect("format an empty pool");
     let root = fs.stat(b"/").expect("stat /");
     let f =
         EmptyFigures { free_pages: fs.free_pages(), free_inodes: fs.free_inodes(), root_log_pages: root.blocks / 8 };
@@ -98,7 +98,7 @@ pub fn model_inodes(layout: &Layout) -> u64 {
 
 /// Run `f` on the engine and the model with the same clock reading.
 struct Pair {
-    engine: Ferrite,
+    engine: Session,
     model: ModelFs,
     clock: Arc<ManualClock>,
     t: i64,
@@ -132,7 +132,7 @@ type BuildStep<'a> = dyn FnMut(&dyn PathFs, &mut dyn FnMut()) -> Result<(), Stri
 /// Build a start image of the given kind and geometry.
 pub fn build_start(kind: StartKind, geo: Geometry) -> Result<Start, String> {
     let clock = clock_at(T_BUILD);
-    let engine = Ferrite::format(Pmem::heap(geo.pages * 4096), &format_options(geo, &clock))
+    let engine = Session::format(Pmem::heap(geo.pages * 4096), &format_options(geo, &clock))
         .map_err(|e| format!("format: {e}"))?;
     let layout = engine.layout();
     let model = ModelFs::new(clock.clone(), MODEL_PAGES, model_inodes(&layout));
@@ -245,7 +245,7 @@ fn fill(pair: &mut Pair) -> Result<(), String> {
 }
 
 /// Units (64 bytes) left after the log tail of `path` in its page.
-pub fn log_room_units(fs: &Ferrite, path: &[u8]) -> Result<u64, String> {
+pub fn log_room_units(fs: &Session, path: &[u8]) -> Result<u64, String> {
     let ino = fs.lstat(path).map_err(|e| format!("stat {path:?}: {e:?}"))?.ino;
     let slot = fs.layout().inode_slot(ino);
     let tail = fs.pmem().read_u64(slot + ferrite::format::INODE_TAIL_OFFSET);
@@ -378,7 +378,7 @@ fn same_result(call: &Call, e: &CallResult, m: &CallResult) -> bool {
 pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
     let clock = clock_at(T_CALL - 10);
     let engine =
-        Ferrite::mount(Pmem::from_image(&start.image), &mount_options(&clock, 1)).expect("mount the start image");
+        Session::mount(Pmem::from_image(&start.image), &mount_options(&clock, 1)).expect("mount the start image");
     let model = ModelFs::from_state(start.model.clone(), clock.clone());
     let layout = engine.layout();
     let mut es = Slots::default();
@@ -502,11 +502,11 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
 
 /// Unmount cleanly (recorded), then mount the resulting image on a new
 /// recording pool. Returns the new mount and the unmount's events.
-fn remount(fs: Ferrite, clock: &Arc<ManualClock>) -> Result<(Ferrite, Vec<Event>), String> {
+fn remount(fs: Session, clock: &Arc<ManualClock>) -> Result<(Session, Vec<Event>), String> {
     let old = fs.pmem().clone();
     fs.unmount().map_err(|e| format!("unmount: {e:?}"))?;
     let events = old.stop_recording();
-    let fs = Ferrite::mount(Pmem::recording_from_image(&old.image()), &mount_options(clock, 1))
+    let fs = Session::mount(Pmem::recording_from_image(&old.image()), &mount_options(clock, 1))
         .map_err(|e| format!("mount: {e}"))?;
     Ok((fs, events))
 }

@@ -141,7 +141,7 @@ pub fn fuzz_image(data: &[u8]) {
     let r = quiet::catch(|| {
         let _ = ferrite::fsck::check_private(Pmem::from_image(&img));
         let clock = crate::exec::clock_at(crate::exec::T_CHECK);
-        if let Ok(fs) = ferrite::Ferrite::mount(Pmem::from_image(&img), &crate::exec::mount_options(&clock, 1)) {
+        if let Ok(fs) = ferrite::Session::mount(Pmem::from_image(&img), &crate::exec::mount_options(&clock, 1)) {
             bounded_walk(&fs);
             let _ = fs.mkdir(b"/fz", 0o755);
             if let Ok(fd) = fs.open(b"/fz/f", OpenFlags::RDWR.create(), 0o644) {

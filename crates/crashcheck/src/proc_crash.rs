@@ -16,7 +16,7 @@ use crate::exec::{build_start, clock_at, mount_options, record_model_call, Geome
 use crate::hash::mix;
 use crate::verify::fsck_clean;
 use crate::workload::{random_call, run_call, Call, CallResult, Slots, StartKind};
-use ferrite::{Errno, Ferrite, TimeSpec};
+use ferrite::{Errno, Session, TimeSpec};
 use ferrite_model::{diff_trees, tree_of, ModelFs};
 use ferrite_pmem::Pmem;
 use rand::{Rng, SeedableRng};
@@ -68,7 +68,7 @@ pub fn child_main(args: &[String]) -> i32 {
         }
     };
     let clock = clock_at(T_CALL - 1);
-    let fs = match Ferrite::mount(pmem, &mount_options(&clock, 1)) {
+    let fs = match Session::mount(pmem, &mount_options(&clock, 1)) {
         Ok(fs) => fs,
         Err(e) => {
             eprintln!("child: mount: {e}");

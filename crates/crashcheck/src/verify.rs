@@ -21,7 +21,7 @@ use crate::exec::{clock_at, empty_figures, mount_options, EmptyFigures, Geometry
 use crate::hash::tree_key;
 use crate::quiet;
 use crate::workload::{long_name, pattern};
-use ferrite::{Errno, Ferrite, FileType, OpenFlags, PathFs, RenameFlags};
+use ferrite::{Errno, FileType, OpenFlags, PathFs, RenameFlags, Session};
 use ferrite_model::{diff_trees, tree_of, Tree};
 use ferrite_pmem::{Event, Pmem};
 use std::collections::HashSet;
@@ -126,9 +126,9 @@ pub fn fsck_clean(image: &[u8]) -> Result<(), String> {
 }
 
 /// Mount `pmem` (recovering it), catching panics.
-pub fn mount(pmem: Pmem, threads: usize) -> Result<Ferrite, String> {
+pub fn mount(pmem: Pmem, threads: usize) -> Result<Session, String> {
     let clock = clock_at(T_CHECK);
-    match quiet::catch(|| Ferrite::mount(pmem, &mount_options(&clock, threads))) {
+    match quiet::catch(|| Session::mount(pmem, &mount_options(&clock, threads))) {
         Err(p) => Err(format!("mount panicked: {p}")),
         Ok(Err(e)) => Err(format!("mount failed: {e}")),
         Ok(Ok(fs)) => Ok(fs),
@@ -155,7 +155,7 @@ pub fn check_recovery_trace(image: &[u8], events: &[Event], layout: &ferrite::fo
     Err(m)
 }
 
-fn tree(fs: &Ferrite) -> Result<Tree, String> {
+fn tree(fs: &Session) -> Result<Tree, String> {
     quiet::catch(|| tree_of(fs))
         .map_err(|p| format!("reading the tree panicked: {p}"))?
         .map_err(|e| format!("reading the recovered tree failed: {e:?}"))
@@ -284,7 +284,7 @@ fn read_all(fs: &dyn PathFs, path: &[u8]) -> Result<Vec<u8>, Errno> {
 }
 
 /// The usability pass (see the module comment). Consumes the mount.
-pub fn usability(fs: Ferrite, t: &Tree, figs: EmptyFigures) -> Result<(), String> {
+pub fn usability(fs: Session, t: &Tree, figs: EmptyFigures) -> Result<(), String> {
     let e = |what: String| move |err: Errno| format!("{what}: {err:?}");
     let dirs: Vec<&Vec<u8>> = t.iter().filter(|(_, n)| n.kind == FileType::Directory).map(|(p, _)| p).collect();
     let data = pattern(0x05AB, 6000);
@@ -370,7 +370,7 @@ pub fn usability(fs: Ferrite, t: &Tree, figs: EmptyFigures) -> Result<(), String
         let r = if n.kind == FileType::Directory { fs.rmdir(p) } else { fs.unlink(p) };
         r.map_err(e(format!("delete {}", show(p))))?;
     }
-    let check_figures = |fs: &Ferrite, when: &str| -> Result<(), String> {
+    let check_figures = |fs: &Session, when: &str| -> Result<(), String> {
         let left = tree_of(fs).map_err(e(format!("tree {when}")))?;
         if left.len() != 1 {
             return Err(format!("{when}: {} paths left after deleting everything", left.len() - 1));

@@ -212,7 +212,7 @@ fn fallocate_lost_at_remount() {
         let st = start(StartKind::Empty);
         let w = workload_by_id(&id).expect("workload");
         let clock = ferrite_crashcheck::exec::clock_at(ferrite_crashcheck::exec::T_CALL);
-        let fs = ferrite::Ferrite::mount(
+        let fs = ferrite::Session::mount(
             ferrite_pmem::Pmem::from_image(&st.image),
             &ferrite_crashcheck::exec::mount_options(&clock, 1),
         )
@@ -224,7 +224,7 @@ fn fallocate_lost_at_remount() {
         let before = ferrite_model::tree_of(&fs).expect("tree");
         let pmem = fs.pmem().clone();
         fs.unmount().expect("unmount");
-        let fs = ferrite::Ferrite::mount(
+        let fs = ferrite::Session::mount(
             ferrite_pmem::Pmem::from_image(&pmem.image()),
             &ferrite_crashcheck::exec::mount_options(&clock, 1),
         )

@@ -209,7 +209,7 @@ fn recovery_trace_is_checked() {
     use ferrite::{OpenFlags, PathFs};
     let st = start(StartKind::Empty);
     let clock = ferrite_crashcheck::exec::clock_at(ferrite_crashcheck::exec::T_CALL);
-    let fs = ferrite::Ferrite::mount(
+    let fs = ferrite::Session::mount(
         ferrite_pmem::Pmem::from_image(&st.image),
         &ferrite_crashcheck::exec::mount_options(&clock, 1),
     )

@@ -49,6 +49,10 @@ pub struct NodeSpec<'a> {
     pub rdev: u64,
 }
 
+/// The permission check `rename_in` runs on the inode moved and the one
+/// replaced or exchanged (the path API's; none at inode level).
+pub(crate) type RenameCheck<'a> = dyn Fn(&Arc<Inode>, Option<&Arc<Inode>>) -> FsResult<()> + 'a;
+
 impl Ferrite {
     /// The inode a directory entry names, which must be of the type the
     /// entry records (a mismatch is corruption, never trusted).
@@ -381,11 +385,14 @@ impl Ferrite {
         dslash: bool,
         flags: RenameFlags,
     ) -> FsResult<()> {
-        self.rename_in(&self.dir_inode(sp)?, sname, sslash, &self.dir_inode(dp)?, dname, dslash, flags)
+        let no_check = |_: &Arc<Inode>, _: Option<&Arc<Inode>>| Ok(());
+        self.rename_in(&self.dir_inode(sp)?, sname, sslash, &self.dir_inode(dp)?, dname, dslash, flags, &no_check)
     }
 
     /// rename_checked between directories already held (ENOENT once either
-    /// has been removed).
+    /// has been removed). `check` gets the inode moved and the one replaced
+    /// or exchanged, where Linux's vfs_rename checks permissions: after the
+    /// same-inode case, before the type checks.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rename_in(
         &self,
@@ -396,6 +403,7 @@ impl Ferrite {
         dname: &[u8],
         dslash: bool,
         flags: RenameFlags,
+        check: &RenameCheck<'_>,
     ) -> FsResult<()> {
         if sdir.kind != FileType::Directory || ddir.kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
@@ -418,6 +426,10 @@ impl Ferrite {
                 },
                 None => None,
             };
+            // Permissions (the path API's check), then the types: Linux's
+            // vfs_rename order.
+            check(&moved, target.as_ref())?;
+            rename_types_match(&src, dst.as_ref(), flags)?;
             let mut list: Vec<&Arc<Inode>> = vec![&sdir, &ddir, &moved];
             if let Some(t) = &target {
                 list.push(t);
@@ -492,8 +504,9 @@ impl Ferrite {
         }
     }
 
-    /// The checks of rename that come before any lock, in Linux's order.
-    /// True when source and target are one inode (rename does nothing).
+    /// The checks of rename that come before any lock and before the
+    /// permission check, in Linux's order. True when source and target are
+    /// one inode (rename does nothing).
     fn rename_is_noop(
         &self,
         src: &Dentry,
@@ -526,19 +539,7 @@ impl Ferrite {
                 return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
             }
         }
-        if let Some(t) = dst {
-            if t.ino == src.ino {
-                return Ok(true);
-            }
-            if !exchange {
-                match (src_dir, t.kind == FileType::Directory) {
-                    (true, false) => return Err(Errno::ENOTDIR),
-                    (false, true) => return Err(Errno::EISDIR),
-                    _ => {}
-                }
-            }
-        }
-        Ok(false)
+        Ok(dst.is_some_and(|t| t.ino == src.ino))
     }
 
     /// Under the locks of rename (`guards`: source directory, target
@@ -602,4 +603,17 @@ impl Ferrite {
             })
             .collect())
     }
+}
+
+/// A rename that replaces (not exchanges) needs a directory for a
+/// directory and a non-directory for a non-directory.
+fn rename_types_match(src: &Dentry, dst: Option<&Dentry>, flags: RenameFlags) -> FsResult<()> {
+    if let (Some(t), false) = (dst, flags == RenameFlags::Exchange) {
+        match (src.kind == FileType::Directory, t.kind == FileType::Directory) {
+            (true, false) => return Err(Errno::ENOTDIR),
+            (false, true) => return Err(Errno::EISDIR),
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -115,7 +115,6 @@ pub struct Ferrite {
     /// Serializes renames across directories, so that the check "not into
     /// its own subtree" sees a stable tree (Linux's s_vfs_rename_mutex).
     pub(crate) rename_lock: Mutex<()>,
-    pub(crate) fds: crate::path::FdTable,
     pub(crate) report: MountReport,
     unmounted: AtomicBool,
     pub(crate) gc_pages: AtomicU64,
@@ -221,19 +220,19 @@ impl Ferrite {
             inodes: (0..INODE_SHARDS).map(|_| Mutex::new(Map::default())).collect(),
             clock,
             rename_lock: Mutex::new(()),
-            fds: crate::path::FdTable::default(),
             report,
             unmounted: AtomicBool::new(false),
             gc_pages: AtomicU64::new(0),
         }
     }
 
-    /// Unmount cleanly: close every descriptor (freeing unlinked files),
-    /// save the allocator and mark the pool clean, so the next mount skips
-    /// the log scan. Dropping a `Ferrite` without this is a crash as far as
-    /// the pool is concerned: the next mount recovers.
+    /// Unmount cleanly: save the allocator and mark the pool clean, so the
+    /// next mount skips the log scan. Front ends release their handles
+    /// first, so that unlinked files are freed (`Session::unmount` closes
+    /// its descriptors; the kernel forgets every inode before a FUSE
+    /// unmount). Dropping a `Ferrite` without this is a crash as far as the
+    /// pool is concerned: the next mount recovers.
     pub fn unmount(self) -> FsResult<()> {
-        self.fds.close_all(&self);
         crate::recovery::save_and_mark_clean(&self);
         self.unmounted.store(true, Ordering::SeqCst);
         Ok(())

@@ -7,8 +7,9 @@
 //! `docs/DESIGN.md` for the story and `docs/FORMAT.md` for the bytes.
 //!
 //! The engine knows nothing of FUSE, LD_PRELOAD or the command line: those
-//! are adapters over `Ferrite` (inode-level calls) and `PathFs` (paths and
-//! descriptors).
+//! are adapters over `Ferrite` (inode-level calls) and `Session` (a
+//! process's descriptors, current directory and credentials, implementing
+//! `PathFs`).
 
 mod alloc;
 mod attr;
@@ -26,6 +27,7 @@ mod log;
 mod media;
 mod pagemap;
 mod path;
+pub mod perm;
 mod recovery;
 mod replay;
 pub mod types;
@@ -40,5 +42,5 @@ pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomStat
 pub use dir::NodeSpec;
 pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
 pub use inode::Inode;
-pub use path::OpenFile;
+pub use path::{FdTable, OpenFile, Session};
 pub use types::*;

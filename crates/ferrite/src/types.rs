@@ -109,10 +109,48 @@ impl InodeNo {
     pub const ROOT: InodeNo = InodeNo(1);
 }
 
-/// A file descriptor of the path-level API. Numbers are never reused while
-/// the file system is mounted, so a stale descriptor gives EBADF.
+/// A file descriptor of the path-level API. Numbers a session picks itself
+/// are never reused while it lives, so a stale descriptor gives EBADF; a
+/// front end may also choose numbers (`dup3`, `Session::openat_fd`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct Fd(pub u64);
+
+/// The `dirfd` of the `*at` calls that means the current directory
+/// (Linux's AT_FDCWD, -100, sign-extended). Never a descriptor number.
+pub const AT_FDCWD: Fd = Fd(libc::AT_FDCWD as i64 as u64);
+
+/// Who makes a call: the file-system user and group ids (fsuid, fsgid),
+/// the supplementary groups, and the umask applied to created files.
+/// uid 0 is root: it passes every read/write permission check, search on
+/// directories, and execute where at least one x bit is set (as
+/// CAP_DAC_OVERRIDE), and may chown, chmod and set times on any file.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub umask: u32,
+}
+
+impl Credentials {
+    /// uid 0, gid 0, no supplementary groups, umask 0.
+    pub fn root() -> Credentials {
+        Credentials::default()
+    }
+
+    pub fn user(uid: u32, gid: u32, groups: &[u32]) -> Credentials {
+        Credentials { uid, gid, groups: groups.to_vec(), umask: 0 }
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+
+    /// Is `gid` the caller's group or one of its supplementary groups?
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
 
 /// Kind of an inode, as stored on media and reported by stat and readdir.
 /// FIFOs, sockets and device nodes are recorded (type and device number)
@@ -286,6 +324,18 @@ pub struct OpenFlags {
     pub append: bool,
     pub directory: bool,
     pub nofollow: bool,
+    /// O_PATH: a descriptor that only names the file (fstat, fchdir, as
+    /// the directory of `*at` calls, dup, close); read, write and the
+    /// other descriptor calls give EBADF, as Linux.
+    pub path: bool,
+    /// O_SYNC / O_DSYNC: kept on the open file description; every write
+    /// through it is made durable before it returns (strict mode already
+    /// is).
+    pub sync: bool,
+    pub dsync: bool,
+    /// O_CLOEXEC: kept on the descriptor (not the description) for the
+    /// front end (an LD_PRELOAD library closes such descriptors at exec).
+    pub cloexec: bool,
 }
 
 impl OpenFlags {
@@ -298,6 +348,10 @@ impl OpenFlags {
         append: false,
         directory: false,
         nofollow: false,
+        path: false,
+        sync: false,
+        dsync: false,
+        cloexec: false,
     };
     pub const WRONLY: OpenFlags = OpenFlags { read: false, write: true, ..OpenFlags::RDONLY };
     pub const RDWR: OpenFlags = OpenFlags { read: true, write: true, ..OpenFlags::RDONLY };
@@ -326,6 +380,28 @@ impl OpenFlags {
         self.nofollow = true;
         self
     }
+    pub fn o_path(mut self) -> Self {
+        self.path = true;
+        self
+    }
+    pub fn cloexec(mut self) -> Self {
+        self.cloexec = true;
+        self
+    }
+    pub fn sync(mut self) -> Self {
+        self.sync = true;
+        self
+    }
+
+    /// The flags an open file description keeps (F_GETFL): the access
+    /// mode and status flags, without the creation-time flags.
+    pub fn status(mut self) -> Self {
+        self.create = false;
+        self.excl = false;
+        self.trunc = false;
+        self.cloexec = false;
+        self
+    }
 
     /// Decode the `flags` argument of open(2).
     pub fn from_libc(flags: i32) -> OpenFlags {
@@ -339,6 +415,11 @@ impl OpenFlags {
             append: flags & libc::O_APPEND != 0,
             directory: flags & libc::O_DIRECTORY != 0,
             nofollow: flags & libc::O_NOFOLLOW != 0,
+            path: flags & libc::O_PATH != 0,
+            // O_SYNC includes the O_DSYNC bit.
+            sync: flags & libc::O_SYNC == libc::O_SYNC,
+            dsync: flags & libc::O_DSYNC != 0 && flags & libc::O_SYNC != libc::O_SYNC,
+            cloexec: flags & libc::O_CLOEXEC != 0,
         }
     }
 }
@@ -458,15 +539,25 @@ pub mod limits {
 }
 
 /// The path-and-descriptor interface a program sees (the shape of the POSIX
-/// calls). The engine implements it, and so does the in-memory reference
-/// model, so that one randomized workload can drive both and compare.
+/// calls). The engine's `Session` implements it, and so does the in-memory
+/// reference model, so that one randomized workload can drive both and
+/// compare.
 ///
-/// Paths are byte strings; relative paths are taken from the root. Symlinks
-/// are followed in every component but the last, and in the last too where
-/// POSIX says so (open without O_NOFOLLOW, stat, chmod, chown, utimens,
-/// truncate).
+/// One value is one process's view: its descriptor table, its current
+/// directory and its credentials. Paths are byte strings; a relative path
+/// starts at the current directory, or at `dirfd` for the `*at` calls
+/// (`AT_FDCWD`: the current directory); an absolute path ignores `dirfd`.
+/// Symlinks are followed in every component but the last, and in the last
+/// too where POSIX says so (open without O_NOFOLLOW, stat, chmod, chown,
+/// utimens, truncate, and the `*at` calls without AT_SYMLINK_NOFOLLOW).
+/// Permissions are checked as Linux checks them, for the credentials set
+/// with `set_credentials` (root by default). Errors and their order follow
+/// Linux.
+///
+/// `flags` of the `*at` calls are Linux's AT_* bits (EINVAL for any other).
 pub trait PathFs: Send + Sync {
-    fn open(&self, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd>;
+    /// open(2) relative to `dirfd`.
+    fn openat(&self, dirfd: Fd, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd>;
     fn close(&self, fd: Fd) -> FsResult<()>;
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize>;
     fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> FsResult<usize>;
@@ -480,27 +571,128 @@ pub trait PathFs: Send + Sync {
     fn fdatasync(&self, fd: Fd) -> FsResult<()>;
     fn fallocate(&self, fd: Fd, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()>;
     fn fstat(&self, fd: Fd) -> FsResult<Stat>;
-    fn stat(&self, path: &[u8]) -> FsResult<Stat>;
-    fn lstat(&self, path: &[u8]) -> FsResult<Stat>;
     fn truncate(&self, path: &[u8], size: u64) -> FsResult<()>;
-    fn chmod(&self, path: &[u8], perm: u32) -> FsResult<()>;
-    fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<()>;
-    fn utimens(&self, path: &[u8], atime: TimeSet, mtime: TimeSet) -> FsResult<()>;
-    fn mkdir(&self, path: &[u8], perm: u32) -> FsResult<()>;
-    fn rmdir(&self, path: &[u8]) -> FsResult<()>;
-    fn unlink(&self, path: &[u8]) -> FsResult<()>;
-    fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> FsResult<()>;
-    fn link(&self, existing: &[u8], new: &[u8]) -> FsResult<()>;
-    fn symlink(&self, target: &[u8], linkpath: &[u8]) -> FsResult<()>;
-    /// Create a regular file (type bits 0 or S_IFREG), FIFO, socket or
-    /// device node, as mknod(2): the type comes from `mode`'s S_IFMT bits,
-    /// EPERM for a directory, EINVAL for any other type; `rdev` is kept
-    /// for device nodes only.
-    fn mknod(&self, path: &[u8], mode: u32, rdev: u64) -> FsResult<()>;
-    fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>>;
     /// Read up to `max` entries of an open directory, starting after the
     /// entry whose `next_cookie` was `cookie` (0 for the start). `.` and `..`
     /// are not returned.
     fn readdir(&self, fd: Fd, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>>;
     fn statfs(&self) -> FsResult<StatFs>;
+
+    // ---- calls relative to a directory descriptor ----------------------
+
+    fn mkdirat(&self, dirfd: Fd, path: &[u8], perm: u32) -> FsResult<()>;
+    /// Create a regular file (type bits 0 or S_IFREG), FIFO, socket or
+    /// device node, as mknod(2): the type comes from `mode`'s S_IFMT bits,
+    /// EPERM for a directory, EINVAL for any other type; `rdev` is kept
+    /// for device nodes only (which only root may make).
+    fn mknodat(&self, dirfd: Fd, path: &[u8], mode: u32, rdev: u64) -> FsResult<()>;
+    /// unlink, or rmdir with AT_REMOVEDIR.
+    fn unlinkat(&self, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<()>;
+    fn renameat2(&self, olddirfd: Fd, old: &[u8], newdirfd: Fd, new: &[u8], flags: RenameFlags) -> FsResult<()>;
+    /// AT_SYMLINK_FOLLOW follows a final symlink of `old`; AT_EMPTY_PATH
+    /// with an empty `old` links `olddirfd`'s file (root only, else ENOENT).
+    fn linkat(&self, olddirfd: Fd, old: &[u8], newdirfd: Fd, new: &[u8], flags: i32) -> FsResult<()>;
+    fn symlinkat(&self, target: &[u8], newdirfd: Fd, linkpath: &[u8]) -> FsResult<()>;
+    /// An empty path reads the symlink `dirfd` names (an O_PATH|O_NOFOLLOW
+    /// descriptor); ENOENT if it is not a symlink.
+    fn readlinkat(&self, dirfd: Fd, path: &[u8]) -> FsResult<Vec<u8>>;
+    /// AT_SYMLINK_NOFOLLOW (lstat), AT_EMPTY_PATH (the file `dirfd` names).
+    fn fstatat(&self, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<Stat>;
+    /// As fchmodat2: AT_SYMLINK_NOFOLLOW on a symlink gives EOPNOTSUPP.
+    fn fchmodat(&self, dirfd: Fd, path: &[u8], perm: u32, flags: i32) -> FsResult<()>;
+    fn fchownat(&self, dirfd: Fd, path: &[u8], uid: Option<u32>, gid: Option<u32>, flags: i32) -> FsResult<()>;
+    fn utimensat(&self, dirfd: Fd, path: &[u8], atime: TimeSet, mtime: TimeSet, flags: i32) -> FsResult<()>;
+    /// access(2): `mode` is F_OK or a mix of R_OK, W_OK, X_OK. The
+    /// credentials have no real/effective split, so AT_EACCESS changes
+    /// nothing.
+    fn faccessat(&self, dirfd: Fd, path: &[u8], mode: u32, flags: i32) -> FsResult<()>;
+
+    // ---- calls on a descriptor -------------------------------------------
+
+    fn fchmod(&self, fd: Fd, perm: u32) -> FsResult<()>;
+    fn fchown(&self, fd: Fd, uid: Option<u32>, gid: Option<u32>) -> FsResult<()>;
+    fn futimens(&self, fd: Fd, atime: TimeSet, mtime: TimeSet) -> FsResult<()>;
+    fn fgetxattr(&self, fd: Fd, name: &[u8]) -> FsResult<Vec<u8>>;
+    fn fsetxattr(&self, fd: Fd, name: &[u8], value: &[u8], mode: XattrSetMode) -> FsResult<()>;
+    /// Names in byte order; trusted.* only for root (as Linux).
+    fn flistxattr(&self, fd: Fd) -> FsResult<Vec<Vec<u8>>>;
+    fn fremovexattr(&self, fd: Fd, name: &[u8]) -> FsResult<()>;
+    /// A new descriptor for the same open file description (shared offset
+    /// and status flags), without O_CLOEXEC.
+    fn dup(&self, fd: Fd) -> FsResult<Fd>;
+    /// dup3: the description of `fd` at number `newfd` (closing what was
+    /// there); EINVAL if they are equal; EBADF for `AT_FDCWD` as `newfd`.
+    fn dup3(&self, fd: Fd, newfd: Fd, cloexec: bool) -> FsResult<Fd>;
+    /// dup2: as dup3, but `fd == newfd` returns `newfd` if it is open.
+    fn dup2(&self, fd: Fd, newfd: Fd) -> FsResult<Fd> {
+        if fd == newfd {
+            self.get_cloexec(fd)?;
+            return Ok(newfd);
+        }
+        self.dup3(fd, newfd, false)
+    }
+    /// F_GETFD / F_SETFD (FD_CLOEXEC).
+    fn get_cloexec(&self, fd: Fd) -> FsResult<bool>;
+    fn set_cloexec(&self, fd: Fd, cloexec: bool) -> FsResult<()>;
+    /// F_GETFL: the description's access mode and status flags
+    /// (`OpenFlags::status`).
+    fn getfl(&self, fd: Fd) -> FsResult<OpenFlags>;
+    /// F_SETFL for O_APPEND, the one status flag that can change here
+    /// (EBADF on an O_PATH descriptor).
+    fn setfl_append(&self, fd: Fd, append: bool) -> FsResult<()>;
+
+    // ---- current directory and credentials -------------------------------
+
+    fn chdir(&self, path: &[u8]) -> FsResult<()>;
+    fn fchdir(&self, fd: Fd) -> FsResult<()>;
+    /// The absolute path of the current directory; ENOENT once it has been
+    /// removed (as Linux).
+    fn getcwd(&self) -> FsResult<Vec<u8>>;
+    fn credentials(&self) -> Credentials;
+    fn set_credentials(&self, creds: Credentials);
+
+    // ---- the classic calls: the AT_FDCWD case of the above ----------------
+
+    fn open(&self, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
+        self.openat(AT_FDCWD, path, flags, perm)
+    }
+    fn stat(&self, path: &[u8]) -> FsResult<Stat> {
+        self.fstatat(AT_FDCWD, path, 0)
+    }
+    fn lstat(&self, path: &[u8]) -> FsResult<Stat> {
+        self.fstatat(AT_FDCWD, path, libc::AT_SYMLINK_NOFOLLOW)
+    }
+    fn chmod(&self, path: &[u8], perm: u32) -> FsResult<()> {
+        self.fchmodat(AT_FDCWD, path, perm, 0)
+    }
+    fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
+        self.fchownat(AT_FDCWD, path, uid, gid, 0)
+    }
+    fn utimens(&self, path: &[u8], atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
+        self.utimensat(AT_FDCWD, path, atime, mtime, 0)
+    }
+    fn mkdir(&self, path: &[u8], perm: u32) -> FsResult<()> {
+        self.mkdirat(AT_FDCWD, path, perm)
+    }
+    fn rmdir(&self, path: &[u8]) -> FsResult<()> {
+        self.unlinkat(AT_FDCWD, path, libc::AT_REMOVEDIR)
+    }
+    fn unlink(&self, path: &[u8]) -> FsResult<()> {
+        self.unlinkat(AT_FDCWD, path, 0)
+    }
+    fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> FsResult<()> {
+        self.renameat2(AT_FDCWD, from, AT_FDCWD, to, flags)
+    }
+    fn link(&self, existing: &[u8], new: &[u8]) -> FsResult<()> {
+        self.linkat(AT_FDCWD, existing, AT_FDCWD, new, 0)
+    }
+    fn symlink(&self, target: &[u8], linkpath: &[u8]) -> FsResult<()> {
+        self.symlinkat(target, AT_FDCWD, linkpath)
+    }
+    fn mknod(&self, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
+        self.mknodat(AT_FDCWD, path, mode, rdev)
+    }
+    fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {
+        self.readlinkat(AT_FDCWD, path)
+    }
 }

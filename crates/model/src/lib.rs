@@ -12,8 +12,12 @@
 //!
 //! # Semantics
 //!
-//! Linux semantics as the project brief fixes them; the caller is root and
-//! there are no permission checks. The main rules:
+//! Linux semantics as the project brief fixes them. One [`ModelFs`] is one
+//! process: a descriptor table (descriptors share open file descriptions
+//! after `dup`), a current directory (relative paths and `AT_FDCWD` start
+//! there) and credentials (root unless set), checked with the same rules
+//! as the engine (`ferrite::perm`, diffed against Linux as root and as
+//! other users). The main rules:
 //!
 //! * Paths: empty -> ENOENT; 4096 bytes or more -> ENAMETOOLONG; a component
 //!   longer than 255 bytes -> ENAMETOOLONG when it is looked up (so an
@@ -91,6 +95,17 @@
 //!   so that adding a file does not renumber every later path.
 //! * [`ModelFs::tree`] materializes the content of every file: keep sparse
 //!   files to sizes that fit in memory when comparing trees.
+//! * Permissions: the rules of `ferrite::perm` (search, write+search on
+//!   parents, access modes at open, sticky directories, chmod/chown/utimens
+//!   ownership, set-group-id inheritance). Not modeled (as in the engine):
+//!   Linux clearing set-user-id/set-group-id bits on write, truncate or
+//!   chown (brief), the fs.protected_* sysctls, a real/effective id split.
+//! * Extended attributes: user., trusted. and security. names are stored
+//!   (name + value at most `ferrite::format::XATTR_BYTES_MAX` bytes, E2BIG
+//!   beyond, as the engine); system.* names (POSIX ACLs) are EOPNOTSUPP,
+//!   where the engine maps an access ACL to the mode.
+//! * A removed directory holds no name: looking one up in it gives ENOENT
+//!   before the name's length is checked (Linux's IS_DEADDIR).
 
 mod state;
 mod tree;
@@ -98,7 +113,8 @@ mod tree;
 use std::sync::Arc;
 
 use ferrite::{
-    Clock, DirEntry, FallocateMode, Fd, FsResult, OpenFlags, PathFs, RenameFlags, Stat, StatFs, TimeSet, Whence,
+    Clock, Credentials, DirEntry, FallocateMode, Fd, FsResult, OpenFlags, PathFs, RenameFlags, Stat, StatFs, TimeSet,
+    Whence, XattrSetMode,
 };
 use parking_lot::Mutex;
 
@@ -136,7 +152,8 @@ impl ModelFs {
     }
 
     /// Close every descriptor, as a remount or crash does: unlinked files
-    /// that were still open disappear.
+    /// that were still open disappear; the current directory becomes the
+    /// root and the credentials root's (a new process).
     pub fn close_all(&self) {
         let mut s = self.state.lock();
         *s = s.without_open_files();
@@ -161,9 +178,9 @@ impl ModelState {
 }
 
 impl PathFs for ModelFs {
-    fn open(&self, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
+    fn openat(&self, dirfd: Fd, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
         let now = self.clock.now();
-        self.state.lock().open(now, path, flags, perm)
+        self.state.lock().open(now, dirfd, path, flags, perm)
     }
     fn close(&self, fd: Fd) -> FsResult<()> {
         self.state.lock().close(fd)
@@ -202,63 +219,118 @@ impl PathFs for ModelFs {
     fn fstat(&self, fd: Fd) -> FsResult<Stat> {
         self.state.lock().fstat(fd)
     }
-    fn stat(&self, path: &[u8]) -> FsResult<Stat> {
-        self.state.lock().stat(path)
-    }
-    fn lstat(&self, path: &[u8]) -> FsResult<Stat> {
-        self.state.lock().lstat(path)
-    }
     fn truncate(&self, path: &[u8], size: u64) -> FsResult<()> {
         let now = self.clock.now();
         self.state.lock().truncate(now, path, size)
-    }
-    fn chmod(&self, path: &[u8], perm: u32) -> FsResult<()> {
-        let now = self.clock.now();
-        self.state.lock().chmod(now, path, perm)
-    }
-    fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
-        let now = self.clock.now();
-        self.state.lock().chown(now, path, uid, gid)
-    }
-    fn utimens(&self, path: &[u8], atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
-        let now = self.clock.now();
-        self.state.lock().utimens(now, path, atime, mtime)
-    }
-    fn mkdir(&self, path: &[u8], perm: u32) -> FsResult<()> {
-        let now = self.clock.now();
-        self.state.lock().mkdir(now, path, perm)
-    }
-    fn rmdir(&self, path: &[u8]) -> FsResult<()> {
-        let now = self.clock.now();
-        self.state.lock().rmdir(now, path)
-    }
-    fn unlink(&self, path: &[u8]) -> FsResult<()> {
-        let now = self.clock.now();
-        self.state.lock().unlink(now, path)
-    }
-    fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> FsResult<()> {
-        let now = self.clock.now();
-        self.state.lock().rename(now, from, to, flags)
-    }
-    fn link(&self, existing: &[u8], new: &[u8]) -> FsResult<()> {
-        let now = self.clock.now();
-        self.state.lock().link(now, existing, new)
-    }
-    fn symlink(&self, target: &[u8], linkpath: &[u8]) -> FsResult<()> {
-        let now = self.clock.now();
-        self.state.lock().symlink(now, target, linkpath)
-    }
-    fn mknod(&self, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
-        let now = self.clock.now();
-        self.state.lock().mknod(now, path, mode, rdev)
-    }
-    fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {
-        self.state.lock().readlink(path)
     }
     fn readdir(&self, fd: Fd, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
         self.state.lock().readdir(fd, cookie, max)
     }
     fn statfs(&self) -> FsResult<StatFs> {
         Ok(self.state.lock().statfs())
+    }
+    fn mkdirat(&self, dirfd: Fd, path: &[u8], perm: u32) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().mkdir(now, dirfd, path, perm)
+    }
+    fn mknodat(&self, dirfd: Fd, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().mknod(now, dirfd, path, mode, rdev)
+    }
+    fn unlinkat(&self, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().unlinkat(now, dirfd, path, flags)
+    }
+    fn renameat2(&self, olddirfd: Fd, old: &[u8], newdirfd: Fd, new: &[u8], flags: RenameFlags) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().rename(now, olddirfd, old, newdirfd, new, flags)
+    }
+    fn linkat(&self, olddirfd: Fd, old: &[u8], newdirfd: Fd, new: &[u8], flags: i32) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().link(now, olddirfd, old, newdirfd, new, flags)
+    }
+    fn symlinkat(&self, target: &[u8], newdirfd: Fd, linkpath: &[u8]) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().symlink(now, target, newdirfd, linkpath)
+    }
+    fn readlinkat(&self, dirfd: Fd, path: &[u8]) -> FsResult<Vec<u8>> {
+        self.state.lock().readlink(dirfd, path)
+    }
+    fn fstatat(&self, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<Stat> {
+        self.state.lock().fstatat(dirfd, path, flags)
+    }
+    fn fchmodat(&self, dirfd: Fd, path: &[u8], perm: u32, flags: i32) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().fchmodat(now, dirfd, path, perm, flags)
+    }
+    fn fchownat(&self, dirfd: Fd, path: &[u8], uid: Option<u32>, gid: Option<u32>, flags: i32) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().fchownat(now, dirfd, path, uid, gid, flags)
+    }
+    fn utimensat(&self, dirfd: Fd, path: &[u8], atime: TimeSet, mtime: TimeSet, flags: i32) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().utimensat(now, dirfd, path, atime, mtime, flags)
+    }
+    fn faccessat(&self, dirfd: Fd, path: &[u8], mode: u32, flags: i32) -> FsResult<()> {
+        self.state.lock().faccessat(dirfd, path, mode, flags)
+    }
+    fn fchmod(&self, fd: Fd, perm: u32) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().fchmod(now, fd, perm)
+    }
+    fn fchown(&self, fd: Fd, uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().fchown(now, fd, uid, gid)
+    }
+    fn futimens(&self, fd: Fd, atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().futimens(now, fd, atime, mtime)
+    }
+    fn fgetxattr(&self, fd: Fd, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.state.lock().fgetxattr(fd, name)
+    }
+    fn fsetxattr(&self, fd: Fd, name: &[u8], value: &[u8], mode: XattrSetMode) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().fsetxattr(now, fd, name, value, mode)
+    }
+    fn flistxattr(&self, fd: Fd) -> FsResult<Vec<Vec<u8>>> {
+        self.state.lock().flistxattr(fd)
+    }
+    fn fremovexattr(&self, fd: Fd, name: &[u8]) -> FsResult<()> {
+        let now = self.clock.now();
+        self.state.lock().fremovexattr(now, fd, name)
+    }
+    fn dup(&self, fd: Fd) -> FsResult<Fd> {
+        self.state.lock().dup(fd)
+    }
+    fn dup3(&self, fd: Fd, newfd: Fd, cloexec: bool) -> FsResult<Fd> {
+        self.state.lock().dup3(fd, newfd, cloexec)
+    }
+    fn get_cloexec(&self, fd: Fd) -> FsResult<bool> {
+        self.state.lock().get_cloexec(fd)
+    }
+    fn set_cloexec(&self, fd: Fd, cloexec: bool) -> FsResult<()> {
+        self.state.lock().set_cloexec(fd, cloexec)
+    }
+    fn getfl(&self, fd: Fd) -> FsResult<OpenFlags> {
+        self.state.lock().getfl(fd)
+    }
+    fn setfl_append(&self, fd: Fd, append: bool) -> FsResult<()> {
+        self.state.lock().setfl_append(fd, append)
+    }
+    fn chdir(&self, path: &[u8]) -> FsResult<()> {
+        self.state.lock().chdir(path)
+    }
+    fn fchdir(&self, fd: Fd) -> FsResult<()> {
+        self.state.lock().fchdir(fd)
+    }
+    fn getcwd(&self) -> FsResult<Vec<u8>> {
+        self.state.lock().getcwd()
+    }
+    fn credentials(&self) -> Credentials {
+        self.state.lock().credentials().clone()
+    }
+    fn set_credentials(&self, creds: Credentials) {
+        self.state.lock().set_credentials(creds)
     }
 }

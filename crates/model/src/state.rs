@@ -9,9 +9,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use ferrite::limits::{FILE_SIZE_MAX, LINK_MAX, NAME_MAX, PATH_MAX, SYMLINK_MAX, SYMLOOP_MAX};
+use ferrite::perm::{self, Owner};
 use ferrite::{
-    DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, RenameFlags, Stat, StatFs, TimeSet,
-    TimeSpec, Whence,
+    Credentials, DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, RenameFlags, Stat, StatFs,
+    TimeSet, TimeSpec, Whence, XattrSetMode, AT_FDCWD,
 };
 
 /// Page size of the allocation rule, and the reported block size.
@@ -184,6 +185,8 @@ struct Inode {
     atime: TimeSpec,
     mtime: TimeSpec,
     ctime: TimeSpec,
+    /// Extended attributes (user., trusted., security. names).
+    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 impl Inode {
@@ -201,12 +204,20 @@ impl Inode {
     }
 }
 
-/// An open file description.
+/// An open file description, shared by the descriptors `dup` makes.
 #[derive(Clone, PartialEq, Eq, Debug)]
 struct OpenFile {
     ino: u64,
+    /// Status flags (`OpenFlags::status`); `append` changes with F_SETFL.
     flags: OpenFlags,
     pos: u64,
+}
+
+/// A descriptor: its open file description and its close-on-exec flag.
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct FdSlot {
+    ofd: u64,
+    cloexec: bool,
 }
 
 /// The complete state of the model: inodes, directory trees, open files and
@@ -216,8 +227,14 @@ struct OpenFile {
 pub struct ModelState {
     inodes: BTreeMap<u64, Inode>,
     next_ino: u64,
-    fds: BTreeMap<u64, OpenFile>,
+    fds: BTreeMap<u64, FdSlot>,
     next_fd: u64,
+    /// Open file descriptions by number (numbers are internal).
+    ofds: BTreeMap<u64, OpenFile>,
+    next_ofd: u64,
+    /// The current directory (it keeps its inode alive, as an open file).
+    cwd: u64,
+    creds: Credentials,
     total_pages: u64,
     total_inodes: u64,
 }
@@ -272,6 +289,14 @@ fn classify(c: &[u8]) -> Last {
     }
 }
 
+/// EINVAL when `flags` has a bit outside `allowed`.
+fn check_flags(flags: i32, allowed: i32) -> FsResult<()> {
+    if flags & !allowed != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
 fn valid_time(t: TimeSet) -> bool {
     match t {
         TimeSet::At(ts) => ts.nsec < 1_000_000_000,
@@ -292,25 +317,35 @@ impl ModelState {
             atime: now,
             mtime: now,
             ctime: now,
+            xattrs: BTreeMap::new(),
         };
         ModelState {
             inodes: BTreeMap::from([(ROOT, root)]),
             next_ino: ROOT + 1,
             fds: BTreeMap::new(),
             next_fd: 3,
+            ofds: BTreeMap::new(),
+            next_ofd: 1,
+            cwd: ROOT,
+            creds: Credentials::root(),
             total_pages,
             total_inodes,
         }
     }
 
     /// The state a clean remount (or a crash) leaves: every descriptor
-    /// closed, so unlinked-but-open inodes are gone. Counters are kept.
+    /// closed, so unlinked-but-open inodes are gone, and a new process's
+    /// view (the root as current directory, root credentials). Counters are
+    /// kept.
     pub fn without_open_files(&self) -> ModelState {
         let mut s = self.clone();
         let open: Vec<u64> = s.fds.keys().copied().collect();
         for fd in open {
             let _ = s.close(Fd(fd));
         }
+        let old = std::mem::replace(&mut s.cwd, ROOT);
+        s.maybe_drop(old);
+        s.creds = Credentials::root();
         s
     }
 
@@ -379,6 +414,16 @@ impl ModelState {
         }
     }
 
+    /// The checks of a name looked up in `dir`: ENOENT in a removed
+    /// directory (Linux checks IS_DEADDIR before the file system sees the
+    /// name), then the length.
+    fn check_name_in(&self, dir: u64, name: &[u8]) -> FsResult<()> {
+        if self.inode(dir).links == 0 {
+            return Err(Errno::ENOENT);
+        }
+        check_name(name)
+    }
+
     fn lookup(&self, dir: u64, name: &[u8]) -> Option<u64> {
         self.dir(dir).entries.get(name).map(|s| s.ino)
     }
@@ -441,8 +486,9 @@ impl ModelState {
         }
     }
 
+    /// Open file descriptions of the inode, and the current directory.
     fn open_count(&self, ino: u64) -> usize {
-        self.fds.values().filter(|f| f.ino == ino).count()
+        self.ofds.values().filter(|f| f.ino == ino).count() + usize::from(self.cwd == ino)
     }
 
     /// Forget an inode that has neither a name nor an open descriptor.
@@ -452,10 +498,20 @@ impl ModelState {
         }
     }
 
-    fn new_inode(&mut self, body: Body, perm: u32, now: TimeSpec) -> u64 {
+    /// A new inode in directory `dir`, owned and moded by the caller's
+    /// credentials (`perm::new_owner`).
+    fn new_inode(&mut self, dir: u64, body: Body, perm: u32, now: TimeSpec) -> u64 {
         let ino = self.next_ino;
         self.next_ino += 1;
-        let inode = Inode { body, perm, uid: 0, gid: 0, links: 1, atime: now, mtime: now, ctime: now };
+        let kind = match &body {
+            Body::File(_) => FileType::Regular,
+            Body::Dir(_) => FileType::Directory,
+            Body::Symlink(_) => FileType::Symlink,
+            Body::Special(k, _) => *k,
+        };
+        let (uid, gid, perm) = perm::new_owner(&self.creds, &self.owner(dir), kind, perm);
+        let inode =
+            Inode { body, perm, uid, gid, links: 1, atime: now, mtime: now, ctime: now, xattrs: BTreeMap::new() };
         self.inodes.insert(ino, inode);
         ino
     }
@@ -495,17 +551,20 @@ impl ModelState {
         for c in mids {
             dir = self.step(dir, c, count)?;
         }
+        // Search permission on the directory holding the last component.
+        self.may_search(dir)?;
         Ok((dir, classify(last), path.last() == Some(&b'/')))
     }
 
     /// Go from directory `dir` through the intermediate component `c`,
     /// following a symlink; the result must be a directory.
     fn step(&self, dir: u64, c: &[u8], count: &mut usize) -> FsResult<u64> {
+        self.may_search(dir)?;
         match c {
             b"." => Ok(dir),
             b".." => Ok(self.parent_of(dir)),
             name => {
-                check_name(name)?;
+                self.check_name_in(dir, name)?;
                 let mut ino = self.lookup(dir, name).ok_or(Errno::ENOENT)?;
                 if let Body::Symlink(target) = &self.inode(ino).body {
                     bump(count)?;
@@ -536,7 +595,7 @@ impl ModelState {
                 Last::Dot => Some(dir),
                 Last::DotDot => Some(self.parent_of(dir)),
                 Last::Name(n) => {
-                    check_name(n)?;
+                    self.check_name_in(dir, n)?;
                     self.lookup(dir, n)
                 }
             };
@@ -554,11 +613,12 @@ impl ModelState {
         }
     }
 
-    /// Resolve a whole path to an existing inode (stat, lstat, chmod, ...).
-    fn resolve(&self, path: &[u8], follow: bool) -> FsResult<u64> {
+    /// Resolve a whole path from `start` to an existing inode (stat,
+    /// lstat, chmod, ...).
+    fn resolve(&self, start: u64, path: &[u8], follow: bool) -> FsResult<u64> {
         check_path(path)?;
         let mut count = 0;
-        let (d, l, s) = self.walk(ROOT, path, &mut count)?;
+        let (d, l, s) = self.walk(start, path, &mut count)?;
         let f = self.lookup_last(d, l, s, follow, &mut count)?;
         let ino = f.ino.ok_or(Errno::ENOENT)?;
         if f.slash && !self.is_dir(ino) {
@@ -570,36 +630,71 @@ impl ModelState {
     /// Resolve the parent of a path that names something to create (mkdir,
     /// symlink, link): the name must be an ordinary one that does not exist.
     /// A trailing slash on a missing name is ENOENT unless `dir_ok` (mkdir).
-    fn create_target(&self, path: &[u8], dir_ok: bool) -> FsResult<(u64, Vec<u8>)> {
+    /// Then may_create: ENOENT in a removed directory, EACCES without write
+    /// and search permission on it.
+    fn create_target(&self, start: u64, path: &[u8], dir_ok: bool) -> FsResult<(u64, Vec<u8>)> {
         check_path(path)?;
-        let (dir, last, slash) = self.walk(ROOT, path, &mut 0)?;
+        let (dir, last, slash) = self.walk(start, path, &mut 0)?;
         let Last::Name(name) = last else {
             return Err(Errno::EEXIST);
         };
-        check_name(&name)?;
+        self.check_name_in(dir, &name)?;
         if self.lookup(dir, &name).is_some() {
             return Err(Errno::EEXIST);
         }
         if slash && !dir_ok {
             return Err(Errno::ENOENT);
         }
+        self.may_create(dir)?;
         Ok((dir, name))
     }
 
     // ----- descriptors ---------------------------------------------------
 
-    fn file_of(&self, fd: Fd) -> FsResult<&OpenFile> {
-        self.fds.get(&fd.0).ok_or(Errno::EBADF)
+    /// The open file description of a descriptor (EBADF).
+    fn ofd_of(&self, fd: Fd) -> FsResult<u64> {
+        self.fds.get(&fd.0).map(|s| s.ofd).ok_or(Errno::EBADF)
     }
 
-    pub(crate) fn open(&mut self, now: TimeSpec, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
-        check_path(path)?;
+    /// Any descriptor, O_PATH included.
+    fn file_of(&self, fd: Fd) -> FsResult<&OpenFile> {
+        Ok(&self.ofds[&self.ofd_of(fd)?])
+    }
+
+    /// A descriptor for I/O and attribute calls: EBADF for O_PATH.
+    fn io_file(&self, fd: Fd) -> FsResult<&OpenFile> {
+        let of = self.file_of(fd)?;
+        if of.flags.path {
+            return Err(Errno::EBADF);
+        }
+        Ok(of)
+    }
+
+    fn set_pos(&mut self, fd: Fd, pos: u64) {
+        let ofd = self.fds[&fd.0].ofd;
+        self.ofds.get_mut(&ofd).expect("model: a descriptor without description").pos = pos;
+    }
+
+    pub(crate) fn open(&mut self, now: TimeSpec, dirfd: Fd, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
+        let mut flags = flags;
         if flags.create && flags.directory {
             // Linux >= 6.4 rejects O_CREAT | O_DIRECTORY.
             return Err(Errno::EINVAL);
         }
+        if flags.path {
+            // O_PATH keeps only O_DIRECTORY and O_NOFOLLOW (and O_CLOEXEC).
+            flags = OpenFlags {
+                directory: flags.directory,
+                nofollow: flags.nofollow,
+                cloexec: flags.cloexec,
+                path: true,
+                ..OpenFlags::default()
+            };
+        }
+        check_path(path)?;
+        let start = self.start(dirfd, path)?;
         let mut count = 0;
-        let (mut dir, mut last, mut slash) = self.walk(ROOT, path, &mut count)?;
+        let (mut dir, mut last, mut slash) = self.walk(start, path, &mut count)?;
         let mut created = false;
         let ino = if flags.create {
             loop {
@@ -612,13 +707,14 @@ impl ModelState {
                 if slash {
                     return Err(Errno::EISDIR);
                 }
-                check_name(&name)?;
+                self.check_name_in(dir, &name)?;
                 match self.lookup(dir, &name) {
                     None => {
+                        self.may_create(dir)?;
                         if self.free_inodes() == 0 {
                             return Err(Errno::ENOSPC);
                         }
-                        let ino = self.new_inode(Body::File(FileData::default()), perm & 0o7777, now);
+                        let ino = self.new_inode(dir, Body::File(FileData::default()), perm & 0o7777, now);
                         self.insert_entry(dir, name, ino);
                         self.inode_mut(dir).touch_mc(now);
                         created = true;
@@ -656,29 +752,93 @@ impl ModelState {
         if (flags.directory || slash) && kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
-        if kind == FileType::Symlink {
-            return Err(Errno::ELOOP);
-        }
-        if kind == FileType::Directory && flags.write {
-            return Err(Errno::EISDIR);
+        if !flags.path {
+            if kind == FileType::Symlink {
+                return Err(Errno::ELOOP);
+            }
+            if kind == FileType::Directory && flags.write {
+                return Err(Errno::EISDIR);
+            }
+            if !created {
+                let mask = if flags.read { perm::READ } else { 0 } | if flags.write { perm::WRITE } else { 0 };
+                self.may(ino, mask)?;
+            }
         }
         // As the engine's path API: no pipe or driver behind these.
-        if kind.is_special() {
+        if kind.is_special() && !flags.path {
             return Err(Errno::ENXIO);
         }
         if flags.trunc && flags.write && kind == FileType::Regular && !created {
             self.file_mut(ino).truncate(0);
             self.inode_mut(ino).touch_mc(now);
         }
-        let fd = self.next_fd;
-        self.next_fd += 1;
-        self.fds.insert(fd, OpenFile { ino, flags, pos: 0 });
-        Ok(Fd(fd))
+        let ofd = self.next_ofd;
+        self.next_ofd += 1;
+        self.ofds.insert(ofd, OpenFile { ino, flags: flags.status(), pos: 0 });
+        Ok(self.insert_fd(FdSlot { ofd, cloexec: flags.cloexec }))
+    }
+
+    /// A new descriptor at the next unused number.
+    fn insert_fd(&mut self, slot: FdSlot) -> Fd {
+        loop {
+            let fd = self.next_fd;
+            self.next_fd += 1;
+            if Fd(fd) != AT_FDCWD && !self.fds.contains_key(&fd) {
+                self.fds.insert(fd, slot);
+                return Fd(fd);
+            }
+        }
+    }
+
+    /// Drop a descriptor: the last one of a description closes it.
+    fn drop_slot(&mut self, slot: FdSlot) {
+        if !self.fds.values().any(|s| s.ofd == slot.ofd) {
+            let of = self.ofds.remove(&slot.ofd).expect("model: a descriptor without description");
+            self.maybe_drop(of.ino);
+        }
     }
 
     pub(crate) fn close(&mut self, fd: Fd) -> FsResult<()> {
-        let of = self.fds.remove(&fd.0).ok_or(Errno::EBADF)?;
-        self.maybe_drop(of.ino);
+        let slot = self.fds.remove(&fd.0).ok_or(Errno::EBADF)?;
+        self.drop_slot(slot);
+        Ok(())
+    }
+
+    pub(crate) fn dup(&mut self, fd: Fd) -> FsResult<Fd> {
+        let ofd = self.ofd_of(fd)?;
+        Ok(self.insert_fd(FdSlot { ofd, cloexec: false }))
+    }
+
+    pub(crate) fn dup3(&mut self, fd: Fd, newfd: Fd, cloexec: bool) -> FsResult<Fd> {
+        if fd == newfd {
+            return Err(Errno::EINVAL);
+        }
+        let ofd = self.ofd_of(fd)?;
+        if newfd == AT_FDCWD {
+            return Err(Errno::EBADF);
+        }
+        if let Some(old) = self.fds.insert(newfd.0, FdSlot { ofd, cloexec }) {
+            self.drop_slot(old);
+        }
+        Ok(newfd)
+    }
+
+    pub(crate) fn get_cloexec(&self, fd: Fd) -> FsResult<bool> {
+        self.fds.get(&fd.0).map(|s| s.cloexec).ok_or(Errno::EBADF)
+    }
+
+    pub(crate) fn set_cloexec(&mut self, fd: Fd, on: bool) -> FsResult<()> {
+        self.fds.get_mut(&fd.0).map(|s| s.cloexec = on).ok_or(Errno::EBADF)
+    }
+
+    pub(crate) fn getfl(&self, fd: Fd) -> FsResult<OpenFlags> {
+        Ok(self.file_of(fd)?.flags)
+    }
+
+    pub(crate) fn setfl_append(&mut self, fd: Fd, append: bool) -> FsResult<()> {
+        self.io_file(fd)?;
+        let ofd = self.ofd_of(fd)?;
+        self.ofds.get_mut(&ofd).expect("model: description").flags.append = append;
         Ok(())
     }
 
@@ -711,9 +871,9 @@ impl ModelState {
 
     pub(crate) fn read(&mut self, fd: Fd, buf: &mut [u8]) -> FsResult<usize> {
         let ino = self.readable(fd)?;
-        let pos = self.fds[&fd.0].pos;
+        let pos = self.file_of(fd)?.pos;
         let n = self.read_at(ino, buf, pos);
-        self.fds.get_mut(&fd.0).unwrap().pos = pos + n as u64;
+        self.set_pos(fd, pos + n as u64);
         Ok(n)
     }
 
@@ -757,13 +917,13 @@ impl ModelState {
     pub(crate) fn write(&mut self, now: TimeSpec, fd: Fd, data: &[u8]) -> FsResult<usize> {
         let end = self.write_common(now, fd, data, None)?;
         if !data.is_empty() {
-            self.fds.get_mut(&fd.0).unwrap().pos = end;
+            self.set_pos(fd, end);
         }
         Ok(data.len())
     }
 
     pub(crate) fn lseek(&mut self, fd: Fd, offset: i64, whence: Whence) -> FsResult<u64> {
-        let of = self.file_of(fd)?;
+        let of = self.io_file(fd)?;
         let ino = of.ino;
         let pos = of.pos;
         let new = match &self.inode(ino).body {
@@ -818,7 +978,7 @@ impl ModelState {
             }
             Body::Symlink(_) | Body::Special(..) => unreachable!("model: a descriptor on a symlink or special file"),
         };
-        self.fds.get_mut(&fd.0).unwrap().pos = new;
+        self.set_pos(fd, new);
         Ok(new)
     }
 
@@ -836,7 +996,7 @@ impl ModelState {
         if size > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
-        let of = self.file_of(fd)?;
+        let of = self.io_file(fd)?;
         let ino = of.ino;
         if !of.flags.write || self.inode(ino).kind() != FileType::Regular {
             return Err(Errno::EINVAL);
@@ -845,7 +1005,7 @@ impl ModelState {
     }
 
     pub(crate) fn fsync(&self, fd: Fd) -> FsResult<()> {
-        self.file_of(fd).map(|_| ())
+        self.io_file(fd).map(|_| ())
     }
 
     pub(crate) fn fallocate(
@@ -856,7 +1016,7 @@ impl ModelState {
         offset: u64,
         len: u64,
     ) -> FsResult<()> {
-        let of = self.file_of(fd)?.clone();
+        let of = self.io_file(fd)?.clone();
         if len == 0 || offset > LOFF_MAX || len > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
@@ -896,19 +1056,90 @@ impl ModelState {
         Ok(self.stat_of(self.file_of(fd)?.ino))
     }
 
-    pub(crate) fn stat(&self, path: &[u8]) -> FsResult<Stat> {
-        Ok(self.stat_of(self.resolve(path, true)?))
+    // ----- credentials, starting points, permissions ----------------------
+
+    pub fn credentials(&self) -> &Credentials {
+        &self.creds
     }
 
-    pub(crate) fn lstat(&self, path: &[u8]) -> FsResult<Stat> {
-        Ok(self.stat_of(self.resolve(path, false)?))
+    pub fn set_credentials(&mut self, c: Credentials) {
+        self.creds = c;
+    }
+
+    fn owner(&self, ino: u64) -> Owner {
+        let i = self.inode(ino);
+        Owner { kind: i.kind(), perm: i.perm, uid: i.uid, gid: i.gid }
+    }
+
+    fn may(&self, ino: u64, mask: u32) -> FsResult<()> {
+        perm::check(&self.creds, &self.owner(ino), mask)
+    }
+
+    fn may_search(&self, dir: u64) -> FsResult<()> {
+        self.may(dir, perm::EXEC)
+    }
+
+    /// may_create: ENOENT in a removed directory, EACCES without write and
+    /// search permission.
+    fn may_create(&self, dir: u64) -> FsResult<()> {
+        if self.inode(dir).links == 0 {
+            return Err(Errno::ENOENT);
+        }
+        self.may(dir, perm::WRITE | perm::EXEC)
+    }
+
+    /// may_delete's permission part: EACCES, then the sticky rule (EPERM).
+    fn may_delete(&self, dir: u64, victim: u64) -> FsResult<()> {
+        self.may(dir, perm::WRITE | perm::EXEC)?;
+        if perm::sticky_refuses(&self.creds, &self.owner(dir), &self.owner(victim)) {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
+    /// The inode a `dirfd` names (the current directory for AT_FDCWD).
+    fn dir_of(&self, dirfd: Fd) -> FsResult<u64> {
+        if dirfd == AT_FDCWD {
+            return Ok(self.cwd);
+        }
+        Ok(self.file_of(dirfd)?.ino)
+    }
+
+    /// Where a path starts: the root for an absolute path (`dirfd`
+    /// ignored), else the directory `dirfd` names (EBADF, ENOTDIR).
+    fn start(&self, dirfd: Fd, path: &[u8]) -> FsResult<u64> {
+        if path.first() == Some(&b'/') {
+            return Ok(ROOT);
+        }
+        let d = self.dir_of(dirfd)?;
+        if !self.is_dir(d) {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(d)
+    }
+
+    /// The existing inode `path` names from `dirfd`; AT_EMPTY_PATH with an
+    /// empty path names `dirfd` itself; AT_SYMLINK_NOFOLLOW leaves a final
+    /// symlink alone.
+    fn target_at(&self, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<u64> {
+        if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
+            return self.dir_of(dirfd);
+        }
+        check_path(path)?;
+        let start = self.start(dirfd, path)?;
+        self.resolve(start, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0)
+    }
+
+    pub(crate) fn fstatat(&self, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<Stat> {
+        check_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT)?;
+        Ok(self.stat_of(self.target_at(dirfd, path, flags)?))
     }
 
     pub(crate) fn truncate(&mut self, now: TimeSpec, path: &[u8], size: u64) -> FsResult<()> {
         if size > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
-        let ino = self.resolve(path, true)?;
+        let ino = self.target_at(AT_FDCWD, path, 0)?;
         if self.is_dir(ino) {
             return Err(Errno::EISDIR);
         }
@@ -916,19 +1147,34 @@ impl ModelState {
         if self.inode(ino).kind().is_special() {
             return Err(Errno::EINVAL);
         }
+        self.may(ino, perm::WRITE)?;
         self.set_size(now, ino, size)
     }
 
-    pub(crate) fn chmod(&mut self, now: TimeSpec, path: &[u8], perm: u32) -> FsResult<()> {
-        let ino = self.resolve(path, true)?;
+    fn chmod_ino(&mut self, now: TimeSpec, ino: u64, perm: u32) -> FsResult<()> {
+        let bits = perm::chmod_bits(&self.creds, &self.owner(ino), perm)?;
         let i = self.inode_mut(ino);
-        i.perm = perm & 0o7777;
+        i.perm = bits;
         i.ctime = now;
         Ok(())
     }
 
-    pub(crate) fn chown(&mut self, now: TimeSpec, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
-        let ino = self.resolve(path, true)?;
+    pub(crate) fn fchmodat(&mut self, now: TimeSpec, dirfd: Fd, path: &[u8], perm: u32, flags: i32) -> FsResult<()> {
+        check_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        let ino = self.target_at(dirfd, path, flags)?;
+        if self.inode(ino).kind() == FileType::Symlink {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.chmod_ino(now, ino, perm)
+    }
+
+    pub(crate) fn fchmod(&mut self, now: TimeSpec, fd: Fd, perm: u32) -> FsResult<()> {
+        let ino = self.io_file(fd)?.ino;
+        self.chmod_ino(now, ino, perm)
+    }
+
+    fn chown_ino(&mut self, now: TimeSpec, ino: u64, uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
+        perm::may_chown(&self.creds, &self.owner(ino), uid, gid)?;
         let i = self.inode_mut(ino);
         if let Some(u) = uid {
             i.uid = u;
@@ -940,15 +1186,31 @@ impl ModelState {
         Ok(())
     }
 
-    pub(crate) fn utimens(&mut self, now: TimeSpec, path: &[u8], atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
-        if atime == TimeSet::Omit && mtime == TimeSet::Omit {
-            // Linux utimensat: "nothing to do, we must not even check the path".
-            return Ok(());
-        }
-        let ino = self.resolve(path, true)?;
+    pub(crate) fn fchownat(
+        &mut self,
+        now: TimeSpec,
+        dirfd: Fd,
+        path: &[u8],
+        uid: Option<u32>,
+        gid: Option<u32>,
+        flags: i32,
+    ) -> FsResult<()> {
+        check_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        let ino = self.target_at(dirfd, path, flags)?;
+        self.chown_ino(now, ino, uid, gid)
+    }
+
+    pub(crate) fn fchown(&mut self, now: TimeSpec, fd: Fd, uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
+        let ino = self.io_file(fd)?.ino;
+        self.chown_ino(now, ino, uid, gid)
+    }
+
+    fn utimens_ino(&mut self, now: TimeSpec, ino: u64, atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
         if !valid_time(atime) || !valid_time(mtime) {
             return Err(Errno::EINVAL);
         }
+        let both_now = atime == TimeSet::Now && mtime == TimeSet::Now;
+        perm::may_set_times(&self.creds, &self.owner(ino), both_now)?;
         let pick = |t: TimeSet, old: TimeSpec| match t {
             TimeSet::Omit => old,
             TimeSet::Now => now,
@@ -961,30 +1223,81 @@ impl ModelState {
         Ok(())
     }
 
-    pub(crate) fn mkdir(&mut self, now: TimeSpec, path: &[u8], perm: u32) -> FsResult<()> {
-        let (dir, name) = self.create_target(path, true)?;
+    pub(crate) fn utimensat(
+        &mut self,
+        now: TimeSpec,
+        dirfd: Fd,
+        path: &[u8],
+        atime: TimeSet,
+        mtime: TimeSet,
+        flags: i32,
+    ) -> FsResult<()> {
+        if atime == TimeSet::Omit && mtime == TimeSet::Omit {
+            // Linux utimensat: "nothing to do, we must not even check the path".
+            return Ok(());
+        }
+        check_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        let ino = self.target_at(dirfd, path, flags)?;
+        self.utimens_ino(now, ino, atime, mtime)
+    }
+
+    pub(crate) fn futimens(&mut self, now: TimeSpec, fd: Fd, atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
+        if atime == TimeSet::Omit && mtime == TimeSet::Omit {
+            return Ok(()); // Linux: before the descriptor is looked at
+        }
+        let ino = self.io_file(fd)?.ino;
+        self.utimens_ino(now, ino, atime, mtime)
+    }
+
+    pub(crate) fn faccessat(&self, dirfd: Fd, path: &[u8], mode: u32, flags: i32) -> FsResult<()> {
+        if mode & !7 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        check_flags(flags, libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        let ino = self.target_at(dirfd, path, flags)?;
+        if mode == 0 {
+            return Ok(());
+        }
+        self.may(ino, mode)
+    }
+
+    pub(crate) fn mkdir(&mut self, now: TimeSpec, dirfd: Fd, path: &[u8], perm: u32) -> FsResult<()> {
+        check_path(path)?;
+        let start = self.start(dirfd, path)?;
+        let (dir, name) = self.create_target(start, path, true)?;
         if self.free_inodes() == 0 {
             return Err(Errno::ENOSPC);
         }
         let body = Body::Dir(DirData { entries: BTreeMap::new(), next_seq: 1, parent: dir });
         // vfs_mkdir keeps only the permission and sticky bits.
-        let ino = self.new_inode(body, perm & 0o1777, now);
+        let ino = self.new_inode(dir, body, perm & 0o1777, now);
         self.insert_entry(dir, name, ino);
         self.inode_mut(dir).touch_mc(now);
         Ok(())
     }
 
-    pub(crate) fn rmdir(&mut self, now: TimeSpec, path: &[u8]) -> FsResult<()> {
+    pub(crate) fn unlinkat(&mut self, now: TimeSpec, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<()> {
+        check_flags(flags, libc::AT_REMOVEDIR)?;
         check_path(path)?;
-        let (dir, last, _slash) = self.walk(ROOT, path, &mut 0)?;
+        let start = self.start(dirfd, path)?;
+        if flags & libc::AT_REMOVEDIR != 0 {
+            self.rmdir(now, start, path)
+        } else {
+            self.unlink(now, start, path)
+        }
+    }
+
+    fn rmdir(&mut self, now: TimeSpec, start: u64, path: &[u8]) -> FsResult<()> {
+        let (dir, last, _slash) = self.walk(start, path, &mut 0)?;
         let name = match last {
             Last::DotDot => return Err(Errno::ENOTEMPTY),
             Last::Dot => return Err(Errno::EINVAL),
             Last::Root => return Err(Errno::EBUSY),
             Last::Name(n) => n,
         };
-        check_name(&name)?;
+        self.check_name_in(dir, &name)?;
         let ino = self.lookup(dir, &name).ok_or(Errno::ENOENT)?;
+        self.may_delete(dir, ino)?;
         if !self.is_dir(ino) {
             return Err(Errno::ENOTDIR);
         }
@@ -997,19 +1310,19 @@ impl ModelState {
         Ok(())
     }
 
-    pub(crate) fn unlink(&mut self, now: TimeSpec, path: &[u8]) -> FsResult<()> {
-        check_path(path)?;
-        let (dir, last, slash) = self.walk(ROOT, path, &mut 0)?;
+    fn unlink(&mut self, now: TimeSpec, start: u64, path: &[u8]) -> FsResult<()> {
+        let (dir, last, slash) = self.walk(start, path, &mut 0)?;
         let Last::Name(name) = last else {
             return Err(Errno::EISDIR);
         };
-        check_name(&name)?;
+        self.check_name_in(dir, &name)?;
         let ino = self.lookup(dir, &name).ok_or(Errno::ENOENT)?;
+        if slash {
+            return Err(if self.is_dir(ino) { Errno::EISDIR } else { Errno::ENOTDIR });
+        }
+        self.may_delete(dir, ino)?;
         if self.is_dir(ino) {
             return Err(Errno::EISDIR);
-        }
-        if slash {
-            return Err(Errno::ENOTDIR);
         }
         self.remove_entry(dir, &name);
         self.inode_mut(dir).touch_mc(now);
@@ -1017,21 +1330,31 @@ impl ModelState {
         Ok(())
     }
 
-    pub(crate) fn rename(&mut self, now: TimeSpec, from: &[u8], to: &[u8], flags: RenameFlags) -> FsResult<()> {
+    pub(crate) fn rename(
+        &mut self,
+        now: TimeSpec,
+        olddirfd: Fd,
+        from: &[u8],
+        newdirfd: Fd,
+        to: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
         check_path(from)?;
         check_path(to)?;
-        let (odir, olast, oslash) = self.walk(ROOT, from, &mut 0)?;
-        let (ndir, nlast, nslash) = self.walk(ROOT, to, &mut 0)?;
+        let ostart = self.start(olddirfd, from)?;
+        let (odir, olast, oslash) = self.walk(ostart, from, &mut 0)?;
+        let nstart = self.start(newdirfd, to)?;
+        let (ndir, nlast, nslash) = self.walk(nstart, to, &mut 0)?;
         // The source must exist (checked before the "." / ".." / root rule).
         if let Last::Name(n) = &olast {
-            check_name(n)?;
+            self.check_name_in(odir, n)?;
             self.lookup(odir, n).ok_or(Errno::ENOENT)?;
         }
         let (Last::Name(oname), Last::Name(nname)) = (olast, nlast) else {
             return Err(Errno::EBUSY);
         };
         let src = self.lookup(odir, &oname).expect("checked above");
-        check_name(&nname)?;
+        self.check_name_in(ndir, &nname)?;
         let tgt = self.lookup(ndir, &nname);
         let exchange = flags == RenameFlags::Exchange;
         if flags == RenameFlags::NoReplace && tgt.is_some() {
@@ -1061,6 +1384,22 @@ impl ModelState {
         }
         if tgt == Some(src) {
             return Ok(());
+        }
+        // vfs_rename's permission checks: may_delete of the source, then
+        // may_delete or may_create of the target, then write permission on
+        // a directory that changes parent.
+        self.may_delete(odir, src)?;
+        match tgt {
+            Some(t) => self.may_delete(ndir, t)?,
+            None => self.may_create(ndir)?,
+        }
+        if odir != ndir {
+            if src_dir {
+                self.may(src, perm::WRITE)?;
+            }
+            if let Some(t) = tgt.filter(|&t| exchange && self.is_dir(t)) {
+                self.may(t, perm::WRITE)?;
+            }
         }
         if exchange {
             let t = tgt.expect("checked above");
@@ -1101,13 +1440,33 @@ impl ModelState {
         Ok(())
     }
 
-    pub(crate) fn link(&mut self, now: TimeSpec, existing: &[u8], new: &[u8]) -> FsResult<()> {
-        check_path(existing)?;
+    pub(crate) fn link(
+        &mut self,
+        now: TimeSpec,
+        olddirfd: Fd,
+        existing: &[u8],
+        newdirfd: Fd,
+        new: &[u8],
+        flags: i32,
+    ) -> FsResult<()> {
+        check_flags(flags, libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH)?;
+        let empty = existing.is_empty() && flags & libc::AT_EMPTY_PATH != 0;
+        if empty && !self.creds.is_root() {
+            return Err(Errno::ENOENT); // needs CAP_DAC_READ_SEARCH
+        }
+        if !empty {
+            check_path(existing)?;
+        }
         check_path(new)?;
-        let ino = self.resolve(existing, false)?;
-        let (dir, name) = self.create_target(new, false)?;
+        let nofollow = if flags & libc::AT_SYMLINK_FOLLOW != 0 { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+        let ino = self.target_at(olddirfd, existing, nofollow | (flags & libc::AT_EMPTY_PATH))?;
+        let start = self.start(newdirfd, new)?;
+        let (dir, name) = self.create_target(start, new, false)?;
         if self.is_dir(ino) {
             return Err(Errno::EPERM);
+        }
+        if self.inode(ino).links == 0 {
+            return Err(Errno::ENOENT);
         }
         if self.inode(ino).links >= LINK_MAX {
             return Err(Errno::EMLINK);
@@ -1120,24 +1479,26 @@ impl ModelState {
         Ok(())
     }
 
-    pub(crate) fn symlink(&mut self, now: TimeSpec, target: &[u8], linkpath: &[u8]) -> FsResult<()> {
+    pub(crate) fn symlink(&mut self, now: TimeSpec, target: &[u8], newdirfd: Fd, linkpath: &[u8]) -> FsResult<()> {
         if target.is_empty() {
             return Err(Errno::ENOENT);
         }
         if target.len() > SYMLINK_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
-        let (dir, name) = self.create_target(linkpath, false)?;
+        check_path(linkpath)?;
+        let start = self.start(newdirfd, linkpath)?;
+        let (dir, name) = self.create_target(start, linkpath, false)?;
         if self.free_inodes() == 0 || self.free_pages() == 0 {
             return Err(Errno::ENOSPC);
         }
-        let ino = self.new_inode(Body::Symlink(target.to_vec()), 0o777, now);
+        let ino = self.new_inode(dir, Body::Symlink(target.to_vec()), 0o777, now);
         self.insert_entry(dir, name, ino);
         self.inode_mut(dir).touch_mc(now);
         Ok(())
     }
 
-    pub(crate) fn mknod(&mut self, now: TimeSpec, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
+    pub(crate) fn mknod(&mut self, now: TimeSpec, dirfd: Fd, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
         // Linux's may_mknod checks the type before the path.
         let body = match FileType::from_mode(mode) {
             _ if mode & libc::S_IFMT == 0 => Body::File(FileData::default()),
@@ -1146,18 +1507,32 @@ impl ModelState {
             Some(FileType::Symlink) | None => return Err(Errno::EINVAL),
             Some(kind) => Body::Special(kind, if kind.has_rdev() { rdev } else { 0 }),
         };
-        let (dir, name) = self.create_target(path, false)?;
+        check_path(path)?;
+        let start = self.start(dirfd, path)?;
+        let (dir, name) = self.create_target(start, path, false)?;
+        // vfs_mknod: device nodes need CAP_MKNOD (but for a whiteout).
+        if let Body::Special(k, rdev) = body {
+            perm::may_mknod(&self.creds, k, rdev)?;
+        }
         if self.free_inodes() == 0 {
             return Err(Errno::ENOSPC);
         }
-        let ino = self.new_inode(body, mode & 0o7777, now);
+        let ino = self.new_inode(dir, body, mode & 0o7777, now);
         self.insert_entry(dir, name, ino);
         self.inode_mut(dir).touch_mc(now);
         Ok(())
     }
 
-    pub(crate) fn readlink(&self, path: &[u8]) -> FsResult<Vec<u8>> {
-        let ino = self.resolve(path, false)?;
+    pub(crate) fn readlink(&self, dirfd: Fd, path: &[u8]) -> FsResult<Vec<u8>> {
+        if path.is_empty() {
+            // readlinkat(fd, ""): the symlink an O_PATH descriptor names.
+            let ino = self.dir_of(dirfd)?;
+            return match &self.inode(ino).body {
+                Body::Symlink(t) => Ok(t.clone()),
+                _ => Err(Errno::ENOENT),
+            };
+        }
+        let ino = self.target_at(dirfd, path, libc::AT_SYMLINK_NOFOLLOW)?;
         match &self.inode(ino).body {
             Body::Symlink(t) => Ok(t.clone()),
             _ => Err(Errno::EINVAL),
@@ -1165,7 +1540,7 @@ impl ModelState {
     }
 
     pub(crate) fn readdir(&self, fd: Fd, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
-        let ino = self.file_of(fd)?.ino;
+        let ino = self.io_file(fd)?.ino;
         let inode = self.inode(ino);
         let Body::Dir(d) = &inode.body else {
             return Err(Errno::ENOTDIR);
@@ -1186,6 +1561,147 @@ impl ModelState {
                 next_cookie: s.seq,
             })
             .collect())
+    }
+
+    // ----- current directory --------------------------------------------
+
+    fn set_cwd(&mut self, ino: u64) -> FsResult<()> {
+        if !self.is_dir(ino) {
+            return Err(Errno::ENOTDIR);
+        }
+        self.may(ino, perm::EXEC)?;
+        let old = std::mem::replace(&mut self.cwd, ino);
+        self.maybe_drop(old);
+        Ok(())
+    }
+
+    pub(crate) fn chdir(&mut self, path: &[u8]) -> FsResult<()> {
+        let ino = self.target_at(AT_FDCWD, path, 0)?;
+        self.set_cwd(ino)
+    }
+
+    pub(crate) fn fchdir(&mut self, fd: Fd) -> FsResult<()> {
+        let ino = self.file_of(fd)?.ino;
+        self.set_cwd(ino)
+    }
+
+    /// The absolute path of the current directory (ENOENT once removed).
+    pub(crate) fn getcwd(&self) -> FsResult<Vec<u8>> {
+        let mut names: Vec<&[u8]> = Vec::new();
+        let mut d = self.cwd;
+        if self.inode(d).links == 0 {
+            return Err(Errno::ENOENT);
+        }
+        while d != ROOT {
+            let p = self.parent_of(d);
+            let name = self.dir(p).entries.iter().find(|(_, s)| s.ino == d).map(|(n, _)| n.as_slice());
+            names.push(name.expect("model: a linked directory is named in its parent"));
+            d = p;
+        }
+        if names.is_empty() {
+            return Ok(b"/".to_vec());
+        }
+        let mut out = Vec::new();
+        for n in names.iter().rev() {
+            out.push(b'/');
+            out.extend_from_slice(n);
+        }
+        Ok(out)
+    }
+
+    // ----- extended attributes ------------------------------------------
+
+    /// Linux's xattr_permission (and the capability module for security.*):
+    /// see `Session` in the engine.
+    fn may_xattr(&self, ino: u64, name: &[u8], write: bool) -> FsResult<()> {
+        if self.creds.is_root() {
+            return Ok(());
+        }
+        if name.starts_with(b"trusted.") {
+            return Err(if write { Errno::EPERM } else { Errno::ENODATA });
+        }
+        if name.starts_with(b"security.") || name.starts_with(b"system.") {
+            return if write && name.starts_with(b"security.") { Err(Errno::EPERM) } else { Ok(()) };
+        }
+        let o = self.owner(ino);
+        if name.starts_with(b"user.")
+            && write
+            && o.kind == FileType::Directory
+            && o.perm & 0o1000 != 0
+            && o.uid != self.creds.uid
+        {
+            return Err(Errno::EPERM);
+        }
+        self.may(ino, if write { perm::WRITE } else { perm::READ })
+    }
+
+    /// A stored namespace (user., trusted., security.); EOPNOTSUPP for the
+    /// rest (system.* ACLs are not modeled).
+    fn xattr_ns_ok(name: &[u8]) -> FsResult<()> {
+        if [&b"user."[..], b"trusted.", b"security."].iter().any(|p| name.starts_with(p) && name.len() > p.len()) {
+            Ok(())
+        } else {
+            Err(Errno::EOPNOTSUPP)
+        }
+    }
+
+    fn xattr_name_ok(name: &[u8]) -> FsResult<()> {
+        if name.is_empty() || name.len() > NAME_MAX || name.contains(&0) {
+            return Err(Errno::ERANGE);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn fgetxattr(&self, fd: Fd, name: &[u8]) -> FsResult<Vec<u8>> {
+        let ino = self.io_file(fd)?.ino;
+        Self::xattr_name_ok(name)?;
+        self.may_xattr(ino, name, false)?;
+        Self::xattr_ns_ok(name)?;
+        self.inode(ino).xattrs.get(name).cloned().ok_or(Errno::ENODATA)
+    }
+
+    pub(crate) fn fsetxattr(
+        &mut self,
+        now: TimeSpec,
+        fd: Fd,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrSetMode,
+    ) -> FsResult<()> {
+        let ino = self.io_file(fd)?.ino;
+        Self::xattr_name_ok(name)?;
+        self.may_xattr(ino, name, true)?;
+        Self::xattr_ns_ok(name)?;
+        if name.len() + value.len() > ferrite::format::XATTR_BYTES_MAX {
+            return Err(Errno::E2BIG);
+        }
+        let exists = self.inode(ino).xattrs.contains_key(name);
+        match (mode, exists) {
+            (XattrSetMode::Create, true) => return Err(Errno::EEXIST),
+            (XattrSetMode::Replace, false) => return Err(Errno::ENODATA),
+            _ => {}
+        }
+        let i = self.inode_mut(ino);
+        i.xattrs.insert(name.to_vec(), value.to_vec());
+        i.ctime = now;
+        Ok(())
+    }
+
+    pub(crate) fn flistxattr(&self, fd: Fd) -> FsResult<Vec<Vec<u8>>> {
+        let ino = self.io_file(fd)?.ino;
+        let root = self.creds.is_root();
+        Ok(self.inode(ino).xattrs.keys().filter(|n| root || !n.starts_with(b"trusted.")).cloned().collect())
+    }
+
+    pub(crate) fn fremovexattr(&mut self, now: TimeSpec, fd: Fd, name: &[u8]) -> FsResult<()> {
+        let ino = self.io_file(fd)?.ino;
+        Self::xattr_name_ok(name)?;
+        self.may_xattr(ino, name, true)?;
+        Self::xattr_ns_ok(name)?;
+        let i = self.inode_mut(ino);
+        i.xattrs.remove(name).ok_or(Errno::ENODATA)?;
+        i.ctime = now;
+        Ok(())
     }
 
     pub(crate) fn statfs(&self) -> StatFs {

@@ -196,6 +196,99 @@ fn model_is_send_and_sync() {
 struct DupListing(ModelFs);
 
 impl PathFs for DupListing {
+    fn openat(&self, dirfd: Fd, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
+        self.0.openat(dirfd, path, flags, perm)
+    }
+    fn mkdirat(&self, dirfd: Fd, path: &[u8], perm: u32) -> FsResult<()> {
+        self.0.mkdirat(dirfd, path, perm)
+    }
+    fn mknodat(&self, dirfd: Fd, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
+        self.0.mknodat(dirfd, path, mode, rdev)
+    }
+    fn unlinkat(&self, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<()> {
+        self.0.unlinkat(dirfd, path, flags)
+    }
+    fn renameat2(&self, od: Fd, old: &[u8], nd: Fd, new: &[u8], flags: RenameFlags) -> FsResult<()> {
+        self.0.renameat2(od, old, nd, new, flags)
+    }
+    fn linkat(&self, od: Fd, old: &[u8], nd: Fd, new: &[u8], flags: i32) -> FsResult<()> {
+        self.0.linkat(od, old, nd, new, flags)
+    }
+    fn symlinkat(&self, target: &[u8], nd: Fd, linkpath: &[u8]) -> FsResult<()> {
+        self.0.symlinkat(target, nd, linkpath)
+    }
+    fn readlinkat(&self, dirfd: Fd, path: &[u8]) -> FsResult<Vec<u8>> {
+        self.0.readlinkat(dirfd, path)
+    }
+    fn fstatat(&self, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<Stat> {
+        self.0.fstatat(dirfd, path, flags)
+    }
+    fn fchmodat(&self, dirfd: Fd, path: &[u8], perm: u32, flags: i32) -> FsResult<()> {
+        self.0.fchmodat(dirfd, path, perm, flags)
+    }
+    fn fchownat(&self, dirfd: Fd, path: &[u8], uid: Option<u32>, gid: Option<u32>, flags: i32) -> FsResult<()> {
+        self.0.fchownat(dirfd, path, uid, gid, flags)
+    }
+    fn utimensat(&self, dirfd: Fd, path: &[u8], a: TimeSet, m: TimeSet, flags: i32) -> FsResult<()> {
+        self.0.utimensat(dirfd, path, a, m, flags)
+    }
+    fn faccessat(&self, dirfd: Fd, path: &[u8], mode: u32, flags: i32) -> FsResult<()> {
+        self.0.faccessat(dirfd, path, mode, flags)
+    }
+    fn fchmod(&self, fd: Fd, perm: u32) -> FsResult<()> {
+        self.0.fchmod(fd, perm)
+    }
+    fn fchown(&self, fd: Fd, uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
+        self.0.fchown(fd, uid, gid)
+    }
+    fn futimens(&self, fd: Fd, a: TimeSet, m: TimeSet) -> FsResult<()> {
+        self.0.futimens(fd, a, m)
+    }
+    fn fgetxattr(&self, fd: Fd, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.0.fgetxattr(fd, name)
+    }
+    fn fsetxattr(&self, fd: Fd, name: &[u8], value: &[u8], mode: ferrite::XattrSetMode) -> FsResult<()> {
+        self.0.fsetxattr(fd, name, value, mode)
+    }
+    fn flistxattr(&self, fd: Fd) -> FsResult<Vec<Vec<u8>>> {
+        self.0.flistxattr(fd)
+    }
+    fn fremovexattr(&self, fd: Fd, name: &[u8]) -> FsResult<()> {
+        self.0.fremovexattr(fd, name)
+    }
+    fn dup(&self, fd: Fd) -> FsResult<Fd> {
+        self.0.dup(fd)
+    }
+    fn dup3(&self, fd: Fd, newfd: Fd, cloexec: bool) -> FsResult<Fd> {
+        self.0.dup3(fd, newfd, cloexec)
+    }
+    fn get_cloexec(&self, fd: Fd) -> FsResult<bool> {
+        self.0.get_cloexec(fd)
+    }
+    fn set_cloexec(&self, fd: Fd, on: bool) -> FsResult<()> {
+        self.0.set_cloexec(fd, on)
+    }
+    fn getfl(&self, fd: Fd) -> FsResult<OpenFlags> {
+        self.0.getfl(fd)
+    }
+    fn setfl_append(&self, fd: Fd, on: bool) -> FsResult<()> {
+        self.0.setfl_append(fd, on)
+    }
+    fn chdir(&self, path: &[u8]) -> FsResult<()> {
+        self.0.chdir(path)
+    }
+    fn fchdir(&self, fd: Fd) -> FsResult<()> {
+        self.0.fchdir(fd)
+    }
+    fn getcwd(&self) -> FsResult<Vec<u8>> {
+        self.0.getcwd()
+    }
+    fn credentials(&self) -> ferrite::Credentials {
+        self.0.credentials()
+    }
+    fn set_credentials(&self, c: ferrite::Credentials) {
+        self.0.set_credentials(c)
+    }
     fn open(&self, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
         self.0.open(path, flags, perm)
     }

@@ -98,12 +98,12 @@ pub fn get(fs: &dyn PathFs, path: &[u8]) -> Result<Vec<u8>, Errno> {
 /// Unmount `fs` cleanly (`crash` false) or drop it as a crash (`crash`
 /// true), check the pool with fsck (it must be clean), and mount a copy of
 /// its image: what a restart after either would find.
-pub fn remount(fs: ferrite::Ferrite, crash: bool) -> ferrite::Ferrite {
+pub fn remount(fs: ferrite::Session, crash: bool) -> ferrite::Session {
     remount_checked(fs, crash).0
 }
 
 /// `remount`, also returning the fsck report of the image it mounted.
-pub fn remount_checked(fs: ferrite::Ferrite, crash: bool) -> (ferrite::Ferrite, ferrite::fsck::FsckReport) {
+pub fn remount_checked(fs: ferrite::Session, crash: bool) -> (ferrite::Session, ferrite::fsck::FsckReport) {
     let pmem = fs.pmem().clone();
     if crash {
         drop(fs);
@@ -114,7 +114,7 @@ pub fn remount_checked(fs: ferrite::Ferrite, crash: bool) -> (ferrite::Ferrite, 
     let report = ferrite::fsck::check(&ferrite_pmem::Pmem::from_image(&image)).unwrap();
     assert!(report.is_clean(), "{report}");
     let fs =
-        ferrite::Ferrite::mount(ferrite_pmem::Pmem::from_image(&image), &ferrite::MountOptions::default()).unwrap();
+        ferrite::Session::mount(ferrite_pmem::Pmem::from_image(&image), &ferrite::MountOptions::default()).unwrap();
     (fs, report)
 }
 

@@ -2,31 +2,31 @@
 //! create files and directories, write and read, unmount, remount (clean
 //! and after a crash), and find every byte and name again.
 
-use ferrite::{Ferrite, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags};
+use ferrite::{FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session};
 use ferrite_pmem::Pmem;
 
-fn fresh(pages: u64) -> Ferrite {
-    Ferrite::format(Pmem::heap(pages * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap()
+fn fresh(pages: u64) -> Session {
+    Session::format(Pmem::heap(pages * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap()
 }
 
-fn remount_clean(fs: Ferrite) -> Ferrite {
+fn remount_clean(fs: Session) -> Session {
     let pmem = fs.pmem().clone();
     fs.unmount().unwrap();
     let image = pmem.image();
     let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
     assert!(report.is_clean(), "{report}");
-    Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap()
+    Session::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap()
 }
 
-fn remount_crash(fs: Ferrite) -> Ferrite {
+fn remount_crash(fs: Session) -> Session {
     let image = fs.pmem().image();
     drop(fs);
     let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
     assert!(report.is_clean(), "{report}");
-    Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap()
+    Session::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap()
 }
 
-fn read_all(fs: &Ferrite, path: &[u8]) -> Vec<u8> {
+fn read_all(fs: &Session, path: &[u8]) -> Vec<u8> {
     let fd = fs.open(path, OpenFlags::RDONLY, 0).unwrap();
     let size = fs.fstat(fd).unwrap().size as usize;
     let mut buf = vec![0u8; size];

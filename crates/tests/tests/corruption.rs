@@ -32,7 +32,7 @@ use ferrite::format::{
     SUPERBLOCK_COPIES, SUPERBLOCK_SIZE,
 };
 use ferrite::{
-    Errno, FallocateMode, Ferrite, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, PoolError, RenameFlags,
+    Errno, FallocateMode, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, PoolError, RenameFlags, Session,
     TimeSet,
 };
 use ferrite_pmem::Pmem;
@@ -74,7 +74,7 @@ fn mount_opts() -> MountOptions {
 /// A pool with some of everything: nested directories, files of several
 /// sizes with holes, a symlink, hard links, a directory whose log spans two
 /// pages, a file whose log was extended and collected.
-fn populate(fs: &Ferrite) {
+fn populate(fs: &Session) {
     let must = |r: Result<(), Errno>, what: &str| r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
     for d in ["/a", "/a/b", "/a/b/c", "/many", "/empty"] {
         must(fs.mkdir(d.as_bytes(), 0o755), d);
@@ -108,9 +108,9 @@ fn populate(fs: &Ferrite) {
     must(fs.truncate(b"/a/f1", 50), "truncate");
 }
 
-fn fresh() -> Ferrite {
+fn fresh() -> Session {
     let clock = manual_clock(1_000);
-    Ferrite::format(Pmem::heap(POOL_PAGES * 4096), &FormatOptions { lanes: 2, inodes: Some(128), clock })
+    Session::format(Pmem::heap(POOL_PAGES * 4096), &FormatOptions { lanes: 2, inodes: Some(128), clock })
         .expect("format")
 }
 
@@ -125,7 +125,7 @@ fn bases() -> &'static [(&'static str, Vec<u8>)] {
         fs.unmount().unwrap();
         let clean = pmem.image();
 
-        let fs = Ferrite::mount(Pmem::from_image(&clean), &mount_opts()).unwrap();
+        let fs = Session::mount(Pmem::from_image(&clean), &mount_opts()).unwrap();
         let orphan = fs.open(b"/orphan", OpenFlags::RDWR.create(), 0o644).unwrap();
         fs.pwrite(orphan, &pattern(9, 9000), 0).unwrap();
         fs.unlink(b"/orphan").unwrap();
@@ -478,7 +478,7 @@ fn damage_pages(img: &mut [u8], rng: &mut ChaCha8Rng, m: &PoolMap) -> String {
 // Exercising an image.
 
 /// Changes through every kind of operation; all errors are allowed.
-fn mutate(fs: &Ferrite, paths: &[(Vec<u8>, FileType)]) {
+fn mutate(fs: &Session, paths: &[(Vec<u8>, FileType)]) {
     let mut n = 0u64;
     for (p, kind) in paths.iter().take(40) {
         n += 1;
@@ -543,7 +543,7 @@ fn mutate(fs: &Ferrite, paths: &[(Vec<u8>, FileType)]) {
 fn exercise(img: &[u8], with_ops: bool) -> Result<String, String> {
     let report = ferrite::fsck::check(&Pmem::from_image(img));
     let clean = matches!(&report, Ok(r) if r.is_clean());
-    let fs = match Ferrite::mount(Pmem::from_image(img), &mount_opts()) {
+    let fs = match Session::mount(Pmem::from_image(img), &mount_opts()) {
         Ok(fs) => fs,
         Err(e) => {
             if clean {
@@ -564,7 +564,7 @@ fn exercise(img: &[u8], with_ops: bool) -> Result<String, String> {
     let _ = fs.unmount();
     let after = pmem.image();
     let _ = ferrite::fsck::check(&Pmem::from_image(&after));
-    if let Ok(fs) = Ferrite::mount(Pmem::from_image(&after), &mount_opts()) {
+    if let Ok(fs) = Session::mount(Pmem::from_image(&after), &mount_opts()) {
         explore(&fs, 3000, 64 * 1024);
     }
     Ok(format!("mounted; walked {} dirs, {} files, {} symlinks, {} errors", st.dirs, st.files, st.symlinks, st.errors))
@@ -707,7 +707,7 @@ fn truncated_and_extended_images_are_refused() {
             let n = len.min(base.len());
             img[..n].copy_from_slice(&base[..n]);
             let what = format!("{name} image resized to {p} pages (seed {seed:#x})");
-            match Ferrite::mount(Pmem::from_image(&img), &mount_opts()) {
+            match Session::mount(Pmem::from_image(&img), &mount_opts()) {
                 Ok(_) => panic!("{what}: mount accepted it"),
                 Err(PoolError::Corrupt(_)) | Err(PoolError::NotFerrite) => {}
                 Err(e) => panic!("{what}: unexpected error {e}"),
@@ -744,7 +744,7 @@ fn truncated_and_extended_images_are_refused() {
                 Err(_) => assert!(len % PAGE != 0 || len < 64 * PAGE, "{what}: open_file refused a valid-length file"),
                 Ok(pmem) => {
                     assert!(len % PAGE == 0 && len >= 64 * PAGE, "{what}: open_file accepted it");
-                    assert!(Ferrite::mount(pmem, &mount_opts()).is_err(), "{what}: mount accepted it");
+                    assert!(Session::mount(pmem, &mount_opts()).is_err(), "{what}: mount accepted it");
                 }
             }
             let _ = std::fs::remove_file(&path);
@@ -755,7 +755,7 @@ fn truncated_and_extended_images_are_refused() {
 #[test]
 fn wrong_magic_and_version_are_refused() {
     let clean = &bases()[0].1;
-    let mount = |img: &[u8]| Ferrite::mount(Pmem::from_image(img), &mount_opts());
+    let mount = |img: &[u8]| Session::mount(Pmem::from_image(img), &mount_opts());
     let fsck = |img: &[u8]| ferrite::fsck::check(&Pmem::from_image(img));
 
     // Wrong magic in both copies: not a Ferrite pool.
@@ -834,7 +834,7 @@ fn entries_of(m: &PoolMap, ino: u64) -> Vec<(usize, usize)> {
 }
 
 fn ino_of(img: &[u8], path: &str) -> u64 {
-    let fs = Ferrite::mount(Pmem::from_image(img), &mount_opts()).unwrap();
+    let fs = Session::mount(Pmem::from_image(img), &mount_opts()).unwrap();
     fs.lstat(path.as_bytes()).unwrap().ino.0
 }
 
@@ -877,7 +877,7 @@ fn forged_max_sequence_number_is_refused() {
         let what = format!("{name} image, sequence u64::MAX in a write entry of /a/f1");
         no_panic(&what, || {
             let _ = ferrite::fsck::check(&Pmem::from_image(&img));
-            if let Ok(fs) = Ferrite::mount(Pmem::from_image(&img), &mount_opts()) {
+            if let Ok(fs) = Session::mount(Pmem::from_image(&img), &mount_opts()) {
                 let _ = fs.stat(b"/a/f1");
                 explore(&fs, 1000, 1 << 20);
             }
@@ -896,7 +896,7 @@ fn forged_dentry_type_mismatch_does_not_panic() {
     img[o + 24] = FileType::Regular as u8;
     fix_entry_crc(&mut img, o, l);
     no_panic("dentry /a typed Regular, open O_RDWR + pwrite", || {
-        let fs = Ferrite::mount(Pmem::from_image(&img), &mount_opts()).unwrap();
+        let fs = Session::mount(Pmem::from_image(&img), &mount_opts()).unwrap();
         if let Ok(fd) = fs.open(b"/a", OpenFlags::RDWR, 0) {
             let _ = fs.pwrite(fd, b"x", 0);
             let _ = fs.write(fd, b"x");
@@ -922,11 +922,11 @@ fn forged_zero_link_count_does_not_panic() {
     put_u32(&mut img, o + 28, 0);
     fix_entry_crc(&mut img, o, l);
     no_panic("link count 0 on /a/b/c/f3, then unlink", || {
-        let fs = Ferrite::mount(Pmem::from_image(&img), &mount_opts()).unwrap();
+        let fs = Session::mount(Pmem::from_image(&img), &mount_opts()).unwrap();
         let _ = fs.unlink(b"/a/b/c/f3");
     });
     no_panic("link count 0 on /a/b/c/f3, then rename over it", || {
-        let fs = Ferrite::mount(Pmem::from_image(&img), &mount_opts()).unwrap();
+        let fs = Session::mount(Pmem::from_image(&img), &mount_opts()).unwrap();
         let _ = fs.rename(b"/a/f1", b"/a/b/c/f3", RenameFlags::Replace);
     });
 }
@@ -944,7 +944,7 @@ fn forged_write_entry_to_free_page_does_not_panic() {
     put_u64(&mut img, o + 24, free_page as u64);
     fix_entry_crc(&mut img, o, l);
     no_panic("write entry of /a/f1 -> a free page, then overwrite", || {
-        let fs = Ferrite::mount(Pmem::from_image(&img), &mount_opts()).unwrap();
+        let fs = Session::mount(Pmem::from_image(&img), &mount_opts()).unwrap();
         if let Ok(fd) = fs.open(b"/a/f1", OpenFlags::RDWR, 0) {
             let _ = fs.pwrite(fd, &pattern(1, 4096), 0);
             let _ = fs.close(fd);
@@ -967,7 +967,7 @@ fn forged_symlink_size_does_not_abort() {
         let mut img = base.clone();
         put_u64(&mut img, o + 40, 1 << 40);
         fix_entry_crc(&mut img, o, l);
-        let fs = Ferrite::mount(Pmem::from_image(&img), &mount_opts()).unwrap();
+        let fs = Session::mount(Pmem::from_image(&img), &mount_opts()).unwrap();
         let a = fs.readlink(b"/s");
         let b = fs.stat(b"/s");
         Ok(format!("readlink {:?}, stat {:?}", a.map(|v| v.len()), b.map(|s| s.size)))
@@ -994,7 +994,7 @@ fn forged_superblock_counters_do_not_panic() {
         }
         let r = std::panic::catch_unwind(|| {
             let _ = ferrite::fsck::check(&Pmem::from_image(&img));
-            if let Ok(fs) = Ferrite::mount(Pmem::from_image(&img), &mount_opts()) {
+            if let Ok(fs) = Session::mount(Pmem::from_image(&img), &mount_opts()) {
                 let _ = fs.unmount();
             }
         });

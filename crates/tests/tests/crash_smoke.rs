@@ -38,7 +38,7 @@
 //! `FERRITE_CRASH_SEQ=<n>`. `FERRITE_CRASH_SUBSETS` (default 4) and
 //! `FERRITE_CRASH_SEQS` (default 24) widen the search.
 
-use ferrite::{Fd, Ferrite, FormatOptions, ManualClock, MountOptions, OpenFlags, PathFs, RenameFlags, TimeSet};
+use ferrite::{Fd, FormatOptions, ManualClock, MountOptions, OpenFlags, PathFs, RenameFlags, Session, TimeSet};
 use ferrite_pmem::{Event, Pmem};
 use ferrite_tests::crash::{Image, PointKind, Simulator};
 use ferrite_tests::{diff_trees, manual_clock, pattern, put, tree_of, ts, Tree};
@@ -62,7 +62,7 @@ struct Ctx {
     fds: Vec<Fd>,
 }
 
-type StepFn = Box<dyn Fn(&Ferrite, &mut Ctx)>;
+type StepFn = Box<dyn Fn(&Session, &mut Ctx)>;
 
 struct Op {
     name: &'static str,
@@ -77,7 +77,7 @@ fn must<T, E: std::fmt::Debug>(r: Result<T, E>, what: &str) -> T {
     r.unwrap_or_else(|e| panic!("{what}: {e:?}"))
 }
 
-fn open(fs: &Ferrite, path: &str, flags: OpenFlags) -> Fd {
+fn open(fs: &Session, path: &str, flags: OpenFlags) -> Fd {
     must(fs.open(path.as_bytes(), flags, 0o644), &format!("open {path}"))
 }
 
@@ -94,7 +94,7 @@ fn setup_open(path: &'static str, flags: OpenFlags) -> StepFn {
     Box::new(move |fs, cx| cx.fds.push(open(fs, path, flags)))
 }
 
-fn step(name: &'static str, f: impl Fn(&Ferrite, &mut Ctx) + 'static) -> (&'static str, StepFn) {
+fn step(name: &'static str, f: impl Fn(&Session, &mut Ctx) + 'static) -> (&'static str, StepFn) {
     (name, Box::new(f))
 }
 
@@ -121,7 +121,7 @@ fn rename_op(name: &'static str, from: &'static str, to: &'static str, flags: Re
 }
 
 /// The starting tree every operation runs on.
-fn build_initial(fs: &Ferrite, clock: &ManualClock) {
+fn build_initial(fs: &Session, clock: &ManualClock) {
     let mut t = T_FORMAT;
     let mut tick = || {
         t += 1;
@@ -155,7 +155,7 @@ fn build_initial(fs: &Ferrite, clock: &ManualClock) {
 /// (its Attr superseded, every add cancelled), page 2 holds the removes of
 /// x and y, which cancel adds on page 1, and a live Attr. The next entry
 /// extends the log and collects page 1.
-fn fill_dir_logs(fs: &Ferrite) {
+fn fill_dir_logs(fs: &Session) {
     must(fs.mkdir(b"/G", 0o755), "mkdir /G");
     let create = |p: &str| {
         let fd = open(fs, p, OpenFlags::WRONLY.create());
@@ -479,7 +479,7 @@ fn recover(image: &[u8]) -> Outcome {
             return Err(format!("fsck of the crash image:\n{report}"));
         }
         let fs =
-            Ferrite::mount(Pmem::from_image(image), &mount_opts(&clock)).map_err(|e| format!("mount failed: {e}"))?;
+            Session::mount(Pmem::from_image(image), &mount_opts(&clock)).map_err(|e| format!("mount failed: {e}"))?;
         let tree = tree_of(&fs).map_err(|e| format!("tree walk after recovery: {e:?}"))?;
         // The recovered pool must be usable: write a new file (allocating
         // pages the recovered allocator believes free), unmount cleanly,
@@ -494,7 +494,7 @@ fn recover(image: &[u8]) -> Outcome {
         if !report.is_clean() {
             return Err(format!("fsck after probe + unmount:\n{report}"));
         }
-        let fs = Ferrite::mount(Pmem::from_image(&after), &mount_opts(&clock))
+        let fs = Session::mount(Pmem::from_image(&after), &mount_opts(&clock))
             .map_err(|e| format!("clean remount after probe failed: {e}"))?;
         let mut again = tree_of(&fs).map_err(|e| format!("tree walk after remount: {e:?}"))?;
         let p = again.remove(b"/zz_probe".as_slice()).ok_or("probe file missing after remount")?;
@@ -555,7 +555,7 @@ struct Recorded {
 /// Run `op` on a pool holding `image0` and record it.
 fn record_op(op: &Op, image0: &[u8]) -> Result<Recorded, String> {
     let clock = manual_clock(T_SETUP);
-    let fs = Ferrite::mount(Pmem::from_image(image0), &mount_opts(&clock)).expect("mount the starting image");
+    let fs = Session::mount(Pmem::from_image(image0), &mount_opts(&clock)).expect("mount the starting image");
     let mut cx = Ctx::default();
     (op.setup)(&fs, &mut cx);
     let pmem = fs.pmem().clone();
@@ -713,7 +713,7 @@ fn check_recorded(op: &Op, rec: &Recorded, fig: &mut Figures, nested: bool) -> V
 /// the tree the uninterrupted recovery gave.
 fn crash_during_recovery(image: &[u8], expect: &Tree, fig: &mut Figures) -> Vec<String> {
     let clock = manual_clock(T_PROBE);
-    let fs = match Ferrite::mount(Pmem::recording_from_image(image), &mount_opts(&clock)) {
+    let fs = match Session::mount(Pmem::recording_from_image(image), &mount_opts(&clock)) {
         Ok(fs) => fs,
         Err(e) => return vec![format!("recording recovery failed: {e}")],
     };
@@ -798,7 +798,7 @@ fn indent(s: &str) -> String {
 
 fn initial_image() -> Vec<u8> {
     let clock = manual_clock(T_FORMAT);
-    let fs = Ferrite::format(
+    let fs = Session::format(
         Pmem::heap(POOL_PAGES * 4096),
         &FormatOptions { lanes: 2, inodes: Some(128), clock: clock.clone() },
     )
@@ -938,9 +938,9 @@ fn crash_during_recovery_of_journaled_ops() {
 /// Run `setup`, then `trigger` (which must make log GC collect a page),
 /// then check that the pool survives a crash (full log scan) and a clean
 /// unmount (lazy rebuild) with the tree unchanged.
-fn gc_scenario_survives_remount(setup: fn(&Ferrite), trigger: fn(&Ferrite)) {
+fn gc_scenario_survives_remount(setup: fn(&Session), trigger: fn(&Session)) {
     let clock = manual_clock(T_FORMAT);
-    let fs = Ferrite::format(
+    let fs = Session::format(
         Pmem::heap(POOL_PAGES * 4096),
         &FormatOptions { lanes: 1, inodes: Some(128), clock: clock.clone() },
     )
@@ -951,7 +951,7 @@ fn gc_scenario_survives_remount(setup: fn(&Ferrite), trigger: fn(&Ferrite)) {
     assert!(fs.gc_pages_collected() > gc_before, "the scenario no longer collects a log page; adjust it");
     let tree = tree_of(&fs).expect("tree");
     let compare = |image: &[u8], when: &str| -> Option<String> {
-        match Ferrite::mount(Pmem::from_image(image), &mount_opts(&clock)) {
+        match Session::mount(Pmem::from_image(image), &mount_opts(&clock)) {
             Ok(fs2) => match tree_of(&fs2) {
                 Ok(t) => {
                     let d = diff_trees(&tree, &t);
@@ -992,7 +992,7 @@ fn directory_log_gc_survives_remount() {
 /// (size 5000) and attributes to the brim. Opening page 4 collected page 1
 /// (all dead), which unpinned the truncate; the next entry opens page 5
 /// and collects page 3, truncate and all.
-fn fill_file_logs(fs: &Ferrite) {
+fn fill_file_logs(fs: &Session) {
     must(put(fs, b"/F", b""), "create /F");
     let fd = open(fs, "/F", OpenFlags::RDWR);
     let chmods = |n: u32| {

@@ -2,10 +2,10 @@
 //! file system consistent (fsck clean, every earlier byte intact), and
 //! freeing space makes it writable again — for data pages and for inodes.
 
-use ferrite::{Errno, Ferrite, FormatOptions, MountOptions, OpenFlags, PathFs};
+use ferrite::{Errno, FormatOptions, MountOptions, OpenFlags, PathFs, Session};
 use ferrite_pmem::Pmem;
 
-fn fsck_clean(fs: &Ferrite) {
+fn fsck_clean(fs: &Session) {
     let report = ferrite::fsck::check(&Pmem::from_image(&fs.pmem().image())).unwrap();
     assert!(report.is_clean(), "{report}");
 }
@@ -13,7 +13,7 @@ fn fsck_clean(fs: &Ferrite) {
 #[test]
 fn data_space_runs_out_and_comes_back() {
     let fs =
-        Ferrite::format(Pmem::heap(512 * 4096), &FormatOptions { lanes: 2, inodes: Some(64), ..Default::default() })
+        Session::format(Pmem::heap(512 * 4096), &FormatOptions { lanes: 2, inodes: Some(64), ..Default::default() })
             .unwrap();
     let chunk = vec![0xabu8; 64 * 1024];
     let mut written = Vec::new();
@@ -55,14 +55,14 @@ fn data_space_runs_out_and_comes_back() {
     fsck_clean(&fs);
     let pmem = fs.pmem().clone();
     fs.unmount().unwrap();
-    let fs = Ferrite::mount(Pmem::from_image(&pmem.image()), &MountOptions::default()).unwrap();
+    let fs = Session::mount(Pmem::from_image(&pmem.image()), &MountOptions::default()).unwrap();
     assert_eq!(fs.stat(b"/after").unwrap().size, chunk.len() as u64);
 }
 
 #[test]
 fn inodes_run_out_and_come_back() {
     let fs =
-        Ferrite::format(Pmem::heap(1024 * 4096), &FormatOptions { lanes: 2, inodes: Some(64), ..Default::default() })
+        Session::format(Pmem::heap(1024 * 4096), &FormatOptions { lanes: 2, inodes: Some(64), ..Default::default() })
             .unwrap();
     let mut made = 0;
     let err = loop {

@@ -4,13 +4,13 @@
 //! end with a handful of log pages; the state survives remounts (clean and
 //! crash) unchanged, and fsck finds nothing.
 
-use ferrite::{Ferrite, FormatOptions, OpenFlags, PathFs};
+use ferrite::{FormatOptions, OpenFlags, PathFs, Session};
 use ferrite_pmem::Pmem;
 use ferrite_tests::remount_checked as check_and_remount;
 
 #[test]
 fn overwritten_file_keeps_a_bounded_log() {
-    let fs = Ferrite::format(Pmem::heap(4096 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    let fs = Session::format(Pmem::heap(4096 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
     let fd = fs.open(b"/f", OpenFlags::RDWR.create(), 0o644).unwrap();
     let mut page = [0u8; 4096];
     const OVERWRITES: u32 = 200_000;
@@ -39,7 +39,7 @@ fn overwritten_file_keeps_a_bounded_log() {
 
 #[test]
 fn churned_directory_keeps_a_bounded_log() {
-    let fs = Ferrite::format(Pmem::heap(4096 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    let fs = Session::format(Pmem::heap(4096 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
     fs.mkdir(b"/d", 0o755).unwrap();
     for k in 0..5 {
         let fd = fs.open(format!("/d/keep{k}").as_bytes(), OpenFlags::WRONLY.create(), 0o644).unwrap();

@@ -5,13 +5,21 @@
 //! engine is remounted — cleanly, or by dropping it as a crash would — and
 //! fsck must find the pool clean.
 //!
+//! The steps include the `*at` calls from the current directory, from
+//! directory descriptors, from file and bad descriptors, with AT_EMPTY_PATH
+//! and the symlink flags; chdir/fchdir/getcwd; descriptor calls (fchmod,
+//! fchown, futimens, f*xattr, dup/dup2/dup3 with shared offsets, O_PATH,
+//! FD_CLOEXEC, F_GETFL/F_SETFL O_APPEND, O_SYNC); and switches of the
+//! credentials between root and two users with a shared group, so that
+//! every call also runs through the permission checks of both sides.
+//!
 //! A failure prints the seed and step; replay one seed with
 //! `FERRITE_SEED=<seed> cargo test -p ferrite-tests --test model_based`.
 //! `FERRITE_STEPS` sets the number of steps per seed.
 
 use ferrite::{
-    Errno, FallocateMode, Fd, Ferrite, FormatOptions, FsResult, ManualClock, MountOptions, OpenFlags, PathFs,
-    RenameFlags, Stat, TimeSet, TimeSpec, Whence,
+    Credentials, Errno, FallocateMode, Fd, FormatOptions, FsResult, ManualClock, MountOptions, OpenFlags, PathFs,
+    RenameFlags, Session, Stat, TimeSet, TimeSpec, Whence, XattrSetMode, AT_FDCWD,
 };
 use ferrite_model::{diff_trees, tree_of, ModelFs};
 use ferrite_pmem::Pmem;
@@ -23,7 +31,7 @@ const POOL_PAGES: u64 = 2048;
 const INODES: u64 = 256;
 
 struct Pair {
-    engine: Option<Ferrite>,
+    engine: Option<Session>,
     model: ModelFs,
     clock: Arc<ManualClock>,
     /// Open descriptors: (engine, model).
@@ -33,7 +41,7 @@ struct Pair {
 }
 
 impl Pair {
-    fn engine(&self) -> &Ferrite {
+    fn engine(&self) -> &Session {
         self.engine.as_ref().expect("mounted")
     }
 }
@@ -54,7 +62,7 @@ fn remount(p: &mut Pair, crash: bool) {
     drop(pmem);
     let report = ferrite::fsck::check(&Pmem::from_image(&image)).expect("fsck runs");
     assert!(report.is_clean(), "fsck after {} remount:\n{report}", if crash { "crash" } else { "clean" });
-    p.engine = Some(Ferrite::mount(Pmem::from_image(&image), &mount_opts(&p.clock)).expect("remount"));
+    p.engine = Some(Session::mount(Pmem::from_image(&image), &mount_opts(&p.clock)).expect("remount"));
     p.model.close_all();
     p.fds.clear();
     p.dirs.clear();
@@ -138,9 +146,335 @@ fn offset(rng: &mut ChaCha8Rng) -> u64 {
     }
 }
 
+/// The credentials the sequences switch between: root and two users that
+/// share a group (one with a umask).
+fn users() -> Vec<Credentials> {
+    vec![
+        Credentials::root(),
+        Credentials::user(1000, 1000, &[100]),
+        Credentials { umask: 0o022, ..Credentials::user(1001, 1001, &[1000, 100]) },
+    ]
+}
+
+/// A path relative to the current directory (or a dirfd) most of the time.
+fn rel_path(rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let p = path(rng);
+    if rng.gen_bool(0.6) && p.first() == Some(&b'/') && p.len() > 1 {
+        p[1..].to_vec()
+    } else {
+        p
+    }
+}
+
+/// A `dirfd` on both sides: AT_FDCWD, an open directory, an open file
+/// (ENOTDIR for a relative path) or a number nothing is open at.
+fn dirfd(p: &Pair, rng: &mut ChaCha8Rng) -> (Fd, Fd) {
+    match rng.gen_range(0..10) {
+        0..=4 => (AT_FDCWD, AT_FDCWD),
+        5 => (Fd(999_999), Fd(999_999)),
+        6 if !p.fds.is_empty() => p.fds[rng.gen_range(0..p.fds.len())],
+        _ if !p.dirs.is_empty() => p.dirs[rng.gen_range(0..p.dirs.len())],
+        _ => (AT_FDCWD, AT_FDCWD),
+    }
+}
+
+/// Any open descriptor pair (files and directories).
+fn any_fd(p: &Pair, rng: &mut ChaCha8Rng) -> Option<(Fd, Fd)> {
+    let n = p.fds.len() + p.dirs.len();
+    if n == 0 {
+        return None;
+    }
+    let i = rng.gen_range(0..n);
+    Some(if i < p.fds.len() { p.fds[i] } else { p.dirs[i - p.fds.len()] })
+}
+
+/// Keep a new descriptor pair, in the list its kind belongs to; a number
+/// that replaced an open one (dup3) is kept once.
+fn keep(p: &mut Pair, x: Fd, y: Fd) {
+    p.fds.retain(|&(a, _)| a != x);
+    p.dirs.retain(|&(a, _)| a != x);
+    if p.engine().fstat(x).map(|s| s.kind) == Ok(ferrite::FileType::Directory) {
+        p.dirs.push((x, y));
+    } else {
+        p.fds.push((x, y));
+    }
+}
+
+/// One of the `*at`, descriptor, current-directory and credential calls.
+fn step_new(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
+    macro_rules! same {
+        ($desc:expr, $a:expr, $b:expr) => {{
+            let (a, b) = ($a, $b);
+            let d = $desc;
+            if a == b {
+                (d, Ok(()))
+            } else {
+                (d, Err(format!("engine {:?}\n model  {:?}", a, b)))
+            }
+        }};
+    }
+    let show = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let time = |rng: &mut ChaCha8Rng| time_set(rng);
+    let flag = |rng: &mut ChaCha8Rng, f: i32, prob: f64| if rng.gen_bool(prob) { f } else { 0 };
+    match rng.gen_range(0..100) {
+        0..=9 => {
+            let (x, y) = dirfd(p, rng);
+            let path = rel_path(rng);
+            let mut flags = open_flags(rng);
+            flags.path = rng.gen_bool(0.15);
+            flags.cloexec = rng.gen_bool(0.4);
+            flags.sync = rng.gen_bool(0.1);
+            flags.dsync = !flags.sync && rng.gen_bool(0.1);
+            let perm = rng.gen_range(0..0o1000);
+            let d = format!("openat {x:?} {:?} {flags:?} {perm:o}", show(&path));
+            let (e, m) = (p.engine(), &p.model);
+            match (e.openat(x, &path, flags, perm), m.openat(y, &path, flags, perm)) {
+                (Ok(a), Ok(b)) => {
+                    keep(p, a, b);
+                    (d, Ok(()))
+                }
+                (a, b) => same!(d, a.map(|_| ()), b.map(|_| ())),
+            }
+        }
+        10..=15 => {
+            let (x, y) = dirfd(p, rng);
+            let path = rel_path(rng);
+            let perm = rng.gen_range(0..0o2000);
+            same!(
+                format!("mkdirat {x:?} {:?} {perm:o}", show(&path)),
+                p.engine().mkdirat(x, &path, perm),
+                p.model.mkdirat(y, &path, perm)
+            )
+        }
+        16..=21 => {
+            let (x, y) = dirfd(p, rng);
+            let path = rel_path(rng);
+            let f = flag(rng, libc::AT_REMOVEDIR, 0.4);
+            same!(
+                format!("unlinkat {x:?} {:?} {f:#x}", show(&path)),
+                p.engine().unlinkat(x, &path, f),
+                p.model.unlinkat(y, &path, f)
+            )
+        }
+        22..=27 => {
+            let (x1, y1) = dirfd(p, rng);
+            let (x2, y2) = dirfd(p, rng);
+            let (a, b) = (rel_path(rng), rel_path(rng));
+            let flags = [RenameFlags::Replace, RenameFlags::NoReplace, RenameFlags::Exchange][rng.gen_range(0..3)];
+            same!(
+                format!("renameat2 {x1:?} {:?} {x2:?} {:?} {flags:?}", show(&a), show(&b)),
+                p.engine().renameat2(x1, &a, x2, &b, flags),
+                p.model.renameat2(y1, &a, y2, &b, flags)
+            )
+        }
+        28..=31 => {
+            let (x1, y1) = dirfd(p, rng);
+            let (x2, y2) = dirfd(p, rng);
+            let mut f = flag(rng, libc::AT_SYMLINK_FOLLOW, 0.4);
+            let a = if rng.gen_bool(0.1) {
+                f |= libc::AT_EMPTY_PATH;
+                Vec::new()
+            } else {
+                rel_path(rng)
+            };
+            let b = rel_path(rng);
+            same!(
+                format!("linkat {x1:?} {:?} {x2:?} {:?} {f:#x}", show(&a), show(&b)),
+                p.engine().linkat(x1, &a, x2, &b, f),
+                p.model.linkat(y1, &a, y2, &b, f)
+            )
+        }
+        32..=34 => {
+            let (x, y) = dirfd(p, rng);
+            let target =
+                if rng.gen_bool(0.5) { NAMES[rng.gen_range(0..NAMES.len())].as_bytes().to_vec() } else { path(rng) };
+            let link = rel_path(rng);
+            same!(
+                format!("symlinkat {:?} {x:?} {:?}", show(&target), show(&link)),
+                p.engine().symlinkat(&target, x, &link),
+                p.model.symlinkat(&target, y, &link)
+            )
+        }
+        35..=36 => {
+            let (x, y) = dirfd(p, rng);
+            let path = if rng.gen_bool(0.2) { Vec::new() } else { rel_path(rng) };
+            same!(
+                format!("readlinkat {x:?} {:?}", show(&path)),
+                p.engine().readlinkat(x, &path),
+                p.model.readlinkat(y, &path)
+            )
+        }
+        37..=42 => {
+            let (x, y) = dirfd(p, rng);
+            let mut f = flag(rng, libc::AT_SYMLINK_NOFOLLOW, 0.4);
+            let path = if rng.gen_bool(0.15) {
+                f |= libc::AT_EMPTY_PATH;
+                Vec::new()
+            } else {
+                rel_path(rng)
+            };
+            same!(
+                format!("fstatat {x:?} {:?} {f:#x}", show(&path)),
+                comparable(p.engine().fstatat(x, &path, f)),
+                comparable(p.model.fstatat(y, &path, f))
+            )
+        }
+        43..=45 => {
+            let (x, y) = dirfd(p, rng);
+            let path = rel_path(rng);
+            let perm = rng.gen_range(0..0o10000);
+            let f = flag(rng, libc::AT_SYMLINK_NOFOLLOW, 0.2);
+            same!(
+                format!("fchmodat {x:?} {:?} {perm:o} {f:#x}", show(&path)),
+                p.engine().fchmodat(x, &path, perm, f),
+                p.model.fchmodat(y, &path, perm, f)
+            )
+        }
+        46..=48 => {
+            let (x, y) = dirfd(p, rng);
+            let path = rel_path(rng);
+            let ids = [0, 1, 100, 1000, 1001];
+            let uid = rng.gen_bool(0.5).then(|| ids[rng.gen_range(0..ids.len())]);
+            let gid = rng.gen_bool(0.5).then(|| ids[rng.gen_range(0..ids.len())]);
+            let f = flag(rng, libc::AT_SYMLINK_NOFOLLOW, 0.3);
+            same!(
+                format!("fchownat {x:?} {:?} {uid:?} {gid:?} {f:#x}", show(&path)),
+                p.engine().fchownat(x, &path, uid, gid, f),
+                p.model.fchownat(y, &path, uid, gid, f)
+            )
+        }
+        49..=50 => {
+            let (x, y) = dirfd(p, rng);
+            let path = rel_path(rng);
+            let (a, b) = (time(rng), time(rng));
+            let f = flag(rng, libc::AT_SYMLINK_NOFOLLOW, 0.3);
+            same!(
+                format!("utimensat {x:?} {:?} {a:?} {b:?} {f:#x}", show(&path)),
+                p.engine().utimensat(x, &path, a, b, f),
+                p.model.utimensat(y, &path, a, b, f)
+            )
+        }
+        51..=54 => {
+            let (x, y) = dirfd(p, rng);
+            let path = rel_path(rng);
+            let mode = rng.gen_range(0..8);
+            let f = flag(rng, libc::AT_SYMLINK_NOFOLLOW, 0.3) | flag(rng, libc::AT_EACCESS, 0.2);
+            same!(
+                format!("faccessat {x:?} {:?} {mode} {f:#x}", show(&path)),
+                p.engine().faccessat(x, &path, mode, f),
+                p.model.faccessat(y, &path, mode, f)
+            )
+        }
+        55..=58 => {
+            let path = path(rng);
+            same!(format!("chdir {:?}", show(&path)), p.engine().chdir(&path), p.model.chdir(&path))
+        }
+        59..=60 => {
+            let Some((x, y)) = any_fd(p, rng) else {
+                return ("fchdir (none)".into(), Ok(()));
+            };
+            same!(format!("fchdir {x:?}"), p.engine().fchdir(x), p.model.fchdir(y))
+        }
+        61..=63 => same!("getcwd".to_string(), p.engine().getcwd(), p.model.getcwd()),
+        64..=68 => {
+            let c = users()[rng.gen_range(0..3)].clone();
+            let d = format!("credentials {c:?}");
+            p.engine().set_credentials(c.clone());
+            p.model.set_credentials(c);
+            (d, Ok(()))
+        }
+        69..=86 => {
+            let Some((x, y)) = any_fd(p, rng) else {
+                return ("descriptor call (none)".into(), Ok(()));
+            };
+            let (e, m) = (p.engine(), &p.model);
+            let names: [&[u8]; 4] = [b"user.a", b"user.b", b"trusted.t", b"security.s"];
+            let name = names[rng.gen_range(0..names.len())];
+            match rng.gen_range(0..13) {
+                0 => {
+                    let perm = rng.gen_range(0..0o10000);
+                    same!(format!("fchmod {x:?} {perm:o}"), e.fchmod(x, perm), m.fchmod(y, perm))
+                }
+                1 => {
+                    let uid = rng.gen_bool(0.5).then(|| [0, 1000, 1001][rng.gen_range(0..3)]);
+                    let gid = rng.gen_bool(0.5).then(|| [0, 100, 1000, 1001][rng.gen_range(0..4)]);
+                    same!(format!("fchown {x:?} {uid:?} {gid:?}"), e.fchown(x, uid, gid), m.fchown(y, uid, gid))
+                }
+                2 => {
+                    let (a, b) = (time(rng), time(rng));
+                    same!(format!("futimens {x:?} {a:?} {b:?}"), e.futimens(x, a, b), m.futimens(y, a, b))
+                }
+                3 => {
+                    let mode = [XattrSetMode::Any, XattrSetMode::Create, XattrSetMode::Replace][rng.gen_range(0..3)];
+                    let value = data(rng);
+                    let value = &value[..value.len().min(100)];
+                    same!(
+                        format!("fsetxattr {x:?} {:?} len {} {mode:?}", show(name), value.len()),
+                        e.fsetxattr(x, name, value, mode),
+                        m.fsetxattr(y, name, value, mode)
+                    )
+                }
+                4 => same!(format!("fgetxattr {x:?} {:?}", show(name)), e.fgetxattr(x, name), m.fgetxattr(y, name)),
+                5 => same!(format!("flistxattr {x:?}"), e.flistxattr(x), m.flistxattr(y)),
+                6 => same!(
+                    format!("fremovexattr {x:?} {:?}", show(name)),
+                    e.fremovexattr(x, name),
+                    m.fremovexattr(y, name)
+                ),
+                7 => match (e.dup(x), m.dup(y)) {
+                    (Ok(a), Ok(b)) => {
+                        keep(p, a, b);
+                        (format!("dup {x:?}"), Ok(()))
+                    }
+                    (a, b) => same!(format!("dup {x:?}"), a.map(|_| ()), b.map(|_| ())),
+                },
+                8 => {
+                    let n = Fd(5000 + rng.gen_range(0..4));
+                    let cloexec = rng.gen_bool(0.5);
+                    let two = rng.gen_bool(0.3);
+                    let (a, b) =
+                        if two { (e.dup2(x, n), m.dup2(y, n)) } else { (e.dup3(x, n, cloexec), m.dup3(y, n, cloexec)) };
+                    let d = format!("{} {x:?} {n:?} {cloexec}", if two { "dup2" } else { "dup3" });
+                    if let (Ok(a), Ok(b)) = (a, b) {
+                        keep(p, a, b);
+                    }
+                    same!(d, a, b)
+                }
+                9 => same!(format!("get_cloexec {x:?}"), e.get_cloexec(x), m.get_cloexec(y)),
+                10 => {
+                    let on = rng.gen_bool(0.5);
+                    same!(format!("set_cloexec {x:?} {on}"), e.set_cloexec(x, on), m.set_cloexec(y, on))
+                }
+                11 => same!(format!("getfl {x:?}"), e.getfl(x), m.getfl(y)),
+                _ => {
+                    let on = rng.gen_bool(0.5);
+                    same!(format!("setfl_append {x:?} {on}"), e.setfl_append(x, on), m.setfl_append(y, on))
+                }
+            }
+        }
+        _ => {
+            // Reads and writes through dup'd descriptors share the offset.
+            let Some((x, y)) = any_fd(p, rng) else {
+                return ("write+read (none)".into(), Ok(()));
+            };
+            let buf = data(rng);
+            let (e, m) = (p.engine(), &p.model);
+            let w = same!(format!("write {x:?} len {}", buf.len()), e.write(x, &buf), m.write(y, &buf));
+            if w.1.is_err() {
+                return w;
+            }
+            let off = rng.gen_range(-3000i64..3000);
+            same!(format!("lseek {x:?} {off} Cur"), e.lseek(x, off, Whence::Cur), m.lseek(y, off, Whence::Cur))
+        }
+    }
+}
+
 /// Run one random step on both sides; returns a description and whether
 /// the two results agreed (with both results rendered).
 fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
+    if rng.gen_bool(0.35) {
+        return step_new(p, rng);
+    }
     let e = p.engine.as_ref().expect("mounted");
     let m = &p.model;
     macro_rules! same {
@@ -434,7 +768,7 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
 fn run_seed(seed: u64, steps: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let clock = Arc::new(ManualClock::new(TimeSpec { sec: 1_700_000_000, nsec: 0 }));
-    let engine = Ferrite::format(
+    let engine = Session::format(
         Pmem::heap(POOL_PAGES * 4096),
         &FormatOptions { lanes: 2, inodes: Some(INODES), clock: clock.clone() },
     )
@@ -442,6 +776,9 @@ fn run_seed(seed: u64, steps: usize) {
     let files = engine.statfs().expect("statfs").files;
     let model = ModelFs::new(clock.clone(), POOL_PAGES, files);
     let mut p = Pair { engine: Some(engine), model, clock, fds: Vec::new(), dirs: Vec::new() };
+    // A world-writable sticky root, so that the other users can work.
+    p.engine().chmod(b"/", 0o1777).expect("chmod /");
+    p.model.chmod(b"/", 0o1777).expect("chmod /");
     let mut history: Vec<String> = Vec::new();
     for i in 0..steps {
         p.clock.advance_ns(1_000 + rng.gen_range(0..1000));
@@ -463,9 +800,13 @@ fn run_seed(seed: u64, steps: usize) {
         if let Err(why) = outcome {
             fail(why, &history);
         }
-        // Compare the whole trees every step while they are small.
-        let te =
-            tree_of(p.engine()).unwrap_or_else(|e: Errno| fail(format!("engine tree walk failed: {e:?}"), &history));
+        // Compare the whole trees every step while they are small (walked
+        // as root).
+        let creds = p.engine().credentials();
+        p.engine().set_credentials(Credentials::root());
+        let walked = tree_of(p.engine());
+        p.engine().set_credentials(creds);
+        let te = walked.unwrap_or_else(|e: Errno| fail(format!("engine tree walk failed: {e:?}"), &history));
         let tm = p.model.tree();
         if te != tm {
             fail(format!("trees differ (expected = model):\n{}", diff_trees(&tm, &te)), &history);

@@ -8,7 +8,7 @@
 //! and O_CREAT opens failed with ENOENT. The private files must stay exactly
 //! as written, and fsck clean.
 
-use ferrite::{Errno, Ferrite, FormatOptions, OpenFlags, PathFs, RenameFlags};
+use ferrite::{Errno, FormatOptions, OpenFlags, PathFs, RenameFlags, Session};
 use ferrite_pmem::Pmem;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ const ROUNDS: usize = 20_000;
 #[test]
 fn path_operations_never_reach_a_reused_inode_number() {
     let fs =
-        Arc::new(Ferrite::format(Pmem::heap(8192 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap());
+        Arc::new(Session::format(Pmem::heap(8192 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap());
     fs.mkdir(b"/shared", 0o755).unwrap();
     fs.mkdir(b"/private", 0o755).unwrap();
     let done = Arc::new(AtomicBool::new(false));

@@ -6,7 +6,7 @@
 //! every older log page that still maps a page it unmapped, or a rebuild
 //! would bring the punched data back. fsck stays clean throughout.
 
-use ferrite::{FallocateMode, Ferrite, FormatOptions, MountOptions, OpenFlags, PathFs, Whence};
+use ferrite::{FallocateMode, FormatOptions, MountOptions, OpenFlags, PathFs, Session, Whence};
 use ferrite_pmem::Pmem;
 use ferrite_tests::remount;
 use rand::{Rng, SeedableRng};
@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 
 const PAGE: u64 = 4096;
 
-fn content(fs: &Ferrite, path: &[u8]) -> Vec<u8> {
+fn content(fs: &Session, path: &[u8]) -> Vec<u8> {
     let fd = fs.open(path, OpenFlags::RDONLY, 0).unwrap();
     let size = fs.fstat(fd).unwrap().size;
     let mut buf = vec![0u8; size as usize];
@@ -25,7 +25,7 @@ fn content(fs: &Ferrite, path: &[u8]) -> Vec<u8> {
 
 #[test]
 fn punched_bytes_read_as_zeros_and_whole_pages_are_freed() {
-    let fs = Ferrite::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    let fs = Session::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
     let fd = fs.open(b"/f", OpenFlags::RDWR.create(), 0o644).unwrap();
     let mut expect: Vec<u8> = (0..10 * PAGE).map(|i| (i % 251) as u8 + 1).collect();
     fs.pwrite(fd, &expect, 0).unwrap();
@@ -56,7 +56,7 @@ fn punched_bytes_read_as_zeros_and_whole_pages_are_freed() {
 
     for crash in [false, true] {
         let fs2 =
-            remount(Ferrite::mount(Pmem::from_image(&fs.pmem().image()), &MountOptions::default()).unwrap(), crash);
+            remount(Session::mount(Pmem::from_image(&fs.pmem().image()), &MountOptions::default()).unwrap(), crash);
         assert_eq!(content(&fs2, b"/f"), expect);
         assert_eq!(fs2.stat(b"/f").unwrap().blocks, 56);
         fs2.unmount().unwrap();
@@ -70,7 +70,7 @@ fn punched_bytes_read_as_zeros_and_whole_pages_are_freed() {
 fn punches_survive_gc_compaction_and_crashes() {
     let seed: u64 = std::env::var("FERRITE_PUNCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x9e37_79b9);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut fs = Ferrite::format(Pmem::heap(4096 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    let mut fs = Session::format(Pmem::heap(4096 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
     let names: Vec<Vec<u8>> = (0..3).map(|i| format!("/f{i}").into_bytes()).collect();
     let mut shadow: Vec<Vec<u8>> = vec![Vec::new(); names.len()];
     for n in &names {

@@ -11,7 +11,7 @@
 use ferrite::format::{
     Superblock, FEATURES_KNOWN, FEATURE_PUNCH_HOLE, FEATURE_SPECIAL_FILES, SUPERBLOCK_COPIES, SUPERBLOCK_SIZE,
 };
-use ferrite::{Errno, Ferrite, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags};
+use ferrite::{Errno, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session};
 use ferrite_pmem::Pmem;
 use ferrite_tests::remount;
 
@@ -19,7 +19,7 @@ fn makedev(major: u64, minor: u64) -> u64 {
     (major & 0xfff) << 8 | (minor & 0xff) | (minor & !0xff) << 12
 }
 
-fn names(fs: &Ferrite, dir: &[u8]) -> Vec<(String, FileType)> {
+fn names(fs: &Session, dir: &[u8]) -> Vec<(String, FileType)> {
     let fd = fs.open(dir, OpenFlags::RDONLY.directory(), 0).unwrap();
     let list = fs.readdir(fd, 0, 100).unwrap();
     fs.close(fd).unwrap();
@@ -30,7 +30,7 @@ fn names(fs: &Ferrite, dir: &[u8]) -> Vec<(String, FileType)> {
 
 #[test]
 fn special_files_are_recorded_and_survive_remounts() {
-    let fs = Ferrite::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    let fs = Session::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
     fs.mkdir(b"/d", 0o755).unwrap();
     let null = makedev(1, 3);
     let big = makedev(259, 70_000);
@@ -49,7 +49,7 @@ fn special_files_are_recorded_and_survive_remounts() {
     assert_eq!(fs.mknod(b"/d/fifo", libc::S_IFIFO | 0o644, 0), Err(Errno::EEXIST));
     assert_eq!(fs.mknod(b"/d/new/", libc::S_IFIFO | 0o644, 0), Err(Errno::ENOENT));
 
-    let check = |fs: &Ferrite| {
+    let check = |fs: &Session| {
         let st = fs.lstat(b"/d/fifo").unwrap();
         assert_eq!((st.kind, st.perm, st.rdev, st.size, st.blocks), (FileType::Fifo, 0o640, 0, 0, 0));
         assert_eq!(st.mode(), libc::S_IFIFO | 0o640);
@@ -87,7 +87,7 @@ fn special_files_are_recorded_and_survive_remounts() {
 
     for crash in [false, true] {
         let fs2 =
-            remount(Ferrite::mount(Pmem::from_image(&fs.pmem().image()), &MountOptions::default()).unwrap(), crash);
+            remount(Session::mount(Pmem::from_image(&fs.pmem().image()), &MountOptions::default()).unwrap(), crash);
         check(&fs2);
         fs2.unmount().unwrap();
     }
@@ -122,7 +122,7 @@ fn superblock(image: &[u8]) -> Superblock {
 #[test]
 fn pools_carry_the_feature_bits() {
     assert_eq!(FEATURES_KNOWN, FEATURE_SPECIAL_FILES | FEATURE_PUNCH_HOLE);
-    let fs = Ferrite::format(Pmem::heap(1024 * 4096), &FormatOptions::default()).unwrap();
+    let fs = Session::format(Pmem::heap(1024 * 4096), &FormatOptions::default()).unwrap();
     let pmem = fs.pmem().clone();
     fs.unmount().unwrap();
     let image = pmem.image();
@@ -138,7 +138,7 @@ fn pools_carry_the_feature_bits() {
         old[at..at + SUPERBLOCK_SIZE].copy_from_slice(&sb.encode());
     }
     assert_eq!(superblock(&old).features, 0);
-    let fs = Ferrite::mount(Pmem::from_image(&old), &MountOptions::default()).unwrap();
+    let fs = Session::mount(Pmem::from_image(&old), &MountOptions::default()).unwrap();
     fs.mknod(b"/fifo", libc::S_IFIFO | 0o644, 0).unwrap();
     let image = fs.pmem().image();
     assert_eq!(superblock(&image).features, FEATURES_KNOWN);
@@ -151,6 +151,6 @@ fn pools_carry_the_feature_bits() {
         let at = copy.offset().0 as usize;
         newer[at..at + SUPERBLOCK_SIZE].copy_from_slice(&sb.encode());
     }
-    let err = Ferrite::mount(Pmem::from_image(&newer), &MountOptions::default()).err().expect("refused");
+    let err = Session::mount(Pmem::from_image(&newer), &MountOptions::default()).err().expect("refused");
     assert!(format!("{err}").contains("feature"), "{err}");
 }

@@ -1,7 +1,7 @@
 //! Multi-threaded stress on one shared file system, then a clean remount and
 //! a crash remount.
 //!
-//! What this proves: four threads sharing one `Arc<Ferrite>`, each running
+//! What this proves: four threads sharing one `Arc<Session>`, each running
 //! a seeded random mix of operations for a bounded count, never see a
 //! wrong byte or a wrong name, and leave a pool that fsck finds clean and
 //! that comes back identical after a clean unmount and after a crash:
@@ -25,7 +25,7 @@
 //! Replay: `FERRITE_SEED=<seed>` (printed), `FERRITE_STRESS_OPS=<n>` to
 //! change the number of operations per thread.
 
-use ferrite::{Errno, FallocateMode, Ferrite, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags};
+use ferrite::{Errno, FallocateMode, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session};
 use ferrite_pmem::Pmem;
 use ferrite_tests::{diff_trees, get, seed_from_env, splitmix64, tree_of, Tree};
 use rand::{Rng, SeedableRng};
@@ -83,7 +83,7 @@ impl Shadow {
 }
 
 struct Worker {
-    fs: Arc<Ferrite>,
+    fs: Arc<Session>,
     t: usize,
     root: String,
     rng: ChaCha8Rng,
@@ -625,7 +625,7 @@ fn list_with(fs: &dyn PathFs, dir: &str, strict: bool) -> Result<BTreeSet<String
     r.map(|_| out)
 }
 
-fn setup(fs: &Ferrite) {
+fn setup(fs: &Session) {
     for t in 0..THREADS {
         fs.mkdir(format!("/t{t}").as_bytes(), 0o755).unwrap();
     }
@@ -639,7 +639,7 @@ fn setup(fs: &Ferrite) {
 
 /// Check every thread's private tree and slots against its shadow, and the
 /// shared directories for sanity.
-fn verify_all(fs: &Ferrite, shadows: &[Shadow], when: &str) {
+fn verify_all(fs: &Session, shadows: &[Shadow], when: &str) {
     for (t, sh) in shadows.iter().enumerate() {
         let root = format!("/t{t}");
         // Exactly the names of the shadow, nothing more.
@@ -699,19 +699,19 @@ fn fsck_clean(image: &[u8], when: &str) {
     assert!(r.is_clean(), "{when}: fsck:\n{r}");
 }
 
-fn mount(image: &[u8]) -> Ferrite {
-    Ferrite::mount(Pmem::from_image(image), &MountOptions::default()).expect("mount")
+fn mount(image: &[u8]) -> Session {
+    Session::mount(Pmem::from_image(image), &MountOptions::default()).expect("mount")
 }
 
-fn expect_same_tree(before: &Tree, fs: &Ferrite, when: &str) {
+fn expect_same_tree(before: &Tree, fs: &Session, when: &str) {
     let after = tree_of(fs).unwrap_or_else(|e| panic!("{when}: tree walk: {e:?}"));
     let d = diff_trees(before, &after);
     assert!(d.is_empty(), "{when}: the tree changed:\n{d}");
 }
 
 /// Run the workload; returns the file system and every thread's shadow.
-fn workload(seed: u64) -> (Arc<Ferrite>, Vec<Shadow>) {
-    let fs = Ferrite::format(Pmem::heap(POOL_PAGES * 4096), &FormatOptions { lanes: 4, ..Default::default() })
+fn workload(seed: u64) -> (Arc<Session>, Vec<Shadow>) {
+    let fs = Session::format(Pmem::heap(POOL_PAGES * 4096), &FormatOptions { lanes: 4, ..Default::default() })
         .expect("format");
     setup(&fs);
     let fs = Arc::new(fs);
@@ -857,7 +857,7 @@ fn log_gc_churn_survives_remounts() {
     let clock = ferrite_tests::manual_clock(1_000_000);
     let opts = MountOptions { clock: clock.clone(), recovery_threads: 2 };
     let mut fs =
-        Ferrite::format(Pmem::heap(1024 * 4096), &FormatOptions { lanes: 1, inodes: Some(256), clock: clock.clone() })
+        Session::format(Pmem::heap(1024 * 4096), &FormatOptions { lanes: 1, inodes: Some(256), clock: clock.clone() })
             .expect("format");
     fs.mkdir(b"/d", 0o755).unwrap();
     for f in ["/f0", "/f1", "/f2"] {
@@ -877,7 +877,7 @@ fn log_gc_churn_survives_remounts() {
             let tree = tree_of(&fs).unwrap_or_else(|e| panic!("{}: live tree: {e:?}", when()));
             let image = fs.pmem().image();
             fsck_clean(&image, &when());
-            let fs2 = Ferrite::mount(Pmem::from_image(&image), &opts)
+            let fs2 = Session::mount(Pmem::from_image(&image), &opts)
                 .unwrap_or_else(|e| panic!("{}: crash recovery: {e}", when()));
             expect_same_tree(&tree, &fs2, &format!("{}: crash recovery", when()));
         }
@@ -889,7 +889,7 @@ fn log_gc_churn_survives_remounts() {
             fs.unmount().unwrap();
             let image = pmem.image();
             fsck_clean(&image, &format!("{}: clean unmount", when()));
-            fs = Ferrite::mount(Pmem::from_image(&image), &opts)
+            fs = Session::mount(Pmem::from_image(&image), &opts)
                 .unwrap_or_else(|e| panic!("{}: clean remount: {e}", when()));
             expect_same_tree(&tree, &fs, &format!("{}: clean remount", when()));
         }
@@ -903,7 +903,7 @@ fn log_gc_churn_survives_remounts() {
 
 /// One operation of the churn; errors (EEXIST, ENOENT, ENOTEMPTY...) are
 /// part of the mix and change nothing.
-fn churn_step(fs: &Ferrite, rng: &mut ChaCha8Rng) {
+fn churn_step(fs: &Session, rng: &mut ChaCha8Rng) {
     let f = format!("/f{}", rng.gen_range(0..3));
     let name = |rng: &mut ChaCha8Rng| {
         if rng.gen_bool(0.2) {

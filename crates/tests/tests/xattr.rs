@@ -6,13 +6,13 @@
 //! with EOPNOTSUPP, and an access ACL equivalent to a mode sets the mode
 //! (what `cp -a` relies on) while any other ACL is refused.
 
-use ferrite::{Errno, Ferrite, FormatOptions, MountOptions, OpenFlags, PathFs, XattrSetMode};
+use ferrite::{Errno, FormatOptions, MountOptions, OpenFlags, PathFs, Session, XattrSetMode};
 use ferrite_pmem::Pmem;
 use ferrite_tests::remount;
 
 #[test]
 fn xattrs_follow_the_rules_and_persist() {
-    let fs = Ferrite::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    let fs = Session::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
     let fd = fs.open(b"/f", OpenFlags::RDWR.create(), 0o644).unwrap();
     let ino = fs.fstat(fd).unwrap().ino;
     fs.close(fd).unwrap();
@@ -53,13 +53,13 @@ fn xattrs_follow_the_rules_and_persist() {
 
 /// A copy of the pool as a new, separately mounted file system (so one
 /// image can be remounted both cleanly and after a crash).
-fn fs_take(fs: &Ferrite) -> Ferrite {
-    Ferrite::mount(Pmem::from_image(&fs.pmem().image()), &MountOptions::default()).unwrap()
+fn fs_take(fs: &Session) -> Session {
+    Session::mount(Pmem::from_image(&fs.pmem().image()), &MountOptions::default()).unwrap()
 }
 
 #[test]
 fn many_xattr_updates_keep_a_bounded_log() {
-    let fs = Ferrite::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    let fs = Session::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
     let fd = fs.open(b"/f", OpenFlags::RDWR.create(), 0o644).unwrap();
     let ino = fs.fstat(fd).unwrap().ino;
     fs.pwrite(fd, b"data stays", 0).unwrap();
@@ -81,7 +81,7 @@ fn many_xattr_updates_keep_a_bounded_log() {
     let report = ferrite::fsck::check(&Pmem::from_image(&image)).unwrap();
     assert!(report.is_clean(), "{report}");
     assert!(report.log_pages <= 8, "20,000 xattr updates left {} log pages", report.log_pages);
-    let fs = Ferrite::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap();
+    let fs = Session::mount(Pmem::from_image(&image), &MountOptions::default()).unwrap();
     let got: Vec<(Vec<u8>, Vec<u8>)> =
         fs.listxattr(ino).unwrap().into_iter().map(|n| (n.clone(), fs.getxattr(ino, &n).unwrap())).collect();
     assert_eq!(got, expect);
@@ -105,7 +105,7 @@ fn acl(entries: &[(u16, u16)]) -> Vec<u8> {
 
 #[test]
 fn namespaces_and_access_acls_follow_linux() {
-    let fs = Ferrite::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+    let fs = Session::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
     fs.mkdir(b"/d", 0o700).unwrap();
     let dir = fs.stat(b"/d").unwrap().ino;
     for name in [&b"unknown.x"[..], b"user.", b"system.other", b"x"] {

@@ -1,0 +1,142 @@
+//! Permission rules, as Linux's VFS applies them (generic_permission,
+//! may_delete's sticky check, setattr_prepare's chown/chmod/utimes rules,
+//! inode_init_owner). Pure functions of the caller's credentials and an
+//! inode's owner and mode: the engine's `Session` and the reference model
+//! apply them at the same points of each call.
+//!
+//! Root (uid 0) stands for a caller with every capability: it reads and
+//! writes anything, searches any directory, executes a file with at least
+//! one x bit, owns everything for chmod/chown/utimens, and is in every
+//! group for the set-group-id rules.
+
+use crate::types::{Credentials, Errno, FileType, FsResult};
+
+/// Read permission (as MAY_READ / R_OK).
+pub const READ: u32 = 4;
+/// Write permission (as MAY_WRITE / W_OK).
+pub const WRITE: u32 = 2;
+/// Execute, or search for a directory (as MAY_EXEC / X_OK).
+pub const EXEC: u32 = 1;
+
+/// What a permission check needs to know of an inode.
+#[derive(Clone, Copy, Debug)]
+pub struct Owner {
+    pub kind: FileType,
+    /// Permission bits (07777).
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// generic_permission: may `c` access the inode for `mask` (READ | WRITE |
+/// EXEC)? EACCES if not.
+pub fn check(c: &Credentials, o: &Owner, mask: u32) -> FsResult<()> {
+    let mask = mask & 7;
+    let bits = if c.uid == o.uid {
+        (o.perm >> 6) & 7
+    } else if c.in_group(o.gid) {
+        (o.perm >> 3) & 7
+    } else {
+        o.perm & 7
+    };
+    if mask & !bits == 0 {
+        return Ok(());
+    }
+    if c.is_root() {
+        // Directories: read and search always, write too (DAC override).
+        // Other files: read and write always, execute with any x bit.
+        if o.kind == FileType::Directory || mask & EXEC == 0 || o.perm & 0o111 != 0 {
+            return Ok(());
+        }
+    }
+    Err(Errno::EACCES)
+}
+
+/// inode_owner_or_capable: the owner, or root.
+pub fn owner_or_root(c: &Credentials, o: &Owner) -> bool {
+    c.is_root() || c.uid == o.uid
+}
+
+/// may_delete's sticky rule: in a sticky directory only the owner of the
+/// entry's inode, the owner of the directory, or root may remove or rename
+/// it. True when the removal is refused (EPERM).
+pub fn sticky_refuses(c: &Credentials, dir: &Owner, victim: &Owner) -> bool {
+    dir.perm & 0o1000 != 0 && !c.is_root() && c.uid != victim.uid && c.uid != dir.uid
+}
+
+/// setattr_prepare's chown rules for uid and gid (None: unchanged). EPERM
+/// when refused: only root gives a file to another user; the owner may
+/// change the group to one of its own groups.
+pub fn may_chown(c: &Credentials, o: &Owner, uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
+    if c.is_root() {
+        return Ok(());
+    }
+    if let Some(u) = uid {
+        if !(c.uid == o.uid && u == o.uid) {
+            return Err(Errno::EPERM);
+        }
+    }
+    if let Some(g) = gid {
+        if !(c.uid == o.uid && (g == o.gid || c.in_group(g))) {
+            return Err(Errno::EPERM);
+        }
+    }
+    Ok(())
+}
+
+/// chmod: EPERM unless owner or root; returns the bits to store, without
+/// set-group-id when a non-root caller is not in the file's group.
+pub fn chmod_bits(c: &Credentials, o: &Owner, perm: u32) -> FsResult<u32> {
+    if !owner_or_root(c, o) {
+        return Err(Errno::EPERM);
+    }
+    let mut perm = perm & 0o7777;
+    if !c.is_root() && !c.in_group(o.gid) {
+        perm &= !0o2000;
+    }
+    Ok(perm)
+}
+
+/// utimensat: setting both times to now needs ownership or write
+/// permission (EACCES); any other change (an explicit time, or now for one
+/// of them) needs ownership (EPERM). `both_now` says both times are now.
+pub fn may_set_times(c: &Credentials, o: &Owner, both_now: bool) -> FsResult<()> {
+    if owner_or_root(c, o) {
+        return Ok(());
+    }
+    if both_now {
+        return check(c, o, WRITE);
+    }
+    Err(Errno::EPERM)
+}
+
+/// Owner and permission bits of a new inode of `kind` made by `c` with
+/// `perm` (already masked as the call does: 07777 for files, 01777 for
+/// directories) in directory `dir` (inode_init_owner, mode_strip_umask,
+/// mode_strip_sgid): the umask applies except to symlinks; the group is
+/// the directory's if it is set-group-id, where a new directory inherits
+/// the bit and a new file loses set-group-id (with group execute) unless
+/// the caller is in that group or root.
+pub fn new_owner(c: &Credentials, dir: &Owner, kind: FileType, perm: u32) -> (u32, u32, u32) {
+    let mut perm = if kind == FileType::Symlink { perm } else { perm & !c.umask & 0o7777 };
+    let mut gid = c.gid;
+    if dir.perm & 0o2000 != 0 {
+        gid = dir.gid;
+        if kind == FileType::Directory {
+            perm |= 0o2000;
+        } else if perm & 0o2010 == 0o2010 && !c.is_root() && !c.in_group(dir.gid) {
+            perm &= !0o2000;
+        }
+    }
+    (c.uid, gid, perm)
+}
+
+/// vfs_mknod: device nodes need root (CAP_MKNOD), except a character
+/// device 0:0, which is a whiteout anyone may make.
+pub fn may_mknod(c: &Credentials, kind: FileType, rdev: u64) -> FsResult<()> {
+    let whiteout = kind == FileType::CharDevice && rdev == 0;
+    if kind.has_rdev() && !whiteout && !c.is_root() {
+        return Err(Errno::EPERM);
+    }
+    Ok(())
+}
