@@ -752,6 +752,7 @@ impl Session {
         }
         let inode = match r.target {
             Some((_, kind)) => {
+                let inode = r.target_inode.clone().expect("a resolved target is held");
                 if flags.create {
                     if flags.excl {
                         return Err(Errno::EEXIST);
@@ -759,11 +760,13 @@ impl Session {
                     if kind == FileType::Directory {
                         return Err(Errno::EISDIR);
                     }
+                    if perm::sticky_create_refuses(c, &owner_of(&r.dir), &owner_of(&inode)) {
+                        return Err(Errno::EACCES);
+                    }
                 }
                 if (flags.directory || r.slash) && kind != FileType::Directory {
                     return Err(Errno::ENOTDIR);
                 }
-                let inode = r.target_inode.clone().expect("a resolved target is held");
                 if flags.path {
                     // O_PATH: no access check, any type (a symlink itself
                     // with O_NOFOLLOW), nothing opened for I/O.
@@ -1197,7 +1200,15 @@ impl PathFs for Session {
                 }
                 may_delete(&s.dir, moved, &c)?;
                 match target {
-                    Some(t) => may_delete(&d.dir, t, &c)?,
+                    Some(t) => {
+                        may_delete(&d.dir, t, &c)?;
+                        // may_delete's type checks come before the ".."
+                        // check below.
+                        let (sd, td) = (moved.kind == FileType::Directory, t.kind == FileType::Directory);
+                        if flags != RenameFlags::Exchange && sd != td {
+                            return Err(if sd { Errno::ENOTDIR } else { Errno::EISDIR });
+                        }
+                    }
                     None => may_create(&d.dir, &c)?,
                 }
                 if s.dir.ino != d.dir.ino {

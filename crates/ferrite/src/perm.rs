@@ -140,3 +140,16 @@ pub fn may_mknod(c: &Credentials, kind: FileType, rdev: u64) -> FsResult<()> {
     }
     Ok(())
 }
+
+/// may_create_in_sticky: O_CREAT finding an existing file that is neither
+/// regular nor a FIFO in a sticky, world-writable directory, owned neither
+/// by the directory's owner nor by the caller (root included): EACCES.
+/// (Regular files and FIFOs are refused only under the fs.protected_regular
+/// and fs.protected_fifos sysctls, which are not imitated.)
+pub fn sticky_create_refuses(c: &Credentials, dir: &Owner, inode: &Owner) -> bool {
+    dir.perm & 0o1000 != 0
+        && dir.perm & 0o002 != 0
+        && !matches!(inode.kind, FileType::Regular | FileType::Fifo)
+        && inode.uid != dir.uid
+        && inode.uid != c.uid
+}

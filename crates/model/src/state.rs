@@ -748,6 +748,9 @@ impl ModelState {
             if kind == FileType::Directory {
                 return Err(Errno::EISDIR);
             }
+            if perm::sticky_create_refuses(&self.creds, &self.owner(dir), &self.owner(ino)) {
+                return Err(Errno::EACCES);
+            }
         }
         if (flags.directory || slash) && kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
@@ -1390,7 +1393,17 @@ impl ModelState {
         // a directory that changes parent.
         self.may_delete(odir, src)?;
         match tgt {
-            Some(t) => self.may_delete(ndir, t)?,
+            Some(t) => {
+                self.may_delete(ndir, t)?;
+                // may_delete's type checks come before the ".." check.
+                if !exchange {
+                    match (src_dir, self.is_dir(t)) {
+                        (true, false) => return Err(Errno::ENOTDIR),
+                        (false, true) => return Err(Errno::EISDIR),
+                        _ => {}
+                    }
+                }
+            }
             None => self.may_create(ndir)?,
         }
         if odir != ndir {
