@@ -310,6 +310,11 @@ pub struct CallOutcome {
     /// The engine ran out of space where the model (whose capacity does not
     /// count log pages) did not: accepted when nothing changed.
     pub enospc_accepted: bool,
+    /// Log pages the engine's garbage collection reclaimed during the call
+    /// (fast GC and compaction), and logs it compacted (thorough GC): the
+    /// scenarios check with these that they exercise GC.
+    pub gc_pages: u64,
+    pub compactions: u64,
 }
 
 /// A workload run on the engine (recorded) and on the model.
@@ -384,6 +389,14 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
     let mut es = Slots::default();
     let mut ms = Slots::default();
     let mut divergences = Vec::new();
+    for (i, c) in w.prepare.iter().enumerate() {
+        clock.set(TimeSpec { sec: T_CALL - 8, nsec: i as u32 });
+        let e = run_call(&engine, &mut es, c);
+        let m = run_call(&model, &mut ms, c);
+        if !same_result(c, &e, &m) {
+            divergences.push(format!("preparing call {i} {c}: engine {e:?}, model {m:?}"));
+        }
+    }
     for (i, c) in w.setup.iter().enumerate() {
         clock.set(TimeSpec { sec: T_CALL - 5, nsec: i as u32 });
         let e = run_call(&engine, &mut es, c);
@@ -423,6 +436,7 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
                 Err(m) => panic!("remount in workload {}: {m}", w.id),
             }
         }
+        let gc_before = (engine.gc_pages_collected(), engine.log_compactions());
         let e = match crate::quiet::catch(|| run_call(&engine, &mut es, c)) {
             Ok(r) => r,
             Err(p) => {
@@ -436,6 +450,8 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
         if panicked.is_none() {
             pmem.mark(end_mark(i));
         }
+        let gc_pages = engine.gc_pages_collected().saturating_sub(gc_before.0);
+        let compactions = engine.log_compactions().saturating_sub(gc_before.1);
         let before_model = (model.snapshot(), ms.clone());
         let m = run_call(&model, &mut ms, c);
         if *c == Call::Remount {
@@ -488,7 +504,7 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
         events.append(&mut chunk);
         states.push(mt);
         state_keys.push(mk);
-        outcomes.push(CallOutcome { engine: e, model: m, enospc_accepted });
+        outcomes.push(CallOutcome { engine: e, model: m, enospc_accepted, gc_pages, compactions });
         if panicked.is_some() {
             break;
         }

@@ -238,7 +238,12 @@ pub fn workload_from_input(data: &[u8]) -> (StartKind, Workload) {
         };
         calls.push(c);
     }
-    let w = Workload { id: format!("fuzz.{}", hex(&data[..data.len().min(32)])), setup: Vec::new(), calls };
+    let w = Workload {
+        id: format!("fuzz.{}", hex(&data[..data.len().min(32)])),
+        prepare: Vec::new(),
+        setup: Vec::new(),
+        calls,
+    };
     (start, w)
 }
 

@@ -4,6 +4,9 @@
 //!
 //! - [`workload`]: calls, the seq-1/seq-2/seq-3 catalogue over a small file
 //!   set, the random generator, the start images (empty, aged, nearly full);
+//! - [`scenario`]: workloads that need many preparing calls (fast GC and
+//!   compaction of files and directories) and the operations ported from
+//!   the retired `crash_smoke` test;
 //! - [`exec`]: a recorded run of a workload on the engine beside the model;
 //! - [`pcheck`]: the persistence checker (pmemcheck-like);
 //! - [`crash`]: crash points and candidate images (Vinter's model);
@@ -23,6 +26,7 @@ pub mod hash;
 pub mod pcheck;
 pub mod proc_crash;
 pub mod quiet;
+pub mod scenario;
 pub mod token;
 pub mod verify;
 pub mod workload;

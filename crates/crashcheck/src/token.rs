@@ -79,6 +79,9 @@ pub fn replay(token: &str) -> Result<(String, bool), String> {
     let _ = writeln!(out, "token:    {t}");
     let _ = writeln!(out, "start:    {} image", t.start.name());
     let _ = writeln!(out, "workload: {} ({} events recorded)", w.id, rec.events.len());
+    if !w.prepare.is_empty() {
+        let _ = writeln!(out, "  prepare {} calls, the last: {}", w.prepare.len(), w.prepare[w.prepare.len() - 1]);
+    }
     for c in &w.setup {
         let _ = writeln!(out, "  setup   {c}");
     }

@@ -277,13 +277,18 @@ pub fn run_call(fs: &dyn PathFs, slots: &mut Slots, call: &Call) -> CallResult {
     }
 }
 
-/// A workload: descriptor opens done before recording starts (they change
-/// nothing persistent), then the calls, each one operation for the oracle.
+/// A workload: preparing calls that may change the pool (scenarios only:
+/// state that takes many calls to build, such as a log two pages long),
+/// then descriptor opens (they change nothing persistent), both done before
+/// recording starts, then the calls, each one operation for the oracle.
 #[derive(Clone, Debug)]
 pub struct Workload {
     /// The id printed in tokens: `s1.NAME`, `s2.A+B`, `s3.A+B+C`,
-    /// `rnd.SEED.LEN`.
+    /// `rnd.SEED.LEN`, `sc.NAME` (a scenario, [`crate::scenario`]).
     pub id: String,
+    /// Run on both sides before `setup`, not recorded; each must give the
+    /// same result on both sides (success or the same errno).
+    pub prepare: Vec<Call>,
     pub setup: Vec<Call>,
     pub calls: Vec<Call>,
 }
@@ -464,7 +469,7 @@ pub fn sequence(ops: &[&OpDef]) -> Workload {
             calls.push(c);
         }
     }
-    Workload { id, setup, calls }
+    Workload { id, prepare: Vec::new(), setup, calls }
 }
 
 /// Every operation alone.
@@ -506,6 +511,11 @@ pub fn workload_by_id(id: &str) -> Result<Workload, String> {
         let seed = parse_u64(seed).ok_or_else(|| format!("bad seed in {id:?}"))?;
         let len: usize = len.parse().map_err(|_| format!("bad length in {id:?}"))?;
         return Ok(random_workload(seed, len));
+    }
+    if let Some(name) = id.strip_prefix("sc.") {
+        return crate::scenario::by_name(name)
+            .map(|s| s.workload)
+            .ok_or_else(|| format!("no scenario {name:?} (crate::scenario::scenarios)"));
     }
     let (_, names) = id.split_once('.').ok_or_else(|| format!("bad workload id {id:?}"))?;
     let cat = catalogue();
@@ -663,7 +673,7 @@ pub fn random_workload(seed: u64, len: usize) -> Workload {
         }
         calls.push(c);
     }
-    Workload { id: format!("rnd.{seed:#x}.{len}"), setup, calls }
+    Workload { id: format!("rnd.{seed:#x}.{len}"), prepare: Vec::new(), setup, calls }
 }
 
 fn open_call(slot: u8, path: &str, flags: OpenFlags) -> Call {

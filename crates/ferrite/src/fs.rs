@@ -118,6 +118,8 @@ pub struct Ferrite {
     pub(crate) report: MountReport,
     unmounted: AtomicBool,
     pub(crate) gc_pages: AtomicU64,
+    /// Logs compacted (thorough GC) since mount.
+    pub(crate) compactions: AtomicU64,
 }
 
 impl Ferrite {
@@ -223,6 +225,7 @@ impl Ferrite {
             report,
             unmounted: AtomicBool::new(false),
             gc_pages: AtomicU64::new(0),
+            compactions: AtomicU64::new(0),
         }
     }
 
@@ -257,6 +260,12 @@ impl Ferrite {
     /// Log pages reclaimed by garbage collection since mount.
     pub fn gc_pages_collected(&self) -> u64 {
         self.gc_pages.load(Ordering::Relaxed)
+    }
+
+    /// Logs compacted by thorough GC since mount (the crash harness checks
+    /// with it that its compaction scenarios really compact).
+    pub fn log_compactions(&self) -> u64 {
+        self.compactions.load(Ordering::Relaxed)
     }
 
     pub fn free_pages(&self) -> u64 {

@@ -183,5 +183,6 @@ impl Ferrite {
         fresh.open_count = d.open_count;
         *d = fresh;
         self.gc_pages.fetch_add(old_pages.saturating_sub(d.log.live.page_count() as u64), Ordering::Relaxed);
+        self.compactions.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -35,8 +35,8 @@ use ferrite::{
     Errno, FallocateMode, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, PoolError, RenameFlags, Session,
     TimeSet,
 };
+use ferrite_crashcheck::crash::{PointKind, Sim};
 use ferrite_pmem::Pmem;
-use ferrite_tests::crash::{Image, PointKind, Simulator};
 use ferrite_tests::isolate::run_isolated;
 use ferrite_tests::walk::explore;
 use ferrite_tests::{manual_clock, pattern, put, seed_from_env, splitmix64, ts};
@@ -139,16 +139,16 @@ fn bases() -> &'static [(&'static str, Vec<u8>)] {
         fs.rename(b"/a/b/c", b"/many/c", RenameFlags::Replace).unwrap();
         let events = fs.pmem().stop_recording();
         drop(fs);
-        let mut sim = Simulator::new(&base, &events);
+        let mut sim = Sim::new(&base, &events);
         let mut fences = 0;
         let mut journal = None;
         while let Some(k) = sim.next_point() {
-            if k == PointKind::BeforeFence {
+            if k == PointKind::Fence {
                 fences += 1;
                 // Fence 1 makes the journal record durable; before fence 2
                 // the new tails are stored but the transaction is open.
                 if fences == 2 {
-                    journal = Some(sim.image(Image::All).to_vec());
+                    journal = Some(sim.build(&sim.all()));
                     break;
                 }
             }

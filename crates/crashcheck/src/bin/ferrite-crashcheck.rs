@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! ferrite-crashcheck replay TOKEN          replay one failure (exit 1 if it reproduces)
-//! ferrite-crashcheck exhaustive [OPTIONS]  the large run: seq-1 and seq-2 on every start
-//!                                          image, sampled seq-3, random workloads, full caps
+//! ferrite-crashcheck exhaustive [OPTIONS]  the large run: seq-1, seq-2 and the scenarios on
+//!                                          every start image, sampled seq-3, random workloads,
+//!                                          full caps
 //! ferrite-crashcheck run [OPTIONS]         a run of your choice
 //! ferrite-crashcheck child POOL SEED FROM  (internal) the process-crash test's child
 //! ferrite-crashcheck fuzz-input image|ops FILE...   run fuzz inputs (e.g. crashes cargo-fuzz saved)
@@ -11,6 +12,7 @@
 //! OPTIONS (run / exhaustive):
 //!   --seq1 --seq2            catalogue workloads (every op alone / every ordered pair)
 //!   --seq3 N                 N sampled ordered triples
+//!   --scenarios              the scenarios (GC of files and directories, src/scenario.rs)
 //!   --random N --len L       N random workloads of L calls
 //!   --start LIST             start images: empty,aged,full (default: all)
 //!   --only ID                only the workload with this id (e.g. s2.create+rename_file)
@@ -41,6 +43,7 @@ struct Opts {
     seq1: bool,
     seq2: bool,
     seq3: usize,
+    scenarios: bool,
     random: usize,
     len: usize,
     starts: Vec<StartKind>,
@@ -55,6 +58,7 @@ fn parse(args: &[String], exhaustive: bool) -> Opts {
         seq1: exhaustive,
         seq2: exhaustive,
         seq3: if exhaustive { 2000 } else { 0 },
+        scenarios: exhaustive,
         random: if exhaustive { 400 } else { 0 },
         len: 24,
         starts: StartKind::ALL.to_vec(),
@@ -80,6 +84,7 @@ fn parse(args: &[String], exhaustive: bool) -> Opts {
         match args[i].as_str() {
             "--seq1" => o.seq1 = true,
             "--seq2" => o.seq2 = true,
+            "--scenarios" => o.scenarios = true,
             "--seq3" => o.seq3 = num(&mut i) as usize,
             "--random" => o.random = num(&mut i) as usize,
             "--len" => o.len = num(&mut i) as usize,
@@ -117,6 +122,9 @@ fn run(o: Opts) -> i32 {
     }
     if o.seq3 > 0 {
         workloads.extend(seq3_sampled(o.cfg.seed, o.seq3));
+    }
+    if o.scenarios {
+        workloads.extend(ferrite_crashcheck::scenario::scenarios().iter().map(|s| s.workload.clone()));
     }
     for n in 0..o.random {
         workloads.push(random_workload(ferrite_crashcheck::hash::mix(o.cfg.seed ^ n as u64), o.len));

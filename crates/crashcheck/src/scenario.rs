@@ -1,0 +1,395 @@
+//! Scenarios: workloads whose interesting call needs state that takes many
+//! calls to build (a log two or three pages long, a page of dead entries),
+//! so that the one recorded call crosses a threshold: fast log GC
+//! (`collect_garbage` after a log extension) and thorough GC (compaction,
+//! `compact_log`) of files and directories. Plus the operations of the
+//! retired `crash_smoke` test that the catalogue did not have (an `rmdir`
+//! that succeeds, a rename over an empty directory, short sequences).
+//!
+//! A scenario's preparing calls (`Workload::prepare`) run on both sides
+//! before recording starts; they are computed once, on a scratch pool of
+//! the harness's geometry, by filling a log until its tail page has no room
+//! left (`exec::log_room_units`), so they stay right if entry sizes change.
+//! They create their own files and directories, so a log's layout does not
+//! depend on the start image; the GC scenarios first delete `/F/f0` (ten
+//! data pages of the nearly full image; ENOENT on both sides elsewhere) so
+//! that the full image has room for a compaction's copy.
+//!
+//! Each scenario says what its first recorded call must do ([`Expect`]);
+//! the CI test (`tests/scenarios.rs`) checks it on every start image from
+//! the engine's counters, so the coverage cannot silently disappear.
+
+use crate::exec::{clock_at, format_options, log_room_units, GEOMETRY, T_BUILD};
+use crate::workload::{run_call, Call, Slots, Workload};
+use ferrite::{FallocateMode, OpenFlags, RenameFlags, Session};
+use ferrite_pmem::Pmem;
+use std::sync::OnceLock;
+
+/// What the first recorded call of a scenario must do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Nothing in particular (a ported operation).
+    Nothing,
+    /// Fast GC: at least one log page collected, no compaction.
+    FastGc,
+    /// Thorough GC: a log compacted.
+    Compaction,
+}
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub expect: Expect,
+    pub workload: Workload,
+}
+
+fn p(s: &str) -> Vec<u8> {
+    s.as_bytes().to_vec()
+}
+
+fn open(slot: u8, path: &str, flags: OpenFlags) -> Call {
+    Call::Open { slot, path: p(path), flags, perm: 0o644 }
+}
+
+fn pw(slot: u8, off: u64, len: u32, tag: u32) -> Call {
+    Call::Pwrite { slot, off, len, tag }
+}
+
+fn chmod(path: &str, perm: u32) -> Call {
+    Call::Chmod { path: p(path), perm }
+}
+
+/// Builds preparing calls on a scratch pool, running each as it is added.
+struct Prep {
+    fs: Session,
+    slots: Slots,
+    calls: Vec<Call>,
+    n: u32,
+}
+
+impl Prep {
+    fn new() -> Prep {
+        let clock = clock_at(T_BUILD);
+        let fs = Session::format(Pmem::heap(GEOMETRY.pages * 4096), &format_options(GEOMETRY, &clock))
+            .expect("format a scratch pool");
+        Prep { fs, slots: Slots::default(), calls: Vec::new(), n: 0 }
+    }
+
+    fn run(&mut self, c: Call) {
+        let r = run_call(&self.fs, &mut self.slots, &c);
+        assert!(r.is_ok(), "scenario preparation: {c} failed on the scratch pool: {r:?}");
+        self.calls.push(c);
+    }
+
+    fn room(&self, path: &str) -> u64 {
+        log_room_units(&self.fs, path.as_bytes()).expect("the prepared path exists")
+    }
+
+    /// Run `make(i)` (i = 0, 1, ...) while `path`'s tail page has more than
+    /// `keep` units of room.
+    fn fill_while(&mut self, path: &str, keep: u64, mut make: impl FnMut(u32) -> Vec<Call>) {
+        let mut guard = 0;
+        while self.room(path) > keep {
+            self.n += 1;
+            for c in make(self.n) {
+                self.run(c);
+            }
+            guard += 1;
+            assert!(guard < 200, "scenario preparation: {path}'s log never filled");
+        }
+    }
+
+    /// chmod `path` (one Attr entry each) until its tail page is full.
+    fn chmod_to_full(&mut self, path: &str, base: u32) {
+        let path_s = path.to_string();
+        self.fill_while(path, 0, |i| vec![chmod(&path_s, base | (i % 0o100))]);
+    }
+
+    /// Create and delete names in directory `dir` (a DentryAdd and a
+    /// DentryRemove per round) while more than `keep` units are left.
+    fn churn(&mut self, dir: &str, keep: u64, prefix: char) {
+        let d = dir.to_string();
+        self.fill_while(dir, keep, |i| {
+            let name = format!("{d}/{prefix}{}", i % 100);
+            vec![open(15, &name, OpenFlags::WRONLY.create()), Call::Close { slot: 15 }, Call::Unlink { path: p(&name) }]
+        });
+    }
+
+    fn full(&self, path: &str) {
+        assert_eq!(self.room(path), 0, "scenario preparation: {path}'s tail page is not exactly full");
+    }
+
+    fn done(self) -> Vec<Call> {
+        self.calls
+    }
+}
+
+/// Make room on the nearly full image (ENOENT elsewhere, on both sides).
+fn make_room() -> Call {
+    Call::Unlink { path: p("/F/f0") }
+}
+
+/// `/gcf`: page 1 of its log full of Write entries of file page 0, then a
+/// chmod opening page 2, then page 2 full of Writes: page 1 is all dead
+/// (its Attr and its Writes superseded), collected by the next extension.
+fn fast_file() -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(open(0, "/gcf", OpenFlags::RDWR.create()));
+    pr.fill_while("/gcf", 0, |i| vec![pw(0, 0, 100, 1000 + i)]);
+    pr.run(chmod("/gcf", 0o640));
+    pr.fill_while("/gcf", 0, |i| vec![pw(0, 0, 100, 2000 + i)]);
+    pr.full("/gcf");
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    v
+}
+
+/// `/gcc`: three full log pages, each kept alive by the Write of one file
+/// page (0, 1, 2) among dead Attr entries: the next extension (a fourth
+/// page) makes the log due for compaction.
+fn compact_file() -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(open(0, "/gcc", OpenFlags::RDWR.create()));
+    for k in 0..3u64 {
+        pr.run(pw(0, k * 4096, 100, 3000 + k as u32));
+        pr.chmod_to_full("/gcc", 0o600);
+    }
+    pr.full("/gcc");
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    v
+}
+
+/// `/gcd` (the directory of crash_smoke's `create_collects_dir_log`): page
+/// 1 holds its first Attr, the add of x, names added and removed, and the
+/// add of y; page 2 the removes of x and y (pinned while page 1 holds the
+/// adds they cancel), a chmod (superseding page 1's Attr) and more
+/// transient names. Page 1 is then all dead; the next extension collects
+/// it and unpins the removes.
+fn fast_dir() -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(Call::Mkdir { path: p("/gcd"), perm: 0o755 });
+    pr.run(open(0, "/gcd/x", OpenFlags::WRONLY.create()));
+    pr.run(Call::Close { slot: 0 });
+    pr.churn("/gcd", 2, 'p');
+    pr.chmod_to_full_keep("/gcd", 1);
+    pr.run(open(0, "/gcd/y", OpenFlags::WRONLY.create()));
+    pr.run(Call::Close { slot: 0 });
+    pr.full("/gcd");
+    pr.run(Call::Unlink { path: p("/gcd/x") });
+    pr.run(Call::Unlink { path: p("/gcd/y") });
+    pr.run(chmod("/gcd", 0o700));
+    pr.churn("/gcd", 1, 'q');
+    pr.chmod_to_full("/gcd", 0o700);
+    pr.full("/gcd");
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    v
+}
+
+/// `/gcdc`: three full log pages, each holding two names that stay (k0,
+/// and hard links to it: j0 on page 1, kN and jN on page N + 1) among
+/// transient names: the next extension makes the directory due for
+/// compaction (even when it removes one of the names: the page keeps the
+/// other).
+fn compact_dir() -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(Call::Mkdir { path: p("/gcdc"), perm: 0o755 });
+    pr.run(open(0, "/gcdc/k0", OpenFlags::WRONLY.create()));
+    pr.run(Call::Close { slot: 0 });
+    pr.run(Call::Link { from: p("/gcdc/k0"), to: p("/gcdc/j0") });
+    for k in 0..3 {
+        if k > 0 {
+            pr.run(Call::Link { from: p("/gcdc/k0"), to: p(&format!("/gcdc/k{k}")) });
+            pr.run(Call::Link { from: p("/gcdc/k0"), to: p(&format!("/gcdc/j{k}")) });
+        }
+        pr.churn("/gcdc", 1, 'r');
+        pr.chmod_to_full("/gcdc", 0o700);
+    }
+    pr.full("/gcdc");
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    v
+}
+
+/// `/gct` (crash_smoke's `chmod_collects_file_log_truncate`): page 1 holds
+/// a Write of file page 7 (size 30000), page 2 a Write of page 0 that stays
+/// live (its size_after says 30000), page 3 a truncate to 5000 (which
+/// cancels the Write on page 1, so it is pinned while page 1 lives), page 4
+/// a size-only fallocate (size 5000); each page filled up with Attr
+/// entries. Opening page 4 collected page 1 and unpinned the truncate; the
+/// next entry opens page 5 and collects page 3, truncate and all: replay
+/// must then accept an older Write whose size_after is larger than the
+/// later size-only entry.
+fn truncate_pin() -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(open(0, "/gct", OpenFlags::RDWR.create()));
+    pr.run(pw(0, 29_900, 100, 60));
+    pr.chmod_to_full("/gct", 0o600);
+    pr.run(pw(0, 0, 100, 61));
+    pr.chmod_to_full("/gct", 0o600);
+    pr.run(Call::Ftruncate { slot: 0, size: 5000 });
+    pr.chmod_to_full("/gct", 0o600);
+    pr.run(Call::Fallocate { slot: 0, mode: FallocateMode::Default, off: 0, len: 4096 });
+    pr.chmod_to_full("/gct", 0o600);
+    pr.run(Call::Close { slot: 0 });
+    pr.full("/gct");
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    v
+}
+
+impl Prep {
+    /// chmod `path` until at most `keep` units are left.
+    fn chmod_to_full_keep(&mut self, path: &str, keep: u64) {
+        let path_s = path.to_string();
+        self.fill_while(path, keep, |i| vec![chmod(&path_s, 0o700 | (i % 0o100))]);
+    }
+}
+
+fn sc(name: &'static str, expect: Expect, prepare: Vec<Call>, setup: Vec<Call>, calls: Vec<Call>) -> Scenario {
+    Scenario { name, expect, workload: Workload { id: format!("sc.{name}"), prepare, setup, calls } }
+}
+
+fn build() -> Vec<Scenario> {
+    use Expect::*;
+    let rdwr = OpenFlags::RDWR;
+    let (fast_file, compact_file, fast_dir, compact_dir, truncate_pin) =
+        (fast_file(), compact_file(), fast_dir(), compact_dir(), truncate_pin());
+    vec![
+        // ---- garbage collection ----
+        // A data write that extends the log and collects its dead page
+        // (the replaced data page is freed in the same call).
+        sc("gc_fast_file_write", FastGc, fast_file.clone(), vec![], vec![pw(0, 0, 100, 7)]),
+        // The same with a truncate (a Write of the cut page and a Truncate).
+        sc("gc_fast_file_truncate", FastGc, fast_file, vec![], vec![Call::Ftruncate { slot: 0, size: 50 }]),
+        // A create (journaled: the directory's tail and the new inode)
+        // whose directory log extension collects a page holding removed
+        // names' adds; then a clean unmount and a mount (the lazy rebuild
+        // of the directory from its collected log, compared with the model).
+        sc(
+            "gc_fast_dir_create",
+            FastGc,
+            fast_dir,
+            vec![],
+            vec![open(0, "/gcd/w", OpenFlags::WRONLY.create()), Call::Remount],
+        ),
+        // A chmod that collects a file's truncate page; then a clean
+        // unmount and a mount.
+        sc("gc_fast_file_truncate_pin", FastGc, truncate_pin, vec![], vec![chmod("/gct", 0o644), Call::Remount]),
+        // A write that makes a file's log due: compaction (its own journal
+        // transaction) inside the write.
+        sc("gc_compact_file_write", Compaction, compact_file.clone(), vec![], vec![pw(0, 3 * 4096, 100, 8)]),
+        // The same from a chmod (no data page allocated by the call).
+        sc("gc_compact_file_chmod", Compaction, compact_file, vec![], vec![chmod("/gcc", 0o644)]),
+        // A create whose directory log extension makes it due: the
+        // create's journal transaction, then the compaction's.
+        sc("gc_compact_dir_create", Compaction, compact_dir.clone(), vec![], vec![open(0, "/gcdc/new", rdwr.create())]),
+        // An unlink of one of the kept names (a hard link: the inode keeps
+        // its other names and gets an Attr with the lower link count) that
+        // makes the directory due: compaction inside the unlink.
+        sc("gc_compact_dir_unlink", Compaction, compact_dir, vec![], vec![Call::Unlink { path: p("/gcdc/j2") }]),
+        // ---- crash_smoke's operations that the catalogue lacks ----
+        // rmdir of an empty directory (the catalogue's /B and /A are not
+        // empty: ENOTEMPTY).
+        sc(
+            "rmdir_empty",
+            Nothing,
+            vec![Call::Mkdir { path: p("/B/E"), perm: 0o755 }],
+            vec![],
+            vec![Call::Rmdir { path: p("/B/E") }],
+        ),
+        // A directory moved over an empty directory (which is freed).
+        sc(
+            "rename_dir_over_empty_dir",
+            Nothing,
+            vec![Call::Mkdir { path: p("/B/E"), perm: 0o755 }],
+            vec![],
+            vec![Call::Rename { from: p("/A/C"), to: p("/B/E"), flags: RenameFlags::Replace }],
+        ),
+        // RENAME_EXCHANGE within one directory (one log append).
+        sc(
+            "rename_exchange_same_dir",
+            Nothing,
+            vec![],
+            vec![],
+            vec![Call::Rename { from: p("/foo"), to: p("/bar"), flags: RenameFlags::Exchange }],
+        ),
+        // Unlink an open file, write to it, close it (the orphan, with the
+        // pages written after the unlink, freed by the close).
+        sc(
+            "unlink_write_close",
+            Nothing,
+            vec![],
+            vec![open(0, "/A/bar", rdwr)],
+            vec![Call::Unlink { path: p("/A/bar") }, pw(0, 100, 9000, 50), Call::Close { slot: 0 }],
+        ),
+        // fallocate growing the size over pages preallocated past EOF
+        // (a size-only change).
+        sc(
+            "fallocate_grow_over_preallocated",
+            Nothing,
+            vec![
+                open(0, "/foo", rdwr),
+                Call::Fallocate { slot: 0, mode: FallocateMode::KeepSize, off: 8192, len: 8192 },
+            ],
+            vec![],
+            vec![Call::Fallocate { slot: 0, mode: FallocateMode::Default, off: 0, len: 12_000 }],
+        ),
+        // A write starting past EOF inside the last page and extending
+        // over two more pages.
+        sc("write_extending_crossing", Nothing, vec![], vec![open(0, "/foo", rdwr)], vec![pw(0, 6000, 10_000, 14)]),
+        // 64 KiB in one write (16 fresh pages; ENOSPC on the full image).
+        sc("write_large_64k", Nothing, vec![], vec![open(0, "/bar", rdwr)], vec![pw(0, 0, 65_536, 17)]),
+        // Short sequences (each call one step for the oracle).
+        sc(
+            "atomic_replace",
+            Nothing,
+            vec![],
+            vec![],
+            vec![
+                open(0, "/A/tmp", rdwr.create().excl()),
+                pw(0, 0, 6000, 30),
+                Call::Fsync { slot: 0 },
+                Call::Close { slot: 0 },
+                Call::Rename { from: p("/A/tmp"), to: p("/foo"), flags: RenameFlags::Replace },
+            ],
+        ),
+        sc(
+            "mkdir_populate_rmdir",
+            Nothing,
+            vec![],
+            vec![],
+            vec![
+                Call::Mkdir { path: p("/X"), perm: 0o755 },
+                open(0, "/X/f", rdwr.create()),
+                pw(0, 0, 700, 31),
+                Call::Close { slot: 0 },
+                Call::Unlink { path: p("/X/f") },
+                Call::Rmdir { path: p("/X") },
+            ],
+        ),
+        sc(
+            "rename_chain",
+            Nothing,
+            vec![],
+            vec![],
+            vec![
+                Call::Rename { from: p("/A/bar"), to: p("/B/x"), flags: RenameFlags::Replace },
+                Call::Rename { from: p("/B/x"), to: p("/A/C/y"), flags: RenameFlags::Replace },
+                Call::Rename { from: p("/A/C"), to: p("/B/C"), flags: RenameFlags::Replace },
+            ],
+        ),
+    ]
+}
+
+/// Every scenario (built once per process).
+pub fn scenarios() -> &'static [Scenario] {
+    static S: OnceLock<Vec<Scenario>> = OnceLock::new();
+    S.get_or_init(build)
+}
+
+/// The scenario named `name`.
+pub fn by_name(name: &str) -> Option<Scenario> {
+    scenarios().iter().find(|s| s.name == name).cloned()
+}
