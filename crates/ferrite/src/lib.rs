@@ -30,6 +30,7 @@ mod path;
 pub mod perm;
 mod recovery;
 mod replay;
+mod session;
 pub mod types;
 mod xattr;
 mod xattr_name;
@@ -42,5 +43,5 @@ pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomStat
 pub use dir::NodeSpec;
 pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
 pub use inode::Inode;
-pub use path::{FdTable, OpenFile, Session};
+pub use session::{FdTable, OpenFile, Session};
 pub use types::*;

@@ -1,0 +1,1034 @@
+//! `Session`, the value a front end (a library user, the LD_PRELOAD
+//! library) holds per process: its descriptor table, current directory and
+//! credentials, implementing `PathFs` with Linux's rules about which call
+//! follows which link and which permission each call needs (`perm.rs`),
+//! over path resolution (`path.rs`) and the inode-level operations in
+//! `dir.rs`, `attr.rs`, `xattr.rs` and `file.rs`.
+
+use crate::dir::NodeSpec;
+use crate::fs::{Ferrite, FormatOptions, MountOptions, PoolError};
+use crate::inode::Inode;
+use crate::path::{
+    check_path, may, may_create, may_delete, owner_of, stale, Resolved, RACE_RETRIES_MAX, RESOLVE_AGAIN,
+};
+use crate::perm;
+use crate::types::{
+    limits, Credentials, DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, PathFs,
+    RenameFlags, SetAttr, Stat, StatFs, TimeSet, Whence, XattrSetMode, AT_FDCWD,
+};
+use crate::Map;
+use ferrite_pmem::Pmem;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// An open file description: what `open` made, shared by the descriptors
+/// `dup` makes from it (position and status flags).
+pub struct OpenFile {
+    pub inode: Arc<Inode>,
+    /// The flags it was opened with, creation flags removed
+    /// (`OpenFlags::status`); O_APPEND is in `append`, which F_SETFL changes.
+    pub flags: OpenFlags,
+    append: AtomicBool,
+    pub pos: Mutex<u64>,
+    /// Descriptors referring to it: the last close releases the inode.
+    descriptors: AtomicUsize,
+}
+
+impl OpenFile {
+    fn new(inode: Arc<Inode>, flags: OpenFlags) -> OpenFile {
+        OpenFile {
+            inode,
+            flags: flags.status(),
+            append: AtomicBool::new(flags.append),
+            pos: Mutex::new(0),
+            descriptors: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn append(&self) -> bool {
+        self.append.load(Ordering::Relaxed)
+    }
+
+    /// F_GETFL.
+    pub fn status(&self) -> OpenFlags {
+        OpenFlags { append: self.append(), ..self.flags }
+    }
+}
+
+/// One descriptor: the description it refers to and its own flag.
+#[derive(Clone)]
+struct FdEntry {
+    file: Arc<OpenFile>,
+    cloexec: bool,
+}
+
+const FD_SHARDS: usize = 16;
+
+/// A descriptor table. Numbers it picks start at 3 and are never reused
+/// while it lives; a front end may also put a description at a number of
+/// its choosing (`install`: dup2/dup3, `Session::openat_fd`), which is how
+/// an LD_PRELOAD library makes Ferrite descriptors real kernel descriptor
+/// numbers (it reserves the number in the kernel, e.g. by opening
+/// /dev/null, and installs the Ferrite file there). Numbers it picks skip
+/// numbers already installed.
+pub struct FdTable {
+    next: AtomicU64,
+    shards: Vec<Mutex<Map<u64, FdEntry>>>,
+}
+
+impl Default for FdTable {
+    fn default() -> Self {
+        FdTable { next: AtomicU64::new(3), shards: (0..FD_SHARDS).map(|_| Mutex::new(Map::default())).collect() }
+    }
+}
+
+impl FdTable {
+    fn shard(&self, n: u64) -> &Mutex<Map<u64, FdEntry>> {
+        &self.shards[n as usize % FD_SHARDS]
+    }
+
+    fn insert(&self, e: FdEntry) -> Fd {
+        e.file.descriptors.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let n = self.next.fetch_add(1, Ordering::Relaxed);
+            if Fd(n) == AT_FDCWD {
+                continue;
+            }
+            let mut shard = self.shard(n).lock();
+            if let std::collections::hash_map::Entry::Vacant(v) = shard.entry(n) {
+                v.insert(e);
+                return Fd(n);
+            }
+        }
+    }
+
+    /// Put `e` at number `fd`; returns what was there.
+    fn install(&self, fd: Fd, e: FdEntry) -> FsResult<Option<FdEntry>> {
+        if fd == AT_FDCWD {
+            return Err(Errno::EBADF);
+        }
+        e.file.descriptors.fetch_add(1, Ordering::Relaxed);
+        Ok(self.shard(fd.0).lock().insert(fd.0, e))
+    }
+
+    fn get(&self, fd: Fd) -> FsResult<FdEntry> {
+        self.shard(fd.0).lock().get(&fd.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    fn set_cloexec(&self, fd: Fd, on: bool) -> FsResult<()> {
+        self.shard(fd.0).lock().get_mut(&fd.0).map(|e| e.cloexec = on).ok_or(Errno::EBADF)
+    }
+
+    fn remove(&self, fd: Fd) -> FsResult<FdEntry> {
+        self.shard(fd.0).lock().remove(&fd.0).ok_or(Errno::EBADF)
+    }
+
+    fn drain(&self) -> Vec<FdEntry> {
+        self.shards.iter().flat_map(|s| s.lock().drain().map(|(_, e)| e).collect::<Vec<_>>()).collect()
+    }
+
+    pub fn open_count(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+}
+
+/// One process's view of a mounted file system: a descriptor table, a
+/// current directory and credentials over a shared engine. It implements
+/// `PathFs`; a front end makes one per process (an LD_PRELOAD library) or
+/// one for the whole program (a library user), and several sessions may
+/// share one `Arc<Ferrite>`. Inode-level calls of the engine are reachable
+/// through `Deref`.
+///
+/// The current directory counts as an open handle (a removed directory
+/// stays usable as a starting point, where every lookup finds nothing, as
+/// Linux). Dropping a session leaves its descriptors' open counts taken
+/// until the engine is unmounted (a crash drops everything anyway); call
+/// `end` to close them and keep the engine mounted, or `unmount`.
+pub struct Session {
+    fs: Arc<Ferrite>,
+    fds: FdTable,
+    cwd: Mutex<Arc<Inode>>,
+    creds: RwLock<Credentials>,
+}
+
+impl std::ops::Deref for Session {
+    type Target = Ferrite;
+    fn deref(&self) -> &Ferrite {
+        &self.fs
+    }
+}
+
+impl Session {
+    /// A session on a mounted engine: no descriptors, the root as current
+    /// directory, root credentials.
+    pub fn new(fs: Arc<Ferrite>) -> Session {
+        let root = fs.inode(InodeNo::ROOT).expect("a mounted file system has a root");
+        fs.open_inode(&root).expect("the root is alive");
+        Session { fs, fds: FdTable::default(), cwd: Mutex::new(root), creds: RwLock::new(Credentials::root()) }
+    }
+
+    /// `Ferrite::format` and a session on it.
+    pub fn format(pmem: Pmem, opts: &FormatOptions) -> Result<Session, PoolError> {
+        Ok(Session::new(Arc::new(Ferrite::format(pmem, opts)?)))
+    }
+
+    /// `Ferrite::mount` and a session on it.
+    pub fn mount(pmem: Pmem, opts: &MountOptions) -> Result<Session, PoolError> {
+        Ok(Session::new(Arc::new(Ferrite::mount(pmem, opts)?)))
+    }
+
+    pub fn engine(&self) -> &Arc<Ferrite> {
+        &self.fs
+    }
+
+    /// Close every descriptor and drop the current directory's handle,
+    /// leaving the engine mounted (a process of a preload library exits).
+    pub fn end(self) {
+        self.close_all();
+        let cwd = self.cwd.lock().clone();
+        self.fs.release_ino(&cwd);
+    }
+
+    /// Close this session's descriptors (releasing their open counts, so
+    /// unlinked files are freed), then unmount the engine cleanly. EBUSY
+    /// (with the descriptors closed) if another session still holds it.
+    pub fn unmount(self) -> FsResult<()> {
+        let fs = self.fs.clone();
+        self.end();
+        match Arc::try_unwrap(fs) {
+            Ok(fs) => fs.unmount(),
+            Err(_) => Err(Errno::EBUSY),
+        }
+    }
+
+    /// Close every descriptor (as a process exit does).
+    pub fn close_all(&self) {
+        for e in self.fds.drain() {
+            self.release(e);
+        }
+    }
+
+    fn release(&self, e: FdEntry) {
+        if e.file.descriptors.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.fs.release_ino(&e.file.inode);
+        }
+    }
+
+    pub fn credentials(&self) -> Credentials {
+        self.creds.read().clone()
+    }
+
+    /// The credentials every later call is made with.
+    pub fn set_credentials(&self, c: Credentials) {
+        *self.creds.write() = c;
+    }
+
+    pub fn open_file(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
+        Ok(self.fds.get(fd)?.file)
+    }
+
+    /// The inode number an open descriptor refers to.
+    pub fn fd_inode(&self, fd: Fd) -> FsResult<InodeNo> {
+        Ok(self.fds.get(fd)?.file.inode.ino)
+    }
+
+    pub fn open_descriptors(&self) -> usize {
+        self.fds.open_count()
+    }
+
+    /// openat, with the new descriptor at number `fd` (replacing, as dup2,
+    /// whatever was there): for a front end whose descriptor numbers must
+    /// be the kernel's.
+    pub fn openat_fd(&self, dirfd: Fd, path: &[u8], flags: OpenFlags, perm: u32, fd: Fd) -> FsResult<Fd> {
+        let file = self.open_description(dirfd, path, flags, perm)?;
+        if let Some(old) = self.fds.install(fd, FdEntry { file: file.clone(), cloexec: flags.cloexec })? {
+            self.release(old);
+        }
+        Ok(fd)
+    }
+
+    // ---- helpers -----------------------------------------------------------
+
+    /// Where a path starts: the root for an absolute path (whatever
+    /// `dirfd` is), else the current directory (AT_FDCWD) or the directory
+    /// `dirfd` names (EBADF, ENOTDIR).
+    fn start(&self, dirfd: Fd, path: &[u8]) -> FsResult<Arc<Inode>> {
+        if path.first() == Some(&b'/') {
+            return self.fs.inode(InodeNo::ROOT);
+        }
+        let dir = self.dir_of(dirfd)?;
+        if dir.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(dir)
+    }
+
+    /// The inode `dirfd` names (any type), or the current directory.
+    fn dir_of(&self, dirfd: Fd) -> FsResult<Arc<Inode>> {
+        if dirfd == AT_FDCWD {
+            return Ok(self.cwd.lock().clone());
+        }
+        Ok(self.fds.get(dirfd)?.file.inode.clone())
+    }
+
+    /// Run `op` on what `path` names from `dirfd`; with AT_EMPTY_PATH in
+    /// `flags` an empty path names `dirfd` itself.
+    fn on_existing_at<T>(
+        &self,
+        dirfd: Fd,
+        path: &[u8],
+        flags: i32,
+        c: &Credentials,
+        op: impl FnMut(&Arc<Inode>) -> FsResult<T>,
+    ) -> FsResult<T> {
+        let mut op = op;
+        if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
+            let i = self.dir_of(dirfd)?;
+            return op(&i);
+        }
+        check_path(path)?;
+        let start = self.start(dirfd, path)?;
+        self.fs.on_existing(&start, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, c, op)
+    }
+
+    /// A descriptor of any kind (O_PATH included).
+    fn any_file(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
+        Ok(self.fds.get(fd)?.file)
+    }
+
+    /// A descriptor for I/O and attribute calls: EBADF for O_PATH.
+    fn io_file(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
+        let f = self.any_file(fd)?;
+        if f.flags.path {
+            return Err(Errno::EBADF);
+        }
+        Ok(f)
+    }
+
+    fn writable(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
+        let f = self.any_file(fd)?;
+        if !f.flags.write {
+            return Err(Errno::EBADF);
+        }
+        Ok(f)
+    }
+
+    fn readable(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
+        let f = self.any_file(fd)?;
+        if !f.flags.read {
+            return Err(Errno::EBADF);
+        }
+        if f.inode.kind == FileType::Directory {
+            return Err(Errno::EISDIR);
+        }
+        Ok(f)
+    }
+
+    fn write_at(&self, f: &OpenFile, data: &[u8], offset: Option<u64>) -> FsResult<(usize, u64)> {
+        let n = {
+            let mut d = f.inode.data.write();
+            let at = if f.append() { d.attrs.size } else { offset.expect("an offset without O_APPEND") };
+            let n = self.fs.write_locked(&f.inode, &mut d, at, data)?;
+            (n, at + n as u64)
+        };
+        // O_SYNC and O_DSYNC writes are a commit point of the engine's
+        // durability entry point (a no-op beyond msync in strict mode).
+        if f.flags.sync || f.flags.dsync {
+            self.fs.fsync_ino(f.inode.ino, !f.flags.sync)?;
+        }
+        Ok(n)
+    }
+
+    /// The open of one resolution (see `PathFs::openat`): the inode opened,
+    /// its open count already taken.
+    fn open_resolved(&self, r: &Resolved, flags: OpenFlags, perm: u32, c: &Credentials) -> FsResult<Arc<Inode>> {
+        let fs = &*self.fs;
+        if flags.create && r.name.is_some() && r.slash {
+            return Err(Errno::EISDIR);
+        }
+        let inode = match r.target {
+            Some((_, kind)) => {
+                let inode = r.target_inode.clone().expect("a resolved target is held");
+                if flags.create {
+                    if flags.excl {
+                        return Err(Errno::EEXIST);
+                    }
+                    if kind == FileType::Directory {
+                        return Err(Errno::EISDIR);
+                    }
+                    if perm::sticky_create_refuses(c, &owner_of(&r.dir), &owner_of(&inode)) {
+                        return Err(Errno::EACCES);
+                    }
+                }
+                if (flags.directory || r.slash) && kind != FileType::Directory {
+                    return Err(Errno::ENOTDIR);
+                }
+                if flags.path {
+                    // O_PATH: no access check, any type (a symlink itself
+                    // with O_NOFOLLOW), nothing opened for I/O.
+                    fs.open_inode(&inode)?;
+                    return Ok(inode);
+                }
+                if kind == FileType::Symlink {
+                    return Err(Errno::ELOOP);
+                }
+                if kind == FileType::Directory && flags.write {
+                    return Err(Errno::EISDIR);
+                }
+                let mut mask = 0;
+                if flags.read {
+                    mask |= perm::READ;
+                }
+                if flags.write {
+                    mask |= perm::WRITE;
+                }
+                may(&inode, c, mask)?;
+                // A FIFO, socket or device node is served by the kernel
+                // (through FUSE it never reaches here); this API has no
+                // pipe or driver behind it.
+                if kind.is_special() {
+                    return Err(Errno::ENXIO);
+                }
+                fs.open_inode(&inode)?;
+                if flags.trunc && flags.write && kind == FileType::Regular {
+                    let mut d = inode.data.write();
+                    if let Err(e) = fs.truncate_locked(&inode, &mut d, 0) {
+                        drop(d);
+                        fs.release_ino(&inode);
+                        return Err(e);
+                    }
+                }
+                inode
+            }
+            None => {
+                if !flags.create {
+                    return Err(Errno::ENOENT);
+                }
+                let name = r.name.as_ref().expect("a missing target has a name");
+                may_create(&r.dir, c)?;
+                let (uid, gid, perm) = perm::new_owner(c, &owner_of(&r.dir), FileType::Regular, perm & 0o7777);
+                let spec = NodeSpec { kind: FileType::Regular, perm, uid, gid, symlink_target: None, rdev: 0 };
+                let (_, inode) = match fs.create_node_in(&r.dir, name, &spec) {
+                    Ok(st) => st,
+                    // Created by another thread since the lookup: open
+                    // that one (resolving again).
+                    Err(Errno::EEXIST) if !flags.excl => return Err(RESOLVE_AGAIN),
+                    Err(e) => return Err(e),
+                };
+                // Freed already (created, then unlinked by another thread
+                // before this open counted): resolve the path again.
+                fs.open_inode(&inode).map_err(|_| RESOLVE_AGAIN)?;
+                inode
+            }
+        };
+        Ok(inode)
+    }
+
+    /// open without a descriptor number yet.
+    fn open_description(&self, dirfd: Fd, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Arc<OpenFile>> {
+        let mut flags = flags;
+        if flags.create && flags.directory {
+            return Err(Errno::EINVAL); // as Linux since 6.4
+        }
+        if flags.path {
+            // Linux keeps only O_DIRECTORY, O_NOFOLLOW (and O_CLOEXEC).
+            flags = OpenFlags {
+                directory: flags.directory,
+                nofollow: flags.nofollow,
+                cloexec: flags.cloexec,
+                path: true,
+                ..OpenFlags::default()
+            };
+        }
+        check_path(path)?;
+        let c = self.credentials();
+        let start = self.start(dirfd, path)?;
+        // O_CREAT with a trailing slash is EISDIR before the last
+        // component is looked up (so a final symlink is not followed).
+        let follow = if flags.create && path.ends_with(b"/") {
+            false
+        } else {
+            !(flags.nofollow || (flags.create && flags.excl)) || (!flags.create && path.ends_with(b"/"))
+        };
+        let inode = self.fs.on_path(&start, path, follow, &c, |r| self.open_resolved(r, flags, perm, &c))?;
+        Ok(Arc::new(OpenFile::new(inode, flags)))
+    }
+
+    /// Create a node named by `path` from `dirfd` (mkdir, mknod, symlink):
+    /// EEXIST for an existing name, `.`, `..` or the root; ENOENT for a
+    /// trailing slash unless `dir_ok`; then may_create; then `extra`
+    /// (mknod's EPERM for devices).
+    #[allow(clippy::too_many_arguments)]
+    fn create_at(
+        &self,
+        dirfd: Fd,
+        path: &[u8],
+        kind: FileType,
+        perm: u32,
+        target: Option<&[u8]>,
+        rdev: u64,
+        dir_ok: bool,
+    ) -> FsResult<()> {
+        check_path(path)?;
+        let c = self.credentials();
+        let start = self.start(dirfd, path)?;
+        self.fs.on_path(&start, path, false, &c, |r| {
+            if r.target.is_some() {
+                return Err(Errno::EEXIST);
+            }
+            let name = r.name.as_ref().ok_or(Errno::EEXIST)?;
+            if r.too_long {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            if !dir_ok && path.ends_with(b"/") {
+                return Err(Errno::ENOENT);
+            }
+            may_create(&r.dir, &c)?;
+            perm::may_mknod(&c, kind, rdev)?;
+            let (uid, gid, perm) = perm::new_owner(&c, &owner_of(&r.dir), kind, perm);
+            let spec = NodeSpec { kind, perm, uid, gid, symlink_target: target, rdev };
+            self.fs.create_node_in(&r.dir, name, &spec).map(|_| ())
+        })
+    }
+
+    /// chmod of a held inode as `c`.
+    fn chmod_inode(&self, i: &Arc<Inode>, perm: u32, c: &Credentials) -> FsResult<()> {
+        let bits = perm::chmod_bits(c, &owner_of(i), perm)?;
+        self.fs.setattr_inode(i, &SetAttr { perm: Some(bits), ..Default::default() }).map(|_| ())
+    }
+
+    /// chown of a held inode as `c`.
+    fn chown_inode(&self, i: &Arc<Inode>, uid: Option<u32>, gid: Option<u32>, c: &Credentials) -> FsResult<()> {
+        perm::may_chown(c, &owner_of(i), uid, gid)?;
+        // chown(-1, -1) still changes ctime: name the current owner.
+        let uid = match (uid, gid) {
+            (None, None) => Some(self.fs.getattr_inode(i)?.uid),
+            _ => uid,
+        };
+        self.fs.setattr_inode(i, &SetAttr { uid, gid, ..Default::default() }).map(|_| ())
+    }
+
+    /// utimens of a held inode as `c` (times already known not both Omit).
+    fn utimens_inode(&self, i: &Arc<Inode>, atime: TimeSet, mtime: TimeSet, c: &Credentials) -> FsResult<()> {
+        let valid = |t: TimeSet| !matches!(t, TimeSet::At(ts) if ts.nsec >= 1_000_000_000);
+        if !valid(atime) || !valid(mtime) {
+            return Err(Errno::EINVAL);
+        }
+        let both_now = atime == TimeSet::Now && mtime == TimeSet::Now;
+        perm::may_set_times(c, &owner_of(i), both_now)?;
+        let set = SetAttr { atime: Some(atime), mtime: Some(mtime), ..Default::default() };
+        self.fs.setattr_inode(i, &set).map(|_| ())
+    }
+
+    fn unlink_at(&self, dirfd: Fd, path: &[u8], c: &Credentials) -> FsResult<()> {
+        check_path(path)?;
+        let start = self.start(dirfd, path)?;
+        self.fs.on_path(&start, path, false, c, |r| {
+            let name = r.name.as_ref().ok_or(Errno::EISDIR)?;
+            if r.too_long {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            let (_, kind) = r.target.ok_or(Errno::ENOENT)?;
+            if r.slash {
+                return Err(if kind == FileType::Directory { Errno::EISDIR } else { Errno::ENOTDIR });
+            }
+            may_delete(&r.dir, r.target_inode.as_ref().expect("held"), c)?;
+            if kind == FileType::Directory {
+                return Err(Errno::EISDIR);
+            }
+            self.fs.remove_in(&r.dir, name, false)
+        })
+    }
+
+    fn rmdir_at(&self, dirfd: Fd, path: &[u8], c: &Credentials) -> FsResult<()> {
+        check_path(path)?;
+        let start = self.start(dirfd, path)?;
+        self.fs.on_path(&start, path, false, c, |r| {
+            match r.last_dot {
+                Some(b".") => return Err(Errno::EINVAL),
+                Some(_) => return Err(Errno::ENOTEMPTY),
+                None => {}
+            }
+            let name = r.name.as_ref().ok_or(Errno::EBUSY)?;
+            if r.too_long {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            let (_, kind) = r.target.ok_or(Errno::ENOENT)?;
+            may_delete(&r.dir, r.target_inode.as_ref().expect("held"), c)?;
+            if kind != FileType::Directory {
+                return Err(Errno::ENOTDIR);
+            }
+            self.fs.remove_in(&r.dir, name, true)
+        })
+    }
+
+    fn set_cwd(&self, dir: &Arc<Inode>, c: &Credentials) -> FsResult<()> {
+        if dir.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        may(dir, c, perm::EXEC)?;
+        self.fs.open_inode(dir)?;
+        let old = std::mem::replace(&mut *self.cwd.lock(), dir.clone());
+        self.fs.release_ino(&old);
+        Ok(())
+    }
+
+    /// xattr permission (Linux's xattr_permission and the capability
+    /// module): trusted.* is root's (EPERM to change, ENODATA to read for
+    /// others), security.* only root may change; user.* needs read or
+    /// write permission, and only the owner (or root) may change it on a
+    /// sticky directory.
+    fn may_xattr(&self, i: &Inode, name: &[u8], write: bool, c: &Credentials) -> FsResult<()> {
+        if c.is_root() {
+            return Ok(());
+        }
+        if name.starts_with(b"trusted.") {
+            return Err(if write { Errno::EPERM } else { Errno::ENODATA });
+        }
+        if name.starts_with(b"security.") || name.starts_with(b"system.") {
+            return if write && name.starts_with(b"security.") { Err(Errno::EPERM) } else { Ok(()) };
+        }
+        let o = owner_of(i);
+        if name.starts_with(b"user.")
+            && write
+            && o.kind == FileType::Directory
+            && o.perm & 0o1000 != 0
+            && !perm::owner_or_root(c, &o)
+        {
+            return Err(Errno::EPERM);
+        }
+        perm::check(c, &o, if write { perm::WRITE } else { perm::READ })
+    }
+}
+
+/// EINVAL when `flags` has a bit outside `allowed`.
+fn check_flags(flags: i32, allowed: i32) -> FsResult<()> {
+    if flags & !allowed != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+fn xattr_name_ok(name: &[u8]) -> FsResult<()> {
+    if name.is_empty() || name.len() > crate::format::XATTR_NAME_MAX || name.contains(&0) {
+        return Err(Errno::ERANGE);
+    }
+    Ok(())
+}
+
+impl PathFs for Session {
+    fn openat(&self, dirfd: Fd, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
+        let file = self.open_description(dirfd, path, flags, perm)?;
+        Ok(self.fds.insert(FdEntry { file, cloexec: flags.cloexec }))
+    }
+
+    fn close(&self, fd: Fd) -> FsResult<()> {
+        let e = self.fds.remove(fd)?;
+        self.release(e);
+        Ok(())
+    }
+
+    fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize> {
+        let f = self.readable(fd)?;
+        let d = f.inode.data.read();
+        Ok(self.fs.read_locked(&d, offset, buf))
+    }
+
+    fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> FsResult<usize> {
+        let f = self.writable(fd)?;
+        Ok(self.write_at(&f, data, Some(offset))?.0)
+    }
+
+    fn read(&self, fd: Fd, buf: &mut [u8]) -> FsResult<usize> {
+        let f = self.readable(fd)?;
+        let mut pos = f.pos.lock();
+        let d = f.inode.data.read();
+        let n = self.fs.read_locked(&d, *pos, buf);
+        *pos += n as u64;
+        Ok(n)
+    }
+
+    fn write(&self, fd: Fd, data: &[u8]) -> FsResult<usize> {
+        let f = self.writable(fd)?;
+        let mut pos = f.pos.lock();
+        let (n, end) = self.write_at(&f, data, Some(*pos))?;
+        if n > 0 {
+            *pos = end;
+        }
+        Ok(n)
+    }
+
+    fn lseek(&self, fd: Fd, offset: i64, whence: Whence) -> FsResult<u64> {
+        let f = self.io_file(fd)?;
+        let mut pos = f.pos.lock();
+        let d = f.inode.data.read();
+        let new = match whence {
+            Whence::Set => offset,
+            Whence::Cur => (*pos as i64).checked_add(offset).ok_or(Errno::EOVERFLOW)?,
+            Whence::End => (f.inode.stat(&d).size as i64).checked_add(offset).ok_or(Errno::EOVERFLOW)?,
+            Whence::Data | Whence::Hole => {
+                if offset < 0 {
+                    return Err(Errno::ENXIO);
+                }
+                if f.inode.kind == FileType::Directory {
+                    return Err(Errno::EINVAL);
+                }
+                self.fs.seek_data_hole(&d, offset as u64, whence == Whence::Data)? as i64
+            }
+        };
+        if new < 0 {
+            return Err(Errno::EINVAL);
+        }
+        *pos = new as u64;
+        Ok(new as u64)
+    }
+
+    fn ftruncate(&self, fd: Fd, size: u64) -> FsResult<()> {
+        let f = self.io_file(fd)?;
+        if !f.flags.write {
+            return Err(Errno::EINVAL);
+        }
+        let mut d = f.inode.data.write();
+        self.fs.truncate_locked(&f.inode, &mut d, size)
+    }
+
+    fn fsync(&self, fd: Fd) -> FsResult<()> {
+        let f = self.io_file(fd)?;
+        self.fs.fsync_ino(f.inode.ino, false)
+    }
+
+    fn fdatasync(&self, fd: Fd) -> FsResult<()> {
+        let f = self.io_file(fd)?;
+        self.fs.fsync_ino(f.inode.ino, true)
+    }
+
+    fn fallocate(&self, fd: Fd, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
+        let f = self.writable(fd)?;
+        let mut d = f.inode.data.write();
+        self.fs.fallocate_locked(&f.inode, &mut d, mode, offset, len)
+    }
+
+    fn fstat(&self, fd: Fd) -> FsResult<Stat> {
+        let f = self.any_file(fd)?;
+        let d = f.inode.data.read();
+        Ok(f.inode.stat(&d))
+    }
+
+    fn truncate(&self, path: &[u8], size: u64) -> FsResult<()> {
+        let c = self.credentials();
+        let set = SetAttr { size: Some(size), ..Default::default() };
+        self.on_existing_at(AT_FDCWD, path, 0, &c, |i| {
+            match i.kind {
+                FileType::Directory => return Err(Errno::EISDIR),
+                FileType::Regular => {}
+                _ => return Err(Errno::EINVAL),
+            }
+            may(i, &c, perm::WRITE)?;
+            self.fs.setattr_inode(i, &set)
+        })
+        .map(|_| ())
+    }
+
+    fn readdir(&self, fd: Fd, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+        let f = self.io_file(fd)?;
+        if f.inode.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        self.fs.readdir_inode(&f.inode, cookie, max)
+    }
+
+    fn statfs(&self) -> FsResult<StatFs> {
+        Ok(self.fs.fs_stats())
+    }
+
+    fn mkdirat(&self, dirfd: Fd, path: &[u8], perm: u32) -> FsResult<()> {
+        // vfs_mkdir keeps only the permission and sticky bits.
+        self.create_at(dirfd, path, FileType::Directory, perm & 0o1777, None, 0, true)
+    }
+
+    fn mknodat(&self, dirfd: Fd, path: &[u8], mode: u32, rdev: u64) -> FsResult<()> {
+        // The type is checked before the path, as Linux's may_mknod.
+        let kind = match FileType::from_mode(mode) {
+            _ if mode & libc::S_IFMT == 0 => FileType::Regular,
+            Some(FileType::Directory) => return Err(Errno::EPERM),
+            Some(FileType::Symlink) | None => return Err(Errno::EINVAL),
+            Some(k) => k,
+        };
+        self.create_at(dirfd, path, kind, mode & 0o7777, None, rdev, false)
+    }
+
+    fn unlinkat(&self, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<()> {
+        check_flags(flags, libc::AT_REMOVEDIR)?;
+        let c = self.credentials();
+        if flags & libc::AT_REMOVEDIR != 0 {
+            self.rmdir_at(dirfd, path, &c)
+        } else {
+            self.unlink_at(dirfd, path, &c)
+        }
+    }
+
+    fn renameat2(&self, olddirfd: Fd, from: &[u8], newdirfd: Fd, to: &[u8], flags: RenameFlags) -> FsResult<()> {
+        check_path(from)?;
+        check_path(to)?;
+        let c = self.credentials();
+        let mut tries = 0;
+        loop {
+            let s = self.fs.resolve_lenient(&self.start(olddirfd, from)?, from, false, &c)?;
+            let d = self.fs.resolve_lenient(&self.start(newdirfd, to)?, to, false, &c)?;
+            if s.name.is_some() {
+                if s.too_long {
+                    return Err(Errno::ENAMETOOLONG);
+                }
+                s.target.ok_or(Errno::ENOENT)?;
+            }
+            let (Some(sname), Some(dname)) = (&s.name, &d.name) else {
+                return Err(Errno::EBUSY);
+            };
+            if d.too_long {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            // vfs_rename's permission checks, in its order: may_delete of
+            // the source, may_delete or may_create of the target, and
+            // write permission on a directory that changes parent.
+            let check = |moved: &Arc<Inode>, target: Option<&Arc<Inode>>| -> FsResult<()> {
+                if c.is_root() {
+                    return Ok(());
+                }
+                may_delete(&s.dir, moved, &c)?;
+                match target {
+                    Some(t) => {
+                        may_delete(&d.dir, t, &c)?;
+                        // may_delete's type checks come before the ".."
+                        // check below.
+                        let (sd, td) = (moved.kind == FileType::Directory, t.kind == FileType::Directory);
+                        if flags != RenameFlags::Exchange && sd != td {
+                            return Err(if sd { Errno::ENOTDIR } else { Errno::EISDIR });
+                        }
+                    }
+                    None => may_create(&d.dir, &c)?,
+                }
+                if s.dir.ino != d.dir.ino {
+                    if moved.kind == FileType::Directory {
+                        may(moved, &c, perm::WRITE)?;
+                    }
+                    if let Some(t) = target {
+                        if flags == RenameFlags::Exchange && t.kind == FileType::Directory {
+                            may(t, &c, perm::WRITE)?;
+                        }
+                    }
+                }
+                Ok(())
+            };
+            match self.fs.rename_in(&s.dir, sname, s.slash, &d.dir, dname, d.slash, flags, &check) {
+                Err(Errno::ENOENT) if tries < RACE_RETRIES_MAX && (stale(&s) || stale(&d)) => tries += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn linkat(&self, olddirfd: Fd, old: &[u8], newdirfd: Fd, new: &[u8], flags: i32) -> FsResult<()> {
+        check_flags(flags, libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH)?;
+        let c = self.credentials();
+        let empty = old.is_empty() && flags & libc::AT_EMPTY_PATH != 0;
+        if empty && !c.is_root() {
+            return Err(Errno::ENOENT); // needs CAP_DAC_READ_SEARCH
+        }
+        if !empty {
+            check_path(old)?;
+        }
+        check_path(new)?;
+        let nofollow = if flags & libc::AT_SYMLINK_FOLLOW != 0 { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+        self.on_existing_at(olddirfd, old, nofollow | (flags & libc::AT_EMPTY_PATH), &c, |target| {
+            let start = self.start(newdirfd, new)?;
+            self.fs.on_path(&start, new, false, &c, |r| {
+                if r.target.is_some() {
+                    return Err(Errno::EEXIST);
+                }
+                let name = r.name.as_ref().ok_or(Errno::EEXIST)?;
+                if r.too_long {
+                    return Err(Errno::ENAMETOOLONG);
+                }
+                if new.ends_with(b"/") {
+                    return Err(Errno::ENOENT);
+                }
+                may_create(&r.dir, &c)?;
+                self.fs.link_in(target, &r.dir, name).map(|_| ())
+            })
+        })
+    }
+
+    fn symlinkat(&self, target: &[u8], newdirfd: Fd, linkpath: &[u8]) -> FsResult<()> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if target.len() > limits::SYMLINK_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        self.create_at(newdirfd, linkpath, FileType::Symlink, 0o777, Some(target), 0, false)
+    }
+
+    fn readlinkat(&self, dirfd: Fd, path: &[u8]) -> FsResult<Vec<u8>> {
+        let c = self.credentials();
+        if path.is_empty() {
+            let i = self.dir_of(dirfd)?;
+            if i.kind != FileType::Symlink {
+                return Err(Errno::ENOENT);
+            }
+            return self.fs.readlink_inode(&i);
+        }
+        self.on_existing_at(dirfd, path, libc::AT_SYMLINK_NOFOLLOW, &c, |i| self.fs.readlink_inode(i))
+    }
+
+    fn fstatat(&self, dirfd: Fd, path: &[u8], flags: i32) -> FsResult<Stat> {
+        check_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT)?;
+        let c = self.credentials();
+        self.on_existing_at(dirfd, path, flags, &c, |i| self.fs.getattr_inode(i))
+    }
+
+    fn fchmodat(&self, dirfd: Fd, path: &[u8], perm: u32, flags: i32) -> FsResult<()> {
+        check_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        let c = self.credentials();
+        self.on_existing_at(dirfd, path, flags, &c, |i| {
+            if i.kind == FileType::Symlink {
+                return Err(Errno::EOPNOTSUPP); // only reached with AT_SYMLINK_NOFOLLOW
+            }
+            self.chmod_inode(i, perm, &c)
+        })
+    }
+
+    fn fchownat(&self, dirfd: Fd, path: &[u8], uid: Option<u32>, gid: Option<u32>, flags: i32) -> FsResult<()> {
+        check_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        let c = self.credentials();
+        self.on_existing_at(dirfd, path, flags, &c, |i| self.chown_inode(i, uid, gid, &c))
+    }
+
+    fn utimensat(&self, dirfd: Fd, path: &[u8], atime: TimeSet, mtime: TimeSet, flags: i32) -> FsResult<()> {
+        if atime == TimeSet::Omit && mtime == TimeSet::Omit {
+            return Ok(()); // Linux does not even resolve the path
+        }
+        check_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        let c = self.credentials();
+        self.on_existing_at(dirfd, path, flags, &c, |i| self.utimens_inode(i, atime, mtime, &c))
+    }
+
+    fn faccessat(&self, dirfd: Fd, path: &[u8], mode: u32, flags: i32) -> FsResult<()> {
+        if mode & !7 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        check_flags(flags, libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        let c = self.credentials();
+        self.on_existing_at(dirfd, path, flags, &c, |i| {
+            if mode == 0 {
+                Ok(())
+            } else {
+                perm::check(&c, &owner_of(i), mode)
+            }
+        })
+    }
+
+    fn fchmod(&self, fd: Fd, perm: u32) -> FsResult<()> {
+        let f = self.io_file(fd)?;
+        self.chmod_inode(&f.inode, perm, &self.credentials())
+    }
+
+    fn fchown(&self, fd: Fd, uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
+        let f = self.io_file(fd)?;
+        self.chown_inode(&f.inode, uid, gid, &self.credentials())
+    }
+
+    fn futimens(&self, fd: Fd, atime: TimeSet, mtime: TimeSet) -> FsResult<()> {
+        if atime == TimeSet::Omit && mtime == TimeSet::Omit {
+            return Ok(()); // before the descriptor is even looked at, as Linux
+        }
+        let f = self.io_file(fd)?;
+        self.utimens_inode(&f.inode, atime, mtime, &self.credentials())
+    }
+
+    fn fgetxattr(&self, fd: Fd, name: &[u8]) -> FsResult<Vec<u8>> {
+        let f = self.io_file(fd)?;
+        xattr_name_ok(name)?;
+        self.may_xattr(&f.inode, name, false, &self.credentials())?;
+        self.fs.getxattr(f.inode.ino, name)
+    }
+
+    fn fsetxattr(&self, fd: Fd, name: &[u8], value: &[u8], mode: XattrSetMode) -> FsResult<()> {
+        let f = self.io_file(fd)?;
+        xattr_name_ok(name)?;
+        self.may_xattr(&f.inode, name, true, &self.credentials())?;
+        self.fs.setxattr(f.inode.ino, name, value, mode)
+    }
+
+    fn flistxattr(&self, fd: Fd) -> FsResult<Vec<Vec<u8>>> {
+        let f = self.io_file(fd)?;
+        let mut names = self.fs.listxattr(f.inode.ino)?;
+        if !self.credentials().is_root() {
+            names.retain(|n| !n.starts_with(b"trusted."));
+        }
+        Ok(names)
+    }
+
+    fn fremovexattr(&self, fd: Fd, name: &[u8]) -> FsResult<()> {
+        let f = self.io_file(fd)?;
+        xattr_name_ok(name)?;
+        self.may_xattr(&f.inode, name, true, &self.credentials())?;
+        self.fs.removexattr(f.inode.ino, name)
+    }
+
+    fn dup(&self, fd: Fd) -> FsResult<Fd> {
+        let e = self.fds.get(fd)?;
+        Ok(self.fds.insert(FdEntry { file: e.file, cloexec: false }))
+    }
+
+    fn dup3(&self, fd: Fd, newfd: Fd, cloexec: bool) -> FsResult<Fd> {
+        if fd == newfd {
+            return Err(Errno::EINVAL);
+        }
+        let e = self.fds.get(fd)?;
+        if let Some(old) = self.fds.install(newfd, FdEntry { file: e.file, cloexec })? {
+            self.release(old);
+        }
+        Ok(newfd)
+    }
+
+    fn get_cloexec(&self, fd: Fd) -> FsResult<bool> {
+        Ok(self.fds.get(fd)?.cloexec)
+    }
+
+    fn set_cloexec(&self, fd: Fd, cloexec: bool) -> FsResult<()> {
+        self.fds.set_cloexec(fd, cloexec)
+    }
+
+    fn getfl(&self, fd: Fd) -> FsResult<OpenFlags> {
+        Ok(self.any_file(fd)?.status())
+    }
+
+    fn setfl_append(&self, fd: Fd, append: bool) -> FsResult<()> {
+        let f = self.io_file(fd)?;
+        f.append.store(append, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn chdir(&self, path: &[u8]) -> FsResult<()> {
+        let c = self.credentials();
+        self.on_existing_at(AT_FDCWD, path, 0, &c, |i| self.set_cwd(i, &c))
+    }
+
+    fn fchdir(&self, fd: Fd) -> FsResult<()> {
+        let f = self.any_file(fd)?;
+        self.set_cwd(&f.inode, &self.credentials())
+    }
+
+    fn getcwd(&self) -> FsResult<Vec<u8>> {
+        let cwd = self.cwd.lock().clone();
+        self.fs.path_of_dir(&cwd)
+    }
+
+    fn credentials(&self) -> Credentials {
+        Session::credentials(self)
+    }
+
+    fn set_credentials(&self, creds: Credentials) {
+        Session::set_credentials(self, creds)
+    }
+}
