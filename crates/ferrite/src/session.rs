@@ -427,20 +427,7 @@ impl Session {
 
     /// open without a descriptor number yet.
     fn open_description(&self, dirfd: Fd, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Arc<OpenFile>> {
-        let mut flags = flags;
-        if flags.create && flags.directory {
-            return Err(Errno::EINVAL); // as Linux since 6.4
-        }
-        if flags.path {
-            // Linux keeps only O_DIRECTORY, O_NOFOLLOW (and O_CLOEXEC).
-            flags = OpenFlags {
-                directory: flags.directory,
-                nofollow: flags.nofollow,
-                cloexec: flags.cloexec,
-                path: true,
-                ..OpenFlags::default()
-            };
-        }
+        let flags = flags.effective()?;
         check_path(path)?;
         let c = self.credentials();
         let start = self.start(dirfd, path)?;

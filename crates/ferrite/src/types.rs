@@ -339,6 +339,25 @@ pub struct OpenFlags {
 }
 
 impl OpenFlags {
+    /// The flags an open acts on, as Linux reads them: EINVAL for
+    /// O_CREAT | O_DIRECTORY (Linux 6.4 and later); O_PATH keeps only
+    /// O_DIRECTORY, O_NOFOLLOW and O_CLOEXEC.
+    pub fn effective(self) -> FsResult<OpenFlags> {
+        if self.create && self.directory {
+            return Err(Errno::EINVAL);
+        }
+        if !self.path {
+            return Ok(self);
+        }
+        Ok(OpenFlags {
+            directory: self.directory,
+            nofollow: self.nofollow,
+            cloexec: self.cloexec,
+            path: true,
+            ..OpenFlags::default()
+        })
+    }
+
     pub const RDONLY: OpenFlags = OpenFlags {
         read: true,
         write: false,

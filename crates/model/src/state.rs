@@ -676,21 +676,7 @@ impl ModelState {
     }
 
     pub(crate) fn open(&mut self, now: TimeSpec, dirfd: Fd, path: &[u8], flags: OpenFlags, perm: u32) -> FsResult<Fd> {
-        let mut flags = flags;
-        if flags.create && flags.directory {
-            // Linux >= 6.4 rejects O_CREAT | O_DIRECTORY.
-            return Err(Errno::EINVAL);
-        }
-        if flags.path {
-            // O_PATH keeps only O_DIRECTORY and O_NOFOLLOW (and O_CLOEXEC).
-            flags = OpenFlags {
-                directory: flags.directory,
-                nofollow: flags.nofollow,
-                cloexec: flags.cloexec,
-                path: true,
-                ..OpenFlags::default()
-            };
-        }
+        let flags = flags.effective()?;
         check_path(path)?;
         let start = self.start(dirfd, path)?;
         let mut count = 0;
