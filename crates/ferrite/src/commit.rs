@@ -296,11 +296,18 @@ impl Ferrite {
     /// file needs its pages written back (msync). The coming fsync-atomic
     /// and buffered modes make this their commit point.
     pub fn fsync_ino(&self, ino: InodeNo, data_only: bool) -> FsResult<()> {
-        let _ = data_only; // the same in strict mode: the data was committed with its metadata
         let inode = self.inode(ino)?;
         if !inode.data.read().alive {
             return Err(Errno::ENOENT);
         }
+        self.fsync_inode(&inode, data_only)
+    }
+
+    /// `fsync_ino` of an inode the caller holds open (a descriptor's), so
+    /// that it is alive: no lookup.
+    pub(crate) fn fsync_inode(&self, inode: &Inode, data_only: bool) -> FsResult<()> {
+        // The same in strict mode: data was committed with its metadata.
+        let _ = (inode, data_only);
         self.sync_domain()
     }
 

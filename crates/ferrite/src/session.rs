@@ -335,7 +335,7 @@ impl Session {
         // O_SYNC and O_DSYNC writes are a commit point of the engine's
         // durability entry point (a no-op beyond msync in strict mode).
         if f.flags.sync || f.flags.dsync {
-            self.fs.fsync_ino(f.inode.ino, !f.flags.sync)?;
+            self.fs.fsync_inode(&f.inode, !f.flags.sync)?;
         }
         Ok(n)
     }
@@ -682,12 +682,12 @@ impl PathFs for Session {
 
     fn fsync(&self, fd: Fd) -> FsResult<()> {
         let f = self.io_file(fd)?;
-        self.fs.fsync_ino(f.inode.ino, false)
+        self.fs.fsync_inode(&f.inode, false)
     }
 
     fn fdatasync(&self, fd: Fd) -> FsResult<()> {
         let f = self.io_file(fd)?;
-        self.fs.fsync_ino(f.inode.ino, true)
+        self.fs.fsync_inode(&f.inode, true)
     }
 
     fn fallocate(&self, fd: Fd, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
