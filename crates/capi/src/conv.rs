@@ -1,7 +1,7 @@
 //! Conversions between the engine's value types and the C structures and
 //! flag words of the Linux ABI, shared by the C API and the preload hooks.
 
-use engine::{DirEntry, Errno, FallocateMode, RenameFlags, Stat, StatFs, TimeSet, TimeSpec, Whence, XattrSetMode};
+use engine::{Errno, FallocateMode, RenameFlags, Stat, StatFs, TimeSet, TimeSpec, Whence, XattrSetMode};
 use libc::c_int;
 
 /// Set the calling thread's `errno`.
@@ -141,11 +141,6 @@ pub fn fill_statfs(s: &StatFs, out: &mut libc::statfs64) {
     out.f_files = s.files;
     out.f_ffree = s.files_free;
     out.f_namelen = s.name_max as _;
-}
-
-/// The `d_type` of an entry.
-pub fn dirent_type(e: &DirEntry) -> u8 {
-    e.kind.dirent_type()
 }
 
 /// Decode utimensat's `times` (NULL: both now; UTIME_NOW / UTIME_OMIT).

@@ -13,4 +13,5 @@
 //! so linking the C API costs a program nothing else.
 
 mod conv;
+mod preload;
 mod real;

@@ -68,8 +68,6 @@ real! {
     __open64_2(path: *const c_char, flags: c_int) -> c_int;
     __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int;
     __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int;
-    creat(path: *const c_char, mode: libc::mode_t) -> c_int;
-    creat64(path: *const c_char, mode: libc::mode_t) -> c_int;
     close(fd: c_int) -> c_int;
     close_range(first: libc::c_uint, last: libc::c_uint, flags: c_int) -> c_int;
     read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
@@ -111,7 +109,6 @@ real! {
     __fxstatat64(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) -> c_int;
     statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: libc::c_uint, st: *mut libc::statx) -> c_int;
     fcntl(fd: c_int, cmd: c_int; arg: usize) -> c_int;
-    fcntl64(fd: c_int, cmd: c_int; arg: usize) -> c_int;
     flock(fd: c_int, op: c_int) -> c_int;
     lockf(fd: c_int, cmd: c_int, len: libc::off_t) -> c_int;
     lockf64(fd: c_int, cmd: c_int, len: Off) -> c_int;
@@ -169,7 +166,6 @@ real! {
     access(path: *const c_char, mode: c_int) -> c_int;
     faccessat(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int;
     euidaccess(path: *const c_char, mode: c_int) -> c_int;
-    eaccess(path: *const c_char, mode: c_int) -> c_int;
     chdir(path: *const c_char) -> c_int;
     fchdir(fd: c_int) -> c_int;
     getcwd(buf: *mut c_char, n: usize) -> *mut c_char;
@@ -192,11 +188,8 @@ real! {
     getdents64(fd: c_int, buf: *mut c_void, n: usize) -> isize;
     fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
     fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
-    freopen(path: *const c_char, mode: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
-    freopen64(path: *const c_char, mode: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
     fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE;
     fileno(f: *mut libc::FILE) -> c_int;
-    fclose(f: *mut libc::FILE) -> c_int;
     mkstemp(template: *mut c_char) -> c_int;
     mkstemp64(template: *mut c_char) -> c_int;
     mkostemp(template: *mut c_char, flags: c_int) -> c_int;
@@ -204,8 +197,6 @@ real! {
     mkstemps(template: *mut c_char, suffixlen: c_int) -> c_int;
     mkostemps(template: *mut c_char, suffixlen: c_int, flags: c_int) -> c_int;
     mkdtemp(template: *mut c_char) -> *mut c_char;
-    tmpfile() -> *mut libc::FILE;
-    tmpfile64() -> *mut libc::FILE;
     getxattr(path: *const c_char, name: *const c_char, value: *mut c_void, n: usize) -> isize;
     lgetxattr(path: *const c_char, name: *const c_char, value: *mut c_void, n: usize) -> isize;
     fgetxattr(fd: c_int, name: *const c_char, value: *mut c_void, n: usize) -> isize;
@@ -232,10 +223,7 @@ real! {
     splice(fdin: c_int, offin: *mut Off, fdout: c_int, offout: *mut Off, n: usize, flags: libc::c_uint) -> isize;
     ioctl(fd: c_int, req: libc::c_ulong; arg: usize) -> c_int;
     mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: libc::off_t) -> *mut c_void;
-    mmap64(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: Off) -> *mut c_void;
     munmap(addr: *mut c_void, len: usize) -> c_int;
     msync(addr: *mut c_void, len: usize, flags: c_int) -> c_int;
     mremap(addr: *mut c_void, old: usize, new: usize, flags: c_int; newaddr: *mut c_void) -> *mut c_void;
-    execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
-    fork() -> libc::pid_t;
 }

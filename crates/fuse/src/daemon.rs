@@ -714,6 +714,20 @@ pub fn spawn(fs: Ferrite, dir: &Path, cfg: &MountConfig, label: &Path) -> io::Re
     Ok(Background { session: Some(session), fs: Some(fs), dir })
 }
 
+/// Mount an engine that this process also uses itself (the preload
+/// library's owner process) and serve it from background threads.
+/// Unmounting stops the serving threads and leaves the engine mounted.
+pub fn spawn_shared(fs: Arc<Ferrite>, dir: &Path, cfg: &MountConfig, label: &Path) -> io::Result<Background> {
+    let dir = absolute(dir).map_err(io::Error::other)?;
+    let adapter = FerriteFuse::new(fs, cfg);
+    let mut cfg = cfg.clone();
+    if cfg.auto_unmount.is_none() {
+        cfg.auto_unmount = Some(false);
+    }
+    let session = fuser::Session::new(adapter, &dir, &fuser_config(&cfg, label))?.spawn()?;
+    Ok(Background { session: Some(session), fs: None, dir })
+}
+
 impl Background {
     pub fn mountpoint(&self) -> &Path {
         &self.dir
@@ -723,6 +737,29 @@ impl Background {
     /// cleanly.
     pub fn unmount(mut self) -> io::Result<()> {
         self.stop()
+    }
+
+    /// Unmount and wait for the serving threads (true); or, when the mount
+    /// is busy (another process still uses it), detach it lazily and leave
+    /// the threads serving until that process lets go or this one exits
+    /// (false). The engine is not touched in either case.
+    pub fn unmount_or_detach(mut self) -> io::Result<bool> {
+        let Some(s) = self.session.take() else { return Ok(true) };
+        match unmount_path(&self.dir, false) {
+            Ok(()) => {
+                s.join()?;
+                Ok(true)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                unmount_path(&self.dir, true)?;
+                std::mem::forget(s);
+                Ok(false)
+            }
+            Err(e) => {
+                std::mem::forget(s);
+                Err(e)
+            }
+        }
     }
 
     fn stop(&mut self) -> io::Result<()> {

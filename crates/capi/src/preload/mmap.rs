@@ -1,0 +1,381 @@
+//! `mmap` of Ferrite descriptors.
+//!
+//! - Private and read-only mappings are anonymous memory filled with the
+//!   file's bytes at the moment of the call (a private mapping's later
+//!   writes never reach the file, as POSIX says; a read-only shared mapping
+//!   does not follow later writes: zero-copy views come with peek).
+//! - Writable shared mappings map a DRAM shadow of the file: one memfd per
+//!   inode, so every mapping of the file in this process shares the same
+//!   pages (SQLite's `-shm`, mapped several times, relies on that). The
+//!   shadow is written back to the file by `msync`, `munmap`, `fsync`,
+//!   `fdatasync`, `syncfs`, the last close and exit, each time as one write
+//!   of the changed span: one atomic, durable operation in strict mode.
+//!   While a file has a shadow, `read` and `write` keep it coherent: the
+//!   shadow is written back before and reloaded after every write, and
+//!   written back before every read.
+
+#![allow(clippy::missing_safety_doc)]
+
+use super::{active, fd, inside, is_ferrite, Preload};
+use crate::conv::fail;
+use crate::real::{self, Off};
+use engine::{Errno, FsResult, InodeNo, PathFs};
+use libc::{c_int, c_void};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const PAGE_BYTES: usize = 4096;
+
+/// The DRAM shadow of one file with writable shared mappings.
+struct Shadow {
+    memfd: c_int,
+    /// Bytes of the file loaded into the shadow (from offset 0).
+    loaded: usize,
+    /// The inode, held open while mapped (an unlinked file stays alive).
+    inode: Arc<engine::Inode>,
+    mappings: usize,
+}
+
+/// One writable shared mapping.
+struct Region {
+    ino: InodeNo,
+    len: usize,
+}
+
+struct Table {
+    shadows: HashMap<InodeNo, Shadow>,
+    regions: HashMap<usize, Region>,
+}
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+/// How many shadows exist: read and write look at the table only when
+/// there is one.
+static SHADOWS: AtomicUsize = AtomicUsize::new(0);
+
+fn with_table<T>(f: impl FnOnce(&mut Table) -> T) -> T {
+    let mut g = TABLE.lock();
+    f(g.get_or_insert_with(|| Table { shadows: HashMap::new(), regions: HashMap::new() }))
+}
+
+/// Copy the file's bytes [from, to) into the shadow.
+fn load(p: &Preload, s: &Shadow, from: usize, to: usize) -> FsResult<()> {
+    let mut buf = vec![0u8; (to - from).min(1 << 20)];
+    let mut at = from;
+    while at < to {
+        let want = (to - at).min(buf.len());
+        let got = p.session.read_ino(s.inode.ino, at as u64, &mut buf[..want])?;
+        buf[got..want].fill(0);
+        // SAFETY: writing our buffer into our memfd.
+        let k = unsafe { real::pwrite64(s.memfd, buf.as_ptr().cast(), want, at as Off) };
+        if k != want as isize {
+            return Err(Errno::EIO);
+        }
+        at += want;
+    }
+    Ok(())
+}
+
+/// Write the shadow's changed bytes back: one write of the span from the
+/// first to the last byte that differs from the file, clamped to the
+/// file's size (bytes of a mapping past the end of file are not written).
+fn flush(p: &Preload, s: &Shadow) -> FsResult<()> {
+    let size = p.session.getattr(s.inode.ino)?.size as usize;
+    let end = s.loaded.min(size);
+    if end == 0 {
+        return Ok(());
+    }
+    let mut mine = vec![0u8; end];
+    // SAFETY: reading our memfd into our buffer.
+    let k = unsafe { real::pread64(s.memfd, mine.as_mut_ptr().cast(), end, 0) };
+    if k != end as isize {
+        return Err(Errno::EIO);
+    }
+    let mut file = vec![0u8; end];
+    let got = p.session.read_ino(s.inode.ino, 0, &mut file)?;
+    file[got..].fill(0);
+    let first = mine.iter().zip(&file).position(|(a, b)| a != b);
+    let Some(first) = first else { return Ok(()) };
+    let last = end - mine.iter().rev().zip(file.iter().rev()).position(|(a, b)| a != b).unwrap_or(0);
+    p.session.write_ino(s.inode.ino, first as u64, &mine[first..last])?;
+    Ok(())
+}
+
+unsafe fn map_file(
+    p: &Preload,
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    n: c_int,
+    off: i64,
+) -> FsResult<*mut c_void> {
+    if len == 0 || off < 0 || off as usize % PAGE_BYTES != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let of = p.session.getfl(fd(n))?;
+    if of.path || !of.read {
+        return Err(Errno::EACCES);
+    }
+    let shared = flags & libc::MAP_TYPE == libc::MAP_SHARED || flags & libc::MAP_TYPE == libc::MAP_SHARED_VALIDATE;
+    if shared && prot & libc::PROT_WRITE != 0 {
+        if !of.write || of.append {
+            return Err(Errno::EACCES);
+        }
+        return unsafe { map_shadow(p, addr, len, prot, flags, n, off as usize) };
+    }
+    // A private (or read-only) copy: anonymous memory with the file's bytes.
+    let keep = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_POPULATE | libc::MAP_NORESERVE);
+    let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | keep;
+    // SAFETY: an anonymous mapping where the caller asked for one.
+    let m = unsafe { real::mmap(addr, len, libc::PROT_READ | libc::PROT_WRITE, anon, -1, 0) };
+    if m == libc::MAP_FAILED {
+        return Err(Errno(crate::conv::errno()));
+    }
+    // SAFETY: the fresh mapping holds `len` writable bytes.
+    let dst = unsafe { std::slice::from_raw_parts_mut(m as *mut u8, len) };
+    let ino = p.session.fd_inode(fd(n))?;
+    let got = p.session.read_ino(ino, off as u64, dst)?;
+    let _ = got; // past the end of file the mapping reads zeros
+    if prot != libc::PROT_READ | libc::PROT_WRITE {
+        // SAFETY: changing the protection of our own fresh mapping.
+        unsafe { libc::mprotect(m, len, prot) };
+    }
+    Ok(m)
+}
+
+unsafe fn map_shadow(
+    p: &Preload,
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    n: c_int,
+    off: usize,
+) -> FsResult<*mut c_void> {
+    let file = p.session.open_file(fd(n))?;
+    let ino = file.inode.ino;
+    let need = off.checked_add(len).ok_or(Errno::EINVAL)?.next_multiple_of(PAGE_BYTES);
+    with_table(|t| {
+        if !t.shadows.contains_key(&ino) {
+            // SAFETY: a static name; the memfd is ours.
+            let memfd = unsafe { libc::memfd_create(c"ferrite-shadow".as_ptr(), libc::MFD_CLOEXEC) };
+            if memfd < 0 {
+                return Err(Errno(crate::conv::errno()));
+            }
+            let inode = p.session.open_ino(ino)?;
+            t.shadows.insert(ino, Shadow { memfd, loaded: 0, inode, mappings: 0 });
+            SHADOWS.fetch_add(1, Ordering::Relaxed);
+        }
+        let s = t.shadows.get_mut(&ino).expect("inserted above");
+        if need > s.loaded {
+            // SAFETY: growing our memfd.
+            if unsafe { libc::ftruncate(s.memfd, need as i64) } != 0 {
+                return Err(Errno(crate::conv::errno()));
+            }
+            let from = s.loaded;
+            load(p, s, from, need)?;
+            s.loaded = need;
+        }
+        let keep = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_POPULATE | libc::MAP_NORESERVE);
+        // SAFETY: mapping our memfd where the caller asked.
+        let m = unsafe { real::mmap(addr, len, prot, libc::MAP_SHARED | keep, s.memfd, off as libc::off_t) };
+        if m == libc::MAP_FAILED {
+            return Err(Errno(crate::conv::errno()));
+        }
+        s.mappings += 1;
+        t.regions.insert(m as usize, Region { ino, len });
+        Ok(m)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    n: c_int,
+    off: libc::off_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS == 0 && is_ferrite(n) {
+        if let Some(p) = active() {
+            return match inside(|| unsafe { map_file(p, addr, len, prot, flags, n, off) }) {
+                Ok(m) => m,
+                Err(e) => {
+                    crate::conv::set_errno(e.0);
+                    libc::MAP_FAILED
+                }
+            };
+        }
+    }
+    unsafe { real::mmap(addr, len, prot, flags, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    n: c_int,
+    off: Off,
+) -> *mut c_void {
+    unsafe { mmap(addr, len, prot, flags, n, off) }
+}
+
+/// Write back and forget the shadow regions inside [addr, addr+len).
+fn unmap_regions(p: &Preload, addr: usize, len: usize) {
+    if SHADOWS.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    with_table(|t| {
+        let gone: Vec<usize> =
+            t.regions.iter().filter(|(a, r)| **a >= addr && **a + r.len <= addr + len).map(|(a, _)| *a).collect();
+        for a in gone {
+            let r = t.regions.remove(&a).expect("listed above");
+            if let Some(s) = t.shadows.get_mut(&r.ino) {
+                let _ = inside(|| flush(p, s));
+                s.mappings -= 1;
+                if s.mappings == 0 {
+                    let s = t.shadows.remove(&r.ino).expect("present");
+                    // SAFETY: our memfd; the mappings of it are gone.
+                    unsafe { real::close(s.memfd) };
+                    p.session.release_ino(&s.inode);
+                    SHADOWS.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    });
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    if let Some(p) = active() {
+        unmap_regions(p, addr as usize, len);
+    }
+    unsafe { real::munmap(addr, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn msync(addr: *mut c_void, len: usize, flags: c_int) -> c_int {
+    if let Some(p) = active() {
+        if SHADOWS.load(Ordering::Relaxed) > 0 {
+            let (a, l) = (addr as usize, len);
+            let r = with_table(|t| {
+                let inos: Vec<InodeNo> = t
+                    .regions
+                    .iter()
+                    .filter(|(s, r)| **s < a + l.max(1) && a < **s + r.len)
+                    .map(|(_, r)| r.ino)
+                    .collect();
+                for ino in inos {
+                    if let Some(s) = t.shadows.get(&ino) {
+                        inside(|| flush(p, s))?;
+                    }
+                }
+                Ok(())
+            });
+            if let Err(e) = r {
+                return fail(e);
+            }
+        }
+    }
+    unsafe { real::msync(addr, len, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mremap(
+    addr: *mut c_void,
+    old: usize,
+    new: usize,
+    flags: c_int,
+    newaddr: *mut c_void,
+) -> *mut c_void {
+    if SHADOWS.load(Ordering::Relaxed) > 0 && with_table(|t| t.regions.contains_key(&(addr as usize))) {
+        // A shadow mapping may be resized in place or moved; the memfd
+        // must cover the new length first.
+        let p = active();
+        let grown = with_table(|t| -> FsResult<()> {
+            let r = t.regions.get(&(addr as usize)).ok_or(Errno::EINVAL)?;
+            let s = t.shadows.get_mut(&r.ino).ok_or(Errno::EINVAL)?;
+            if new > s.loaded {
+                let p = p.ok_or(Errno::EINVAL)?;
+                // SAFETY: growing our memfd.
+                if unsafe { libc::ftruncate(s.memfd, new.next_multiple_of(PAGE_BYTES) as i64) } != 0 {
+                    return Err(Errno(crate::conv::errno()));
+                }
+                let from = s.loaded;
+                inside(|| load(p, s, from, new.next_multiple_of(PAGE_BYTES)))?;
+                s.loaded = new.next_multiple_of(PAGE_BYTES);
+            }
+            Ok(())
+        });
+        if let Err(e) = grown {
+            crate::conv::set_errno(e.0);
+            return libc::MAP_FAILED;
+        }
+        let m = unsafe { real::mremap(addr, old, new, flags, newaddr) };
+        if m != libc::MAP_FAILED {
+            with_table(|t| {
+                if let Some(mut r) = t.regions.remove(&(addr as usize)) {
+                    r.len = new;
+                    t.regions.insert(m as usize, r);
+                }
+            });
+        }
+        return m;
+    }
+    unsafe { real::mremap(addr, old, new, flags, newaddr) }
+}
+
+/// fsync/fdatasync: write back the file's shadow first.
+pub fn write_back(p: &Preload, n: c_int) -> FsResult<()> {
+    if SHADOWS.load(Ordering::Relaxed) == 0 {
+        return Ok(());
+    }
+    let ino = p.session.fd_inode(fd(n))?;
+    with_table(|t| match t.shadows.get(&ino) {
+        Some(s) => flush(p, s),
+        None => Ok(()),
+    })
+}
+
+/// syncfs and exit: write back every shadow.
+pub fn write_back_all(p: &Preload) -> FsResult<()> {
+    if SHADOWS.load(Ordering::Relaxed) == 0 {
+        return Ok(());
+    }
+    with_table(|t| t.shadows.values().try_for_each(|s| flush(p, s)))
+}
+
+/// Before a read or a write through a descriptor of a shadowed file: the
+/// file must hold what the mappings wrote.
+pub fn before_io(p: &Preload, n: c_int) {
+    if SHADOWS.load(Ordering::Relaxed) > 0 {
+        let _ = write_back(p, n);
+    }
+}
+
+/// After a write, truncate or fallocate: reload the shadow from the file.
+pub fn written(p: &Preload, n: c_int) {
+    if SHADOWS.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let Ok(ino) = p.session.fd_inode(fd(n)) else { return };
+    with_table(|t| {
+        if let Some(s) = t.shadows.get(&ino) {
+            let _ = load(p, s, 0, s.loaded);
+        }
+    });
+}
+
+/// A Ferrite descriptor is being closed or replaced: its mappings stay
+/// (POSIX), so nothing to do but write back if this was the file's last
+/// descriptor in this process.
+pub fn release_fd(p: &Preload, n: c_int) {
+    if SHADOWS.load(Ordering::Relaxed) > 0 && is_ferrite(n) {
+        let _ = inside(|| write_back(p, n));
+    }
+}

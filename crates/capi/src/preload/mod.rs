@@ -1,0 +1,513 @@
+//! The preload library: with `LD_PRELOAD=libferrite.so`, `FERRITE_POOL`
+//! and `FERRITE_ROOT`, calls on paths under the root and on the
+//! descriptors they opened are served by the engine in this process.
+//!
+//! The design (docs/PRELOAD.md says it for users):
+//! - **One owner.** The first process that loads the library and can take
+//!   the pool's lock mounts the engine (recovering it after a crash) and
+//!   becomes the owner. Any other process finds the pool held and turns
+//!   the library off: its calls go to the kernel, which reaches the owner's
+//!   engine through the owner's FUSE mount at the root.
+//! - **The owner also serves a FUSE mount at the root**, from threads of
+//!   its own, over the same engine (unless `FERRITE_MOUNT=0`). So every
+//!   call that escapes interception (a glibc-internal open, an exec of a
+//!   binary in the pool, a child process) still reaches the same file
+//!   system, through the kernel.
+//! - **Descriptor numbers are the kernel's.** Every Ferrite descriptor is a
+//!   real kernel descriptor (an `O_PATH` open of `/dev/null`) whose number
+//!   the engine session uses, so numbers never collide, close-on-exec is
+//!   kept by the kernel per number, and a call that escapes interception
+//!   gets `EBADF` instead of touching another file.
+//! - **At fork** the child turns the library off and replaces each Ferrite
+//!   descriptor by a real descriptor of the same file through the mount,
+//!   at the same number and offset, so children inherit working
+//!   descriptors.
+//! - **At exit** stdio is flushed, the mount is unmounted, and the engine is
+//!   unmounted cleanly. A killed owner leaves a pool that the next owner
+//!   recovers, and a dead mount that it removes.
+
+mod dirs;
+mod hooks;
+mod mmap;
+mod paths;
+mod stdio;
+
+use crate::conv::{errno, set_errno};
+use crate::real;
+use engine::{Credentials, Errno, Fd, FsResult, OpenFlags, PathFs, Session};
+use libc::{c_char, c_int};
+use parking_lot::Mutex;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// The library's state in this process.
+pub struct Preload {
+    pub session: Session,
+    /// The root's absolute path, without a trailing slash (never "/").
+    pub root: Vec<u8>,
+    /// The FUSE mount at the root served by this process, if any.
+    mount: Mutex<Option<ferrite_fuse::daemon::Background>>,
+    /// Whether the current directory is inside the pool (the session's
+    /// current directory is then the process's).
+    cwd_in_pool: AtomicBool,
+    /// Components of the current directory's pool path (how far a relative
+    /// path may climb with ".." and stay in the pool).
+    cwd_depth: AtomicUsize,
+    /// The kernel's current directory when it is outside the pool, for
+    /// relative paths that lead into it.
+    kernel_cwd: Mutex<Vec<u8>>,
+    /// Per Ferrite descriptor, the pool path it was opened by: what a
+    /// forked child reopens through the mount.
+    files: Mutex<HashMap<c_int, Arc<Vec<u8>>>>,
+}
+
+/// Library states, in `STATE`.
+const UNINIT: u8 = 0;
+const STARTING: u8 = 1;
+const ON: u8 = 2;
+const OFF: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static PRELOAD: AtomicPtr<Preload> = AtomicPtr::new(std::ptr::null_mut());
+
+thread_local! {
+    /// Set while this thread runs the library's own code: a C library
+    /// call made from inside (an allocation that opens a file, a message
+    /// printed, the mount's threads) goes straight to the C library.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The library's state if it serves the pool and this thread is not
+/// already inside it.
+#[inline]
+pub fn active() -> Option<&'static Preload> {
+    if STATE.load(Ordering::Acquire) != ON || INSIDE.with(|i| i.get()) {
+        return None;
+    }
+    let p = PRELOAD.load(Ordering::Acquire);
+    // SAFETY: PRELOAD is set once, before STATE becomes ON, to a leaked
+    // Box that is never freed.
+    unsafe { p.as_ref() }
+}
+
+/// Run `f` as the library's own code: nested C library calls pass
+/// through, and `errno` is left as the caller had it (an operation that
+/// succeeds never changes it).
+pub fn inside<T>(f: impl FnOnce() -> T) -> T {
+    let saved = errno();
+    IN_FLIGHT.fetch_add(1, Ordering::Acquire);
+    let was = INSIDE.with(|i| i.replace(true));
+    let r = f();
+    INSIDE.with(|i| i.set(was));
+    IN_FLIGHT.fetch_sub(1, Ordering::Release);
+    set_errno(saved);
+    r
+}
+
+/// Calls running inside the library, so that exit can wait for them
+/// before it unmounts the engine.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+// ---- which descriptors are Ferrite's ---------------------------------------
+
+/// Descriptor numbers below this are tracked in a bitmap; a Ferrite
+/// descriptor is never given a higher number (the kernel would need a
+/// larger RLIMIT_NOFILE than Linux's default hard limit of 2^20).
+pub const FD_LIMIT: usize = 1 << 20;
+static FDS: [AtomicU64; FD_LIMIT / 64] = [const { AtomicU64::new(0) }; FD_LIMIT / 64];
+
+/// Is `fd` a Ferrite descriptor of this process?
+#[inline]
+pub fn is_ferrite(fd: c_int) -> bool {
+    fd >= 0 && (fd as usize) < FD_LIMIT && FDS[fd as usize / 64].load(Ordering::Relaxed) & (1 << (fd % 64)) != 0
+}
+
+fn mark(fd: c_int, on: bool) {
+    let bit = 1u64 << (fd % 64);
+    let w = &FDS[fd as usize / 64];
+    if on {
+        w.fetch_or(bit, Ordering::Relaxed);
+    } else {
+        w.fetch_and(!bit, Ordering::Relaxed);
+    }
+}
+
+impl Preload {
+    /// A new kernel descriptor number to hold a Ferrite descriptor: an
+    /// O_PATH open of /dev/null (EBADF for any call that escapes).
+    pub fn reserve_number(&self, cloexec: bool) -> Result<c_int, Errno> {
+        let flags = libc::O_PATH | if cloexec { libc::O_CLOEXEC } else { 0 };
+        // SAFETY: a static NUL-terminated path.
+        let fd = unsafe { real::open(c"/dev/null".as_ptr(), flags, 0) };
+        if fd < 0 {
+            return Err(Errno(errno()));
+        }
+        if fd as usize >= FD_LIMIT {
+            // SAFETY: closing the descriptor just opened.
+            unsafe { real::close(fd) };
+            return Err(Errno::EMFILE);
+        }
+        Ok(fd)
+    }
+
+    /// Make kernel number `fd` (already reserved) a Ferrite descriptor
+    /// opened by `path`.
+    pub fn adopt(&self, fd: c_int, path: Arc<Vec<u8>>) {
+        self.files.lock().insert(fd, path);
+        mark(fd, true);
+    }
+
+    /// Forget Ferrite descriptor `fd` (the engine's side is closed already).
+    pub fn forget(&self, fd: c_int) {
+        mark(fd, false);
+        self.files.lock().remove(&fd);
+    }
+
+    /// The pool path `fd` was opened by.
+    pub fn path_of(&self, fd: c_int) -> Option<Arc<Vec<u8>>> {
+        self.files.lock().get(&fd).cloned()
+    }
+
+    /// open(2) of a pool path: a reserved kernel number holding the engine's
+    /// descriptor.
+    pub fn open(&self, dirfd: Fd, path: &[u8], flags: c_int, mode: u32) -> Result<c_int, Errno> {
+        if flags & libc::O_TMPFILE & !libc::O_DIRECTORY != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let of = OpenFlags::from_libc(flags);
+        let fd = self.reserve_number(of.cloexec)?;
+        match inside(|| self.session.openat_fd(dirfd, path, of, mode & 0o7777, Fd(fd as u64))) {
+            Ok(_) => {
+                let full = self.pool_path(dirfd, path);
+                self.adopt(fd, Arc::new(full.unwrap_or_default()));
+                Ok(fd)
+            }
+            Err(e) => {
+                // SAFETY: closing the number reserved above.
+                unsafe { real::close(fd) };
+                Err(e)
+            }
+        }
+    }
+
+    /// The absolute pool path of `path` relative to `dirfd`, where known.
+    fn pool_path(&self, dirfd: Fd, path: &[u8]) -> Option<Vec<u8>> {
+        if path.first() == Some(&b'/') {
+            return Some(path.to_vec());
+        }
+        let base = if dirfd == engine::AT_FDCWD {
+            inside(|| self.session.getcwd()).ok()?
+        } else {
+            self.path_of(dirfd.0 as c_int).map(|p| p.to_vec())?
+        };
+        let mut full = base;
+        if full.last() != Some(&b'/') {
+            full.push(b'/');
+        }
+        full.extend_from_slice(path);
+        Some(full)
+    }
+
+    /// Close Ferrite descriptor `fd`, engine side and kernel number.
+    pub fn close(&self, fd: c_int) -> FsResult<()> {
+        mmap::release_fd(self, fd);
+        let r = inside(|| self.session.close(Fd(fd as u64)));
+        self.forget(fd);
+        // SAFETY: closing the kernel number that held the descriptor.
+        unsafe { real::close(fd) };
+        r
+    }
+
+    /// The host path of a pool path (the root prefixed).
+    pub fn host_path(&self, pool: &[u8]) -> Vec<u8> {
+        let mut p = self.root.clone();
+        if pool != b"/" {
+            p.extend_from_slice(pool);
+        }
+        p
+    }
+}
+
+// ---- start and stop ----------------------------------------------------------
+
+/// Run at load (an ELF constructor): start serving the pool if this process
+/// is asked to and can own it.
+extern "C" fn on_load() {
+    if STATE.compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return;
+    }
+    let started = inside(start);
+    match started {
+        Some(p) => {
+            PRELOAD.store(Box::into_raw(Box::new(p)), Ordering::Release);
+            STATE.store(ON, Ordering::Release);
+            // SAFETY: registering functions with the C library; they are
+            // `extern "C"` and live as long as the process.
+            unsafe {
+                libc::pthread_atfork(None, None, Some(after_fork_child));
+                libc::atexit(on_exit);
+            }
+        }
+        None => STATE.store(OFF, Ordering::Release),
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;
+
+fn env(name: &str) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStringExt;
+    std::env::var_os(name).map(|v| v.into_vec()).filter(|v| !v.is_empty())
+}
+
+fn warn(msg: &str) {
+    if env("FERRITE_QUIET").is_none() {
+        let line = format!("libferrite: {msg}\n");
+        // SAFETY: writing a buffer we own to standard error.
+        unsafe { real::write(2, line.as_ptr().cast(), line.len()) };
+    }
+}
+
+/// Mount the pool, or say why not (None: the library stays off).
+fn start() -> Option<Preload> {
+    use std::os::unix::ffi::OsStrExt;
+    let root_env = env("FERRITE_ROOT")?;
+    let pool_env = env("FERRITE_POOL").unwrap_or_else(|| b"/dev/shm/ferrite.pool".to_vec());
+    let pool = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&pool_env));
+    let root_path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&root_env));
+    if !root_path.is_absolute() {
+        warn("FERRITE_ROOT must be an absolute path; the library is off");
+        return None;
+    }
+    // A dead mount left by a killed owner answers ENOTCONN: remove it.
+    if let Err(e) = std::fs::metadata(&root_path) {
+        if e.raw_os_error() == Some(libc::ENOTCONN) {
+            let _ = ferrite_fuse::daemon::unmount_path(&root_path, true);
+        }
+    }
+    let _ = std::fs::create_dir_all(&root_path);
+    let root = paths::normalize(&root_env);
+    if root == b"/" {
+        warn("FERRITE_ROOT may not be /; the library is off");
+        return None;
+    }
+    let pool_abs = paths::normalize(&pool_env);
+    if paths::under(&pool_abs, &root).is_some() {
+        warn("the pool may not lie under FERRITE_ROOT; the library is off");
+        return None;
+    }
+    let cfg = ferrite_fuse::options::MountConfig::default();
+    let fs = match ferrite_fuse::daemon::open_or_create_pool(&pool, &cfg) {
+        Ok((fs, _)) => Arc::new(fs),
+        Err(e) => {
+            // Held by another process (a `ferrite mount` daemon or another
+            // owner): calls go to the kernel, which reaches it through the
+            // mount. Anything else is worth saying.
+            if !e.contains("already open") && !e.contains("locked") {
+                warn(&format!("{e}; the library is off"));
+            }
+            return None;
+        }
+    };
+    let session = Session::new(fs.clone());
+    session.set_credentials(process_credentials());
+    let mount = if env("FERRITE_MOUNT").as_deref() == Some(b"0") { None } else { start_mount(&fs, &root_path, &pool) };
+    let kernel_cwd =
+        std::env::current_dir().map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_else(|_| b"/".to_vec());
+    let p = Preload {
+        session,
+        root,
+        mount: Mutex::new(mount),
+        cwd_in_pool: AtomicBool::new(false),
+        cwd_depth: AtomicUsize::new(0),
+        kernel_cwd: Mutex::new(paths::normalize(&kernel_cwd)),
+        files: Mutex::new(HashMap::new()),
+    };
+    // A process started inside the root has its current directory in the pool.
+    let cwd = p.kernel_cwd.lock().clone();
+    if let Some(rest) = paths::under(&cwd, &p.root) {
+        if p.session.chdir(&rest).is_ok() {
+            p.cwd_depth.store(paths::depth(&rest), Ordering::Relaxed);
+            p.cwd_in_pool.store(true, Ordering::Relaxed);
+        }
+    }
+    Some(p)
+}
+
+/// The FUSE mount at the root, served by threads of this process, so that
+/// children and escaped calls reach the same engine. The kernel may cache
+/// nothing: this process also changes the pool without telling it.
+fn start_mount(
+    fs: &Arc<engine::Ferrite>,
+    root: &std::path::Path,
+    pool: &std::path::Path,
+) -> Option<ferrite_fuse::daemon::Background> {
+    if std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
+        return None;
+    }
+    let mut cfg = ferrite_fuse::options::MountConfig::default();
+    cfg.attr_timeout = std::time::Duration::ZERO;
+    cfg.entry_timeout = std::time::Duration::ZERO;
+    cfg.negative_timeout = std::time::Duration::ZERO;
+    cfg.keep_cache = false;
+    cfg.threads = 2;
+    match ferrite_fuse::daemon::spawn_shared(fs.clone(), root, &cfg, pool) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            warn(&format!("no FUSE mount at {} ({e}): child processes will not see the pool", root.display()));
+            None
+        }
+    }
+}
+
+/// The caller's identity: effective ids, groups and umask.
+fn process_credentials() -> Credentials {
+    // SAFETY: these calls have no preconditions; umask is read by setting
+    // it and putting it back at once.
+    unsafe {
+        let mask = libc::umask(0o022);
+        libc::umask(mask);
+        let n = libc::getgroups(0, std::ptr::null_mut());
+        let mut groups = vec![0; n.max(0) as usize];
+        let n = libc::getgroups(groups.len() as c_int, groups.as_mut_ptr());
+        groups.truncate(n.max(0) as usize);
+        Credentials { uid: libc::geteuid(), gid: libc::getegid(), groups, umask: mask as u32 }
+    }
+}
+
+/// atexit: flush stdio (cookie streams write into the engine), stop the
+/// mount, wait for calls still running in other threads, then unmount the
+/// engine cleanly (the next mount skips the log scan).
+extern "C" fn on_exit() {
+    let Some(p) = active() else { return };
+    // SAFETY: fflush(NULL) flushes every stream.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+    STATE.store(OFF, Ordering::Release);
+    let served_alone = inside(|| match p.mount.lock().take() {
+        None => true,
+        Some(m) => match m.unmount_or_detach() {
+            Ok(joined) => joined,
+            Err(e) => {
+                warn(&format!("unmount of the root failed: {e}"));
+                false
+            }
+        },
+    });
+    if !served_alone {
+        // Another process still works in the mount, served by our threads
+        // until this process ends: the engine stays as it is, durable, and
+        // the next owner recovers it.
+        return;
+    }
+    // Calls that entered before STATE went OFF may still be running in
+    // other threads; give them a moment, and if one is stuck, leave the
+    // pool to be recovered by the next mount rather than unmount under it.
+    for _ in 0..1000 {
+        if IN_FLIGHT.load(Ordering::Acquire) == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    if IN_FLIGHT.load(Ordering::Acquire) != 0 {
+        warn("calls still running at exit: the pool is left to be recovered by the next mount");
+        return;
+    }
+    // SAFETY: STATE is OFF and no call is in flight, so nothing reads the
+    // session again (`active` returns None from now on, and the fork
+    // handler checks STATE): it can be moved out of the leaked state.
+    let session: Session = unsafe { std::ptr::read(&p.session) };
+    let saved = errno();
+    if let Err(e) = session.unmount() {
+        warn(&format!("clean unmount failed ({e}): the next mount recovers the pool"));
+    }
+    set_errno(saved);
+}
+
+/// pthread_atfork child handler: this process is no longer the owner. Its
+/// Ferrite descriptors become real descriptors of the same files through
+/// the mount (same number, same offset), or stay placeholders (EBADF) when
+/// there is no mount.
+extern "C" fn after_fork_child() {
+    let Some(p) = (if STATE.load(Ordering::Acquire) == ON {
+        // SAFETY: as in `active`.
+        unsafe { PRELOAD.load(Ordering::Acquire).as_ref() }
+    } else {
+        None
+    }) else {
+        return;
+    };
+    STATE.store(OFF, Ordering::Release);
+    let mounted = p.mount.try_lock().map(|m| m.is_some()).unwrap_or(false);
+    let files: Vec<(c_int, Arc<Vec<u8>>)> = match p.files.try_lock() {
+        Some(f) => f.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        None => return,
+    };
+    for (fd, path) in files {
+        mark(fd, false);
+        if !mounted || path.is_empty() {
+            continue;
+        }
+        reopen_through_mount(p, fd, &path);
+    }
+}
+
+fn reopen_through_mount(p: &Preload, fd: c_int, path: &[u8]) {
+    let Ok(file) = p.session.open_file(Fd(fd as u64)) else { return };
+    let st = file.status();
+    let mut flags = match (st.read, st.write) {
+        (true, true) => libc::O_RDWR,
+        (false, true) => libc::O_WRONLY,
+        _ => libc::O_RDONLY,
+    };
+    if st.append {
+        flags |= libc::O_APPEND;
+    }
+    if st.path {
+        flags = libc::O_PATH;
+    }
+    // SAFETY: F_GETFD on our own number.
+    let cloexec = unsafe { real::fcntl(fd, libc::F_GETFD, 0) } & libc::FD_CLOEXEC != 0;
+    if cloexec {
+        flags |= libc::O_CLOEXEC;
+    }
+    let pos = file.pos.try_lock().map(|p| *p).unwrap_or(0);
+    let mut host = p.host_path(path);
+    host.push(0);
+    // SAFETY: `host` is NUL-terminated; the calls act on descriptors this
+    // child owns.
+    unsafe {
+        let k = real::open(host.as_ptr() as *const c_char, flags, 0);
+        if k < 0 {
+            return;
+        }
+        if real::dup3(k, fd, if cloexec { libc::O_CLOEXEC } else { 0 }) >= 0 && pos > 0 {
+            real::lseek64(fd, pos as i64, libc::SEEK_SET);
+        }
+        real::close(k);
+    }
+}
+
+/// Deliver a result as C does: the value, or -1 with errno.
+pub fn c_ret<T: crate::conv::FailValue>(r: FsResult<T>) -> T {
+    crate::conv::ret(r)
+}
+
+pub fn ok0(r: FsResult<()>) -> c_int {
+    crate::conv::ret0(r)
+}
+
+/// A session descriptor from a kernel number.
+#[inline]
+pub fn fd(n: c_int) -> Fd {
+    Fd(n as u64)
+}
+
+/// The errno to answer for a buffer the kernel would refuse: NULL or an
+/// address no user mapping can have.
+#[inline]
+pub fn bad_buffer(p: *const u8, len: usize) -> bool {
+    len > 0 && ((p as usize) < 4096 || (p as usize).checked_add(len).is_none_or(|end| end > 0x7fff_ffff_f000))
+}
