@@ -1,0 +1,599 @@
+/*
+ * Calls every function the preload library intercepts, on files under the
+ * directory given as argv[1], and prints what it saw: return values,
+ * errno names, the attributes that do not depend on the file system
+ * (type, permissions, links, size, owner), file contents and sorted
+ * directory listings. Run once under the preload library (the directory
+ * inside FERRITE_ROOT) and once on tmpfs: the two outputs must be equal.
+ *
+ * Built with -O2 -D_FORTIFY_SOURCE=2, so the fortified names (__read_chk,
+ * __open_2, ...) are what the compiler emits; the 64-bit names and the
+ * old __xstat family are called explicitly.
+ */
+#define _GNU_SOURCE
+#define _LARGEFILE64_SOURCE
+#include <dirent.h>
+#include <limits.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <sys/xattr.h>
+#include <termios.h>
+#include <unistd.h>
+#include <utime.h>
+
+/* The pre-2.33 stat entry points, still exported by glibc for old binaries. */
+extern int __xstat(int, const char *, struct stat *);
+extern int __lxstat(int, const char *, struct stat *);
+extern int __fxstat(int, int, struct stat *);
+extern int __fxstatat(int, int, const char *, struct stat *, int);
+extern int __xstat64(int, const char *, struct stat64 *);
+extern int __fxstat64(int, int, struct stat64 *);
+extern ssize_t __read_chk(int, void *, size_t, size_t);
+extern ssize_t __pread64_chk(int, void *, size_t, off64_t, size_t);
+extern ssize_t __readlink_chk(const char *, char *, size_t, size_t);
+extern char *__getcwd_chk(char *, size_t, size_t);
+extern int __open_2(const char *, int);
+extern int __openat_2(int, const char *, int);
+
+static char base[4096];
+static size_t base_len;
+
+static const char *ename(int e) {
+    switch (e) {
+    case 0: return "0";
+    case EPERM: return "EPERM";
+    case ENOENT: return "ENOENT";
+    case EBADF: return "EBADF";
+    case EACCES: return "EACCES";
+    case EEXIST: return "EEXIST";
+    case EXDEV: return "EXDEV";
+    case ENOTDIR: return "ENOTDIR";
+    case EISDIR: return "EISDIR";
+    case EINVAL: return "EINVAL";
+    case ENOTEMPTY: return "ENOTEMPTY";
+    case ELOOP: return "ELOOP";
+    case ERANGE: return "ERANGE";
+    case ENODATA: return "ENODATA";
+    case ENOTTY: return "ENOTTY";
+    case EFAULT: return "EFAULT";
+    case ENAMETOOLONG: return "ENAMETOOLONG";
+    case EOPNOTSUPP: return "EOPNOTSUPP";
+    default: return "E?";
+    }
+}
+
+/* Print "what: rc errno" for a call that returns -1 on failure. */
+static long say(const char *what, long rc) {
+    int e = errno;
+    if (rc < 0)
+        printf("%s: -1 %s\n", what, ename(e));
+    else
+        printf("%s: %ld\n", what, rc);
+    errno = 0;
+    return rc;
+}
+
+/* A path under the test directory. */
+static const char *P(const char *rel) {
+    static char bufs[8][4096];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, 4096, "%s/%s", base, rel);
+    return b;
+}
+
+/* A path printed relative to the test directory. */
+static const char *rel(const char *abs) {
+    if (abs && strncmp(abs, base, base_len) == 0)
+        return abs[base_len] ? abs + base_len : "/";
+    return abs ? abs : "(null)";
+}
+
+static void show_stat(const char *what, int rc, const struct stat *st) {
+    if (rc < 0) {
+        say(what, rc);
+        return;
+    }
+    /* A directory's size is the file system's own business. */
+    long long size = S_ISDIR(st->st_mode) ? -1 : (long long)st->st_size;
+    printf("%s: mode=%o nlink=%lu size=%lld uid=%u gid=%u\n", what, st->st_mode, (unsigned long)st->st_nlink, size,
+           st->st_uid, st->st_gid);
+}
+
+static int cmpstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void list_dir(const char *what, DIR *d) {
+    char *names[256];
+    int n = 0;
+    struct dirent *e;
+    if (!d) {
+        say(what, -1);
+        return;
+    }
+    while ((e = readdir(d)) != NULL && n < 256) {
+        names[n] = strdup(e->d_name);
+        /* mkstemp's random letters differ from run to run. */
+        if ((strncmp(names[n], "tmp", 3) == 0 || strncmp(names[n], "dir", 3) == 0) && strlen(names[n]) >= 9)
+            memcpy(names[n] + 3, "XXXXXX", 6);
+        n++;
+    }
+    qsort(names, n, sizeof names[0], cmpstr);
+    printf("%s:", what);
+    for (int i = 0; i < n; i++) {
+        printf(" %s", names[i]);
+        free(names[i]);
+    }
+    printf("\n");
+}
+
+static void cat(const char *what, const char *path) {
+    char b[256];
+    int fd = open(path, O_RDONLY);
+    ssize_t n = fd < 0 ? -1 : read(fd, b, sizeof b - 1);
+    if (n < 0) {
+        say(what, -1);
+    } else {
+        b[n] = 0;
+        printf("%s: [%s]\n", what, b);
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+static int only_x(const struct dirent *e) { return e->d_name[0] == 'x'; }
+
+int main(int argc, char **argv) {
+    struct stat st;
+    struct stat64 st64;
+    char b[256];
+    if (argc != 2)
+        return 2;
+    snprintf(base, sizeof base, "%s", argv[1]);
+    base_len = strlen(base);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    umask(022);
+
+    /* open family */
+    /* Descriptor numbers are not compared: the preload library's own pool
+       file holds a low number. */
+    int fd = open(P("a"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    say("open creat", fd >= 0 ? 0 : -1);
+    close(fd);
+    fd = open(P("a"), O_RDWR);
+    say("open existing", fd >= 0 ? 0 : -1);
+    say("open excl", open(P("a"), O_CREAT | O_EXCL | O_RDWR, 0644));
+    say("open missing", open(P("missing"), O_RDONLY));
+    say("open64 missing", open64(P("missing"), O_RDONLY));
+    say("__open_2 missing", __open_2(P("missing"), O_RDONLY));
+    say("openat missing", openat(AT_FDCWD, P("missing"), O_RDONLY));
+    say("openat64 missing", openat64(AT_FDCWD, P("missing"), O_RDONLY));
+    say("__openat_2 missing", __openat_2(AT_FDCWD, P("missing"), O_RDONLY));
+    say("open dir for write", open(base, O_WRONLY));
+    say("open notdir", open(P("a/x"), O_RDONLY));
+    int c = creat(P("c"), 0600);
+    say("creat", c >= 0 ? 0 : -1);
+    int c64 = creat64(P("c64"), 0600);
+    say("creat64", c64 >= 0 ? 0 : -1);
+
+    /* read and write */
+    say("write", write(fd, "hello world\n", 12));
+    say("lseek set", lseek(fd, 0, SEEK_SET));
+    memset(b, 0, sizeof b);
+    say("read", read(fd, b, sizeof b));
+    printf("read got: [%s]\n", b);
+    say("__read_chk at end", __read_chk(fd, b, 4, sizeof b));
+    say("pwrite", pwrite(fd, "HELLO", 5, 0));
+    say("pwrite64", pwrite64(fd, "W", 1, 6));
+    memset(b, 0, sizeof b);
+    say("pread", pread(fd, b, 12, 0));
+    printf("pread got: [%s]\n", b);
+    memset(b, 0, sizeof b);
+    say("pread64", pread64(fd, b, 5, 6));
+    printf("pread64 got: [%s]\n", b);
+    say("__pread64_chk", __pread64_chk(fd, b, 3, 0, sizeof b));
+    say("pread negative", pread(fd, b, 1, -1));
+    struct iovec iov[2] = {{"ab", 2}, {"cd", 2}};
+    say("lseek end", lseek(fd, 0, SEEK_END));
+    say("writev", writev(fd, iov, 2));
+    char r1[3] = {0}, r2[4] = {0};
+    struct iovec riov[2] = {{r1, 2}, {r2, 3}};
+    say("preadv", preadv(fd, riov, 2, 10));
+    printf("preadv got: [%s][%s]\n", r1, r2);
+    say("pwritev", pwritev(fd, iov, 2, 16));
+    say("pwritev2", pwritev2(fd, iov, 1, 20, 0));
+    say("preadv2", preadv2(fd, riov, 1, 0, 0));
+    say("readv", (lseek(fd, 0, SEEK_SET), readv(fd, riov, 2)));
+    say("lseek64 cur", lseek64(fd, 0, SEEK_CUR));
+    say("lseek bad whence", lseek(fd, 0, 42));
+    say("read bad fd", read(9999, b, 1));
+    say("write EFAULT", write(fd, NULL, 10));
+    say("read EFAULT", read(fd, NULL, 10));
+    cat("content a", P("a"));
+
+    /* attributes */
+    show_stat("stat", stat(P("a"), &st), &st);
+    show_stat("lstat", lstat(P("a"), &st), &st);
+    show_stat("fstat", fstat(fd, &st), &st);
+    show_stat("fstatat", fstatat(AT_FDCWD, P("a"), &st, 0), &st);
+    show_stat("fstatat empty", fstatat(fd, "", &st, AT_EMPTY_PATH), &st);
+    show_stat("__xstat", __xstat(1, P("a"), &st), &st);
+    show_stat("__lxstat", __lxstat(1, P("a"), &st), &st);
+    show_stat("__fxstat", __fxstat(1, fd, &st), &st);
+    show_stat("__fxstatat", __fxstatat(1, AT_FDCWD, P("a"), &st, 0), &st);
+    say("__xstat64", __xstat64(1, P("a"), &st64));
+    say("__fxstat64", __fxstat64(1, fd, &st64));
+    say("stat64", stat64(P("a"), &st64));
+    say("stat missing", stat(P("missing"), &st));
+    struct statx sx;
+    int rc = statx(AT_FDCWD, P("a"), 0, STATX_BASIC_STATS, &sx);
+    printf("statx: %d mode=%o size=%llu\n", rc, sx.stx_mode, (unsigned long long)sx.stx_size);
+    rc = statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &sx);
+    printf("statx empty: %d size=%llu\n", rc, (unsigned long long)sx.stx_size);
+
+    /* descriptor flags, locks, dup */
+    say("F_GETFD", fcntl(fd, F_GETFD));
+    say("F_SETFD", fcntl(fd, F_SETFD, FD_CLOEXEC));
+    say("F_GETFD after", fcntl(fd, F_GETFD));
+    say("F_GETFL", fcntl(fd, F_GETFL) & ~0100000 /* O_LARGEFILE */);
+    say("F_SETFL append", fcntl(fd, F_SETFL, O_APPEND));
+    say("F_GETFL append", fcntl(fd, F_GETFL) & ~0100000);
+    say("F_SETFL back", fcntl(fd, F_SETFL, 0));
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 10};
+    say("F_SETLK", fcntl(fd, F_SETLK, &fl));
+    fl.l_type = F_WRLCK;
+    say("F_GETLK", fcntl(fd, F_GETLK, &fl));
+    printf("F_GETLK type unlocked: %d\n", fl.l_type == F_UNLCK);
+    fl.l_type = F_UNLCK;
+    say("F_SETLKW unlock", fcntl(fd, F_SETLKW, &fl));
+    say("flock ex", flock(fd, LOCK_EX));
+    say("flock un", flock(fd, LOCK_UN));
+    say("lockf", lockf(fd, F_TLOCK, 0));
+    say("lockf unlock", lockf(fd, F_ULOCK, 0));
+    int d1 = dup(fd);
+    say("dup", d1 >= 0 ? 0 : -1);
+    say("dup shares offset", (lseek(fd, 3, SEEK_SET), lseek(d1, 0, SEEK_CUR)));
+    say("dup F_GETFD", fcntl(d1, F_GETFD));
+    int d2 = dup2(fd, 100);
+    say("dup2", d2);
+    say("dup2 same", dup2(d2, d2));
+    say("dup3", dup3(fd, 101, O_CLOEXEC));
+    say("dup3 F_GETFD", fcntl(101, F_GETFD));
+    say("dup3 same", dup3(101, 101, 0));
+    int d3 = fcntl(fd, F_DUPFD, 200);
+    say("F_DUPFD >=200", d3 >= 200 ? 0 : -1);
+    int d4 = fcntl(fd, F_DUPFD_CLOEXEC, 300);
+    say("F_DUPFD_CLOEXEC >=300", d4 >= 300 ? 0 : -1);
+    say("close dup", close(d1));
+    say("close again", close(d1));
+    say("read after close", read(d1, b, 1));
+    say("read through dup2", pread(100, b, 5, 0));
+    say("close_range", close_range(100, 101, 0));
+    say("read after close_range", pread(100, b, 1, 0));
+    close(d3);
+    close(d4);
+
+    /* durability, size, space */
+    say("fsync", fsync(fd));
+    say("fdatasync", fdatasync(fd));
+    say("sync_file_range", sync_file_range(fd, 0, 0, 0));
+    say("syncfs", syncfs(fd));
+    say("ftruncate", ftruncate(fd, 5));
+    say("truncate", truncate(P("a"), 8));
+    say("truncate missing", truncate(P("missing"), 8));
+    say("ftruncate64", ftruncate64(fd, 7));
+    say("truncate64", truncate64(P("a"), 7));
+    say("fallocate", fallocate(fd, 0, 0, 8192));
+    say("fallocate keep", fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 16384));
+    say("fallocate punch", fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096));
+    printf("posix_fallocate: %d\n", posix_fallocate(fd, 0, 9000));
+    printf("posix_fadvise: %d\n", posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL));
+    printf("posix_fadvise bad: %d\n", posix_fadvise(fd, 0, 0, 99));
+    show_stat("size after", fstat(fd, &st), &st);
+    say("ftruncate back", ftruncate(fd, 12));
+
+    /* mmap */
+    char *m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+    printf("mmap private: %s\n", m == MAP_FAILED ? "failed" : "ok");
+    if (m != MAP_FAILED) {
+        printf("mmap bytes: [%.5s]\n", m);
+        say("munmap", munmap(m, 4096));
+    }
+    char *sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    printf("mmap shared: %s\n", sh == MAP_FAILED ? "failed" : "ok");
+    if (sh != MAP_FAILED) {
+        memcpy(sh, "MMAP", 4);
+        say("msync", msync(sh, 4096, MS_SYNC));
+        memset(b, 0, sizeof b);
+        pread(fd, b, 12, 0);
+        printf("after msync: [%s]\n", b);
+        char *sh2 = mremap(sh, 4096, 8192, MREMAP_MAYMOVE);
+        printf("mremap: %s\n", sh2 == MAP_FAILED ? "failed" : "ok");
+        if (sh2 != MAP_FAILED)
+            sh = sh2;
+        sh[4] = '!';
+        say("munmap shared", munmap(sh, sh2 == MAP_FAILED ? 4096 : 8192));
+    }
+    cat("after munmap", P("a"));
+
+    /* the name space */
+    say("mkdir", mkdir(P("d"), 0755));
+    say("mkdir exists", mkdir(P("d"), 0755));
+    say("mkdirat", mkdirat(AT_FDCWD, P("d/e"), 0700));
+    int dfd = open(P("d"), O_RDONLY | O_DIRECTORY);
+    say("open dir", dfd >= 0 ? 0 : -1);
+    say("mkdirat rel", mkdirat(dfd, "f", 0755));
+    say("openat rel", close(openat(dfd, "g", O_CREAT | O_WRONLY, 0644)));
+    say("rmdir nonempty", rmdir(P("d")));
+    say("unlinkat dir", unlinkat(dfd, "f", AT_REMOVEDIR));
+    say("unlinkat file", unlinkat(dfd, "g", 0));
+    say("rename", rename(P("c"), P("d/c2")));
+    say("renameat", renameat(AT_FDCWD, P("d/c2"), dfd, "c3"));
+    say("renameat2 noreplace", renameat2(AT_FDCWD, P("d/c3"), AT_FDCWD, P("a"), RENAME_NOREPLACE));
+    say("renameat2 exchange", renameat2(AT_FDCWD, P("d/c3"), AT_FDCWD, P("c64"), RENAME_EXCHANGE));
+    say("rename cross", rename(P("c64"), "/tmp/ferrite-never-here"));
+    say("link", link(P("a"), P("hard")));
+    say("linkat", linkat(AT_FDCWD, P("a"), dfd, "hard2", 0));
+    show_stat("nlink", stat(P("a"), &st), &st);
+    say("symlink", symlink("a", P("sym")));
+    say("symlinkat", symlinkat("../a", dfd, "sym2"));
+    memset(b, 0, sizeof b);
+    say("readlink", readlink(P("sym"), b, sizeof b));
+    printf("readlink got: [%s]\n", b);
+    memset(b, 0, sizeof b);
+    say("readlinkat", readlinkat(dfd, "sym2", b, sizeof b));
+    printf("readlinkat got: [%s]\n", b);
+    say("__readlink_chk", __readlink_chk(P("sym"), b, 1, sizeof b));
+    say("readlink notlink", readlink(P("a"), b, sizeof b));
+    cat("through symlink", P("d/sym2"));
+    show_stat("lstat symlink", lstat(P("sym"), &st), &st);
+    say("mknod fifo", mknod(P("fifo"), S_IFIFO | 0600, 0));
+    say("mknodat", mknodat(dfd, "fifo2", S_IFIFO | 0600, 0));
+    say("mkfifo", mkfifo(P("fifo3"), 0644));
+    show_stat("fifo", stat(P("fifo3"), &st), &st);
+    say("unlink", unlink(P("hard")));
+    say("unlink missing", unlink(P("hard")));
+    say("unlink dir", unlink(P("d")));
+
+    /* permissions, owners, times */
+    say("chmod", chmod(P("a"), 0600));
+    say("fchmod", fchmod(fd, 0640));
+    say("fchmodat", fchmodat(AT_FDCWD, P("a"), 0644, 0));
+    say("chown", chown(P("a"), 1, 2));
+    say("lchown", lchown(P("sym"), 3, 4));
+    say("fchown", fchown(fd, -1, 5));
+    say("fchownat", fchownat(AT_FDCWD, P("a"), 0, 0, 0));
+    show_stat("after chown", stat(P("a"), &st), &st);
+    show_stat("symlink owner", lstat(P("sym"), &st), &st);
+    struct utimbuf ub = {1000, 2000};
+    say("utime", utime(P("a"), &ub));
+    stat(P("a"), &st);
+    printf("times: %ld %ld\n", (long)st.st_atime, (long)st.st_mtime);
+    struct timeval tv[2] = {{3000, 5}, {4000, 6}};
+    say("utimes", utimes(P("a"), tv));
+    stat(P("a"), &st);
+    printf("times: %ld %ld %ld\n", (long)st.st_atime, (long)st.st_mtime, st.st_mtim.tv_nsec);
+    say("lutimes", lutimes(P("sym"), tv));
+    say("futimes", futimes(fd, tv));
+    struct timespec ts[2] = {{5000, 0}, {0, UTIME_OMIT}};
+    say("utimensat", utimensat(AT_FDCWD, P("a"), ts, 0));
+    say("futimens", futimens(fd, ts));
+    stat(P("a"), &st);
+    printf("times: %ld %ld\n", (long)st.st_atime, (long)st.st_mtime);
+    say("access", access(P("a"), R_OK | W_OK));
+    say("access missing", access(P("missing"), F_OK));
+    say("faccessat", faccessat(AT_FDCWD, P("a"), R_OK, 0));
+    say("euidaccess", euidaccess(P("a"), W_OK));
+
+    /* current directory */
+    say("chdir", chdir(P("d")));
+    memset(b, 0, sizeof b);
+    printf("getcwd: %s\n", rel(getcwd(b, sizeof b)));
+    printf("getcwd small: %s %s\n", getcwd(b, 2) ? "ok" : "NULL", ename(errno));
+    char *cwd = get_current_dir_name();
+    printf("get_current_dir_name: %s\n", rel(cwd));
+    free(cwd);
+    cat("relative read", "sym2");
+    say("relative mkdir", mkdir("rel", 0755));
+    show_stat("relative stat", stat("rel", &st), &st);
+    say("relative ..", stat("../a", &st));
+    say("fchdir", fchdir(dfd));
+    printf("getcwd after fchdir: %s\n", rel(getcwd(b, sizeof b)));
+    char *rp = realpath("sym2", NULL);
+    printf("realpath: %s\n", rel(rp));
+    free(rp);
+    rp = canonicalize_file_name("../d/./rel/..");
+    printf("canonicalize_file_name: %s\n", rel(rp));
+    free(rp);
+    char resolved[PATH_MAX];
+    printf("realpath missing: %s\n", realpath("nothing/here", resolved) ? "found" : ename(errno));
+    say("chdir back", chdir(base));
+    say("chdir missing", chdir(P("missing")));
+
+    /* directory streams */
+    list_dir("opendir", opendir(P("d")));
+    DIR *dir = opendir(P("d"));
+    say("dirfd", dirfd(dir) >= 0 ? 0 : -1);
+    int count = 0;
+    long at = -1;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (count++ == 1)
+            at = telldir(dir);
+    }
+    printf("entries: %d\n", count);
+    seekdir(dir, at);
+    int rest = 0;
+    while (readdir(dir) != NULL)
+        rest++;
+    printf("after seekdir: %d\n", rest);
+    rewinddir(dir);
+    struct dirent64 *e64 = readdir64(dir);
+    printf("readdir64 after rewind: %s\n", e64 ? "entry" : "none");
+    struct dirent ent, *res;
+    say("readdir_r", readdir_r(dir, &ent, &res));
+    say("closedir", closedir(dir));
+    int dfd2 = open(P("d"), O_RDONLY | O_DIRECTORY);
+    list_dir("fdopendir", fdopendir(dfd2));
+    struct dirent **names;
+    int n = scandir(P("d"), &names, NULL, alphasort);
+    printf("scandir: %d", n);
+    for (int i = 0; i < n; i++) {
+        printf(" %s", names[i]->d_name);
+        free(names[i]);
+    }
+    printf("\n");
+    if (n >= 0)
+        free(names);
+    mkdir(P("x1"), 0755);
+    n = scandir(base, &names, only_x, alphasort);
+    printf("scandir filtered: %d\n", n);
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    if (n >= 0)
+        free(names);
+    int gfd = open(P("d"), O_RDONLY | O_DIRECTORY);
+    char dbuf[4096];
+    ssize_t gn = getdents64(gfd, dbuf, sizeof dbuf);
+    int gents = 0;
+    for (ssize_t off = 0; off < gn;) {
+        unsigned short reclen = *(unsigned short *)(dbuf + off + 16);
+        gents++;
+        off += reclen;
+    }
+    printf("getdents64 entries: %d\n", gents);
+    printf("getdents64 at end: %ld\n", (long)getdents64(gfd, dbuf, sizeof dbuf));
+    close(gfd);
+    list_dir("opendir missing", opendir(P("missing")));
+
+    /* stdio */
+    FILE *f = fopen(P("s"), "w");
+    printf("fopen w: %s\n", f ? "ok" : ename(errno));
+    fprintf(f, "line one\nline %d\n", 2);
+    printf("fileno is a descriptor: %d\n", fileno(f) > 2);
+    fclose(f);
+    f = fopen64(P("s"), "r");
+    while (f && fgets(b, sizeof b, f))
+        printf("fgets: %s", b);
+    if (f) {
+        fseek(f, 5, SEEK_SET);
+        printf("ftell: %ld\n", ftell(f));
+        fclose(f);
+    }
+    f = fopen(P("s"), "a+");
+    fputs("line three\n", f);
+    rewind(f);
+    int lines = 0;
+    while (fgets(b, sizeof b, f))
+        lines++;
+    printf("a+ lines: %d\n", lines);
+    fclose(f);
+    printf("fopen missing: %s\n", fopen(P("missing"), "r") ? "found" : ename(errno));
+    int sfd = open(P("s"), O_RDONLY);
+    f = fdopen(sfd, "r");
+    printf("fdopen: %s fileno same: %d\n", f ? "ok" : "failed", f && fileno(f) == sfd);
+    if (f) {
+        fgets(b, sizeof b, f);
+        printf("fdopen fgets: %s", b);
+        fclose(f);
+    }
+    say("read after fclose", read(sfd, b, 1));
+
+    /* temporary files */
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/tmpXXXXXX", base);
+    int t = mkstemp(tmpl);
+    say("mkstemp", t >= 0 ? 0 : -1);
+    show_stat("mkstemp file", fstat(t, &st), &st);
+    close(t);
+    snprintf(tmpl, sizeof tmpl, "%s/tmpXXXXXX.sfx", base);
+    t = mkstemps(tmpl, 4);
+    say("mkstemps", t >= 0 ? 0 : -1);
+    printf("mkstemps suffix kept: %d\n", strcmp(tmpl + strlen(tmpl) - 4, ".sfx") == 0);
+    close(t);
+    snprintf(tmpl, sizeof tmpl, "%s/tmpXXXXXX", base);
+    t = mkostemp(tmpl, O_CLOEXEC);
+    say("mkostemp cloexec", fcntl(t, F_GETFD));
+    close(t);
+    snprintf(tmpl, sizeof tmpl, "%s/dirXXXXXX", base);
+    char *td = mkdtemp(tmpl);
+    show_stat("mkdtemp", td ? stat(td, &st) : -1, &st);
+    snprintf(tmpl, sizeof tmpl, "%s/bad", base);
+    say("mkstemp bad template", mkstemp(tmpl));
+
+    /* extended attributes */
+    say("setxattr", setxattr(P("a"), "user.k", "v1", 2, 0));
+    say("setxattr create exists", setxattr(P("a"), "user.k", "v2", 2, XATTR_CREATE));
+    say("lsetxattr", lsetxattr(P("a"), "user.l", "vv", 2, 0));
+    say("fsetxattr", fsetxattr(fd, "user.f", "fff", 3, 0));
+    memset(b, 0, sizeof b);
+    say("getxattr", getxattr(P("a"), "user.k", b, sizeof b));
+    printf("getxattr got: [%s]\n", b);
+    say("getxattr size", getxattr(P("a"), "user.f", NULL, 0));
+    say("getxattr small", getxattr(P("a"), "user.f", b, 1));
+    say("lgetxattr", lgetxattr(P("a"), "user.l", b, sizeof b));
+    say("fgetxattr", fgetxattr(fd, "user.f", b, sizeof b));
+    say("getxattr missing", getxattr(P("a"), "user.none", b, sizeof b));
+    say("listxattr", listxattr(P("a"), b, sizeof b));
+    say("llistxattr", llistxattr(P("a"), b, sizeof b));
+    say("flistxattr", flistxattr(fd, b, sizeof b));
+    say("removexattr", removexattr(P("a"), "user.k"));
+    say("lremovexattr", lremovexattr(P("a"), "user.l"));
+    say("fremovexattr", fremovexattr(fd, "user.f"));
+    say("listxattr empty", listxattr(P("a"), b, sizeof b));
+
+    /* file-system figures: only success is comparable */
+    struct statfs sfs;
+    struct statvfs svfs;
+    say("statfs", statfs(P("a"), &sfs));
+    say("fstatfs", fstatfs(fd, &sfs));
+    say("statvfs", statvfs(P("a"), &svfs));
+    say("fstatvfs", fstatvfs(fd, &svfs));
+    say("statfs missing", statfs(P("missing"), &sfs));
+
+    /* copies and ioctl */
+    int src = open(P("s"), O_RDONLY);
+    int dst = open(P("copy"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    say("copy_file_range", copy_file_range(src, NULL, dst, NULL, 100, 0));
+    off_t so = 0;
+    int dst2 = open(P("copy2"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    say("sendfile", sendfile(dst2, src, &so, 100));
+    printf("sendfile offset: %ld\n", (long)so);
+    close(dst2);
+    cat("copy", P("copy"));
+    cat("copy2", P("copy2"));
+    struct termios tio;
+    say("ioctl TCGETS", ioctl(src, TCGETS, &tio));
+    close(src);
+    close(dst);
+
+    /* bad input */
+    say("climb out of the directory", stat(P("../../../../../../../../../../proc/self/exe"), &st) == 0 ? 0 : -1);
+    say("path too long component", ({
+            char longname[400];
+            memset(longname, 'n', 300);
+            longname[300] = 0;
+            open(P(longname), O_CREAT | O_WRONLY, 0644);
+        }));
+    say("close stdin-like bad fd", close(-1));
+    say("fstat bad fd", fstat(12345, &st));
+
+    say("close", close(fd));
+    say("close dfd", close(dfd));
+    say("close c", close(c));
+    say("close c64", close(c64));
+    list_dir("final listing", opendir(base));
+    return 0;
+}
