@@ -200,9 +200,16 @@ unsafe fn out_ref<'a, T>(p: *mut T) -> Result<&'a mut T, Errno> {
 /// The errno a pool that cannot be opened or mapped gives.
 fn pmem_errno(e: &PmemError) -> Errno {
     match e {
-        PmemError::Io(io) => match io.kind() {
-            std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => Errno::EINVAL,
-            _ => Errno(io.raw_os_error().unwrap_or(libc::EIO)),
+        // The pool layer wraps OS errors in messages that name the file,
+        // which drops the raw errno: the kind is what is left of it.
+        PmemError::Io(io) => match (io.raw_os_error(), io.kind()) {
+            (Some(e), _) => Errno(e),
+            (None, std::io::ErrorKind::NotFound) => Errno::ENOENT,
+            (None, std::io::ErrorKind::PermissionDenied) => Errno::EACCES,
+            (None, std::io::ErrorKind::AlreadyExists) => Errno::EEXIST,
+            (None, std::io::ErrorKind::IsADirectory) => Errno::EISDIR,
+            (None, std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData) => Errno::EINVAL,
+            (None, _) => Errno::EIO,
         },
         // The pool file's exclusive lock is held by another open.
         PmemError::AlreadyOpen => Errno::EBUSY,
@@ -1107,4 +1114,93 @@ pub unsafe extern "C" fn ferrite_fremovexattr(fs: *mut ferrite_fs, fd: c_int, na
         let (s, n) = unsafe { (session(fs)?, xname(name)?) };
         s.fremovexattr(self::fd(fd)?, n).map(|()| 0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The FFI conventions that the C examples cannot show: a panic turned
+    //! into EIO, and argument checks made before the engine is reached.
+
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_eio() {
+        conv::set_errno(0);
+        let r: c_int = guard(|| panic!("deliberate panic: the C API must turn it into EIO"));
+        assert_eq!((r, conv::errno()), (-1, libc::EIO));
+        let p: *mut ferrite_fs = guard(|| panic!("deliberate panic in a call that returns a pointer"));
+        assert!(p.is_null());
+        assert_eq!(conv::errno(), libc::EIO);
+    }
+
+    #[test]
+    fn success_leaves_errno_alone() {
+        conv::set_errno(libc::ENOENT);
+        let r: c_int = guard(|| Ok(7));
+        assert_eq!((r, conv::errno()), (7, libc::ENOENT));
+    }
+
+    #[test]
+    fn descriptor_arguments() {
+        assert_eq!(fd(-1), Err(Errno::EBADF));
+        assert_eq!(fd(3), Ok(Fd(3)));
+        assert_eq!(dirfd(FERRITE_AT_FDCWD), Ok(AT_FDCWD));
+        assert_eq!(dirfd(-5), Err(Errno::EBADF));
+        assert_eq!(offset(-1), Err(Errno::EINVAL));
+        assert_eq!(id(u32::MAX), None);
+        assert_eq!(id(0), Some(0));
+    }
+
+    #[test]
+    fn null_handles_and_bad_pools() {
+        // SAFETY: NULL handles and C string literals are what the API
+        // accepts; none of these calls reaches a handle.
+        unsafe {
+            assert_eq!(ferrite_close(std::ptr::null_mut(), 3), -1);
+            assert_eq!(conv::errno(), libc::EFAULT);
+            assert_eq!(ferrite_unmount(std::ptr::null_mut()), -1);
+            assert_eq!(conv::errno(), libc::EFAULT);
+            assert!(ferrite_mount(c"/nonexistent/ferrite.pool".as_ptr()).is_null());
+            assert_eq!(conv::errno(), libc::ENOENT);
+            assert!(ferrite_format(std::ptr::null(), 1 << 20).is_null());
+            assert_eq!(conv::errno(), libc::EFAULT);
+            let small = format!("/dev/shm/ferrite-capi-unit-{}.pool\0", std::process::id());
+            assert!(ferrite_format(small.as_ptr() as *const c_char, 4096).is_null());
+            assert_eq!(conv::errno(), libc::EINVAL);
+            assert!(!Path::new(small.trim_end_matches('\0')).exists(), "a failed format leaves no file");
+        }
+    }
+
+    #[test]
+    fn readdir_and_getcwd_arguments() {
+        let pool = format!("/dev/shm/ferrite-capi-unit2-{}.pool\0", std::process::id());
+        // SAFETY: a fresh pool path; the handle is used only here and
+        // unmounted at the end; the buffers outlive the calls.
+        unsafe {
+            let fs = ferrite_format(pool.as_ptr() as *const c_char, 16 << 20);
+            assert!(!fs.is_null(), "format: errno {}", conv::errno());
+            let root = ferrite_open(fs, c"/".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY, 0);
+            assert_eq!(root, 3, "descriptors start at 3");
+            let mut ents: [ferrite_dirent; 1] = std::mem::zeroed();
+            assert_eq!(ferrite_readdir(fs, root, 0, ents.as_mut_ptr(), 0), -1);
+            assert_eq!(conv::errno(), libc::EINVAL);
+            assert_eq!(ferrite_readdir(fs, root, 0, std::ptr::null_mut(), 1), -1);
+            assert_eq!(conv::errno(), libc::EFAULT);
+            assert_eq!(ferrite_readdir(fs, root, 0, ents.as_mut_ptr(), 1), 0, "an empty root lists nothing");
+            let mut buf = [0 as c_char; 2];
+            assert_eq!(ferrite_getcwd(fs, buf.as_mut_ptr(), 2), buf.as_mut_ptr());
+            assert_eq!(CStr::from_ptr(buf.as_ptr()).to_bytes(), b"/");
+            assert!(ferrite_getcwd(fs, buf.as_mut_ptr(), 0).is_null());
+            assert_eq!(conv::errno(), libc::EINVAL);
+            let mut link = [0 as c_char; 4];
+            assert_eq!(ferrite_readlink(fs, c"/x".as_ptr(), link.as_mut_ptr(), 0), -1);
+            assert_eq!(conv::errno(), libc::EINVAL);
+            assert_eq!(ferrite_fallocate(fs, root, 0, 0, 0), -1);
+            assert_eq!(conv::errno(), libc::EINVAL);
+            assert_eq!(ferrite_lseek(fs, root, 0, 99), -1);
+            assert_eq!(conv::errno(), libc::EINVAL);
+            assert_eq!(ferrite_unmount(fs), 0);
+        }
+        let _ = std::fs::remove_file(pool.trim_end_matches('\0'));
+    }
 }
