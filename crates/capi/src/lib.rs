@@ -12,6 +12,7 @@
 //! Without `FERRITE_ROOT` the interposed functions pass every call through,
 //! so linking the C API costs a program nothing else.
 
+mod capi;
 mod conv;
 mod preload;
 mod real;
