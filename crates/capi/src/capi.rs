@@ -975,7 +975,7 @@ pub unsafe extern "C" fn ferrite_readdir(
             let mut d = ferrite_dirent {
                 ino: e.ino.0,
                 next_cookie: e.next_cookie,
-                r#type: conv::dirent_type(e),
+                r#type: e.kind.dirent_type(),
                 name: [0; 256],
             };
             // Names are at most NAME_MAX (255) bytes, so the NUL always fits.

@@ -225,5 +225,8 @@ real! {
     mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: libc::off_t) -> *mut c_void;
     munmap(addr: *mut c_void, len: usize) -> c_int;
     msync(addr: *mut c_void, len: usize, flags: c_int) -> c_int;
+    execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     mremap(addr: *mut c_void, old: usize, new: usize, flags: c_int; newaddr: *mut c_void) -> *mut c_void;
 }

@@ -9,6 +9,7 @@
 
 mod demo;
 mod mount;
+mod run;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -101,6 +102,28 @@ enum Command {
         #[arg(short, long, value_name = "N")]
         inode: Option<u64>,
     },
+    /// Run a program with the preload library: its calls under ROOT are served in its own process
+    ///
+    /// The program (and the first process of its tree that loads the
+    /// library) owns POOL, which is created (1 GiB) if missing. Unless
+    /// --no-mount is given, that process also serves a FUSE mount at ROOT
+    /// from its own threads, so child processes and calls the library does
+    /// not intercept reach the same file system through the kernel. Every
+    /// write is durable when it returns (strict mode). At exit the pool is
+    /// unmounted cleanly. See docs/PRELOAD.md.
+    Run {
+        #[arg(help = POOL_HELP, long)]
+        pool: Option<PathBuf>,
+        /// Where the pool appears (created if missing)
+        #[arg(long, value_name = "DIR")]
+        root: PathBuf,
+        /// Do not serve a FUSE mount at ROOT (child processes then do not see the pool)
+        #[arg(long)]
+        no_mount: bool,
+        /// The program and its arguments
+        #[arg(last = true, required = true, value_name = "CMD")]
+        cmd: Vec<std::ffi::OsString>,
+    },
     /// Format a pool, fill it with a tree of files, crash it, recover it, and verify every byte
     ///
     /// Round 1 writes directories, files of deterministic content and sizes
@@ -138,6 +161,7 @@ fn main() -> ExitCode {
         Command::Fsck { pool } => fsck(&pool_path(pool)),
         Command::Dump { pool, inode } => dump(&pool_path(pool), inode),
         Command::Demo { pool, files, size } => demo::run(&pool_path(pool), files, size),
+        Command::Run { pool, root, no_mount, cmd } => run::run(&pool_path(pool), &root, !no_mount, &cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -2069,3 +2069,86 @@ pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
     }
     unsafe { real::mkdtemp(template) }
 }
+
+// ---- exec ------------------------------------------------------------------------------
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// `envp` without any FERRITE_FDS entry, plus `entry`, as C strings and a
+/// NULL-terminated pointer array over them.
+unsafe fn env_with(envp: *const *const c_char, entry: &[u8]) -> (Vec<std::ffi::CString>, Vec<*const c_char>) {
+    let mut owned = Vec::new();
+    let mut i = 0;
+    while !envp.is_null() {
+        // SAFETY: a NULL-terminated array of C strings (the caller's).
+        let e = unsafe { *envp.add(i) };
+        if e.is_null() {
+            break;
+        }
+        let b = unsafe { std::ffi::CStr::from_ptr(e) };
+        if !b.to_bytes().starts_with(b"FERRITE_FDS=") {
+            owned.push(b.to_owned());
+        }
+        i += 1;
+    }
+    if let Ok(c) = std::ffi::CString::new(entry.to_vec()) {
+        owned.push(c);
+    }
+    let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    (owned, ptrs)
+}
+
+/// Run an exec call as the owner hands over: inherited descriptors are
+/// described in the new environment and the pool is unmounted cleanly; if
+/// the exec fails, this process serves the pool again.
+unsafe fn exec_handover(envp: *const *const c_char, exec: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
+    let Some(entry) = super::prepare_exec() else { return exec(envp) };
+    let (_owned, ptrs) = unsafe { env_with(envp, &entry) };
+    let r = exec(ptrs.as_ptr());
+    let e = conv::errno();
+    super::resume_after_exec(&entry);
+    conv::set_errno(e);
+    r
+}
+
+/// vfork is fork here: a vfork child shares the owner's memory, and would
+/// run the library's code on the owner's engine (an exec hands the pool
+/// over, a write would race the owner). fork runs the fork handlers, which
+/// turn the library off in the child.
+#[no_mangle]
+pub unsafe extern "C" fn vfork() -> libc::pid_t {
+    // SAFETY: plain fork.
+    unsafe { libc::fork() }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    unsafe { exec_handover(envp, |env| real::execve(path, argv, env)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    unsafe { execve(path, argv, environ) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    unsafe { exec_handover(envp, |env| real::execvpe(file, argv, env)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    unsafe { execvpe(file, argv, environ) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(n: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    if is_ferrite(n) {
+        // The kernel cannot execute a file it does not see.
+        return fail(Errno(libc::ENOEXEC));
+    }
+    unsafe { exec_handover(envp, |env| real::fexecve(n, argv, env)) }
+}

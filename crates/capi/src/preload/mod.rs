@@ -61,6 +61,9 @@ pub struct Preload {
     /// Per Ferrite descriptor, the pool path it was opened by: what a
     /// forked child reopens through the mount.
     files: Mutex<HashMap<c_int, Arc<Vec<u8>>>>,
+    /// The owner's process id: a child made by vfork or clone shares this
+    /// memory, and must never shut the owner's engine down.
+    pid: libc::pid_t,
 }
 
 /// Library states, in `STATE`.
@@ -325,7 +328,10 @@ fn start() -> Option<Preload> {
         cwd_depth: AtomicUsize::new(0),
         kernel_cwd: Mutex::new(paths::normalize(&kernel_cwd)),
         files: Mutex::new(HashMap::new()),
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
     };
+    restore_inherited(&p);
     // A process started inside the root has its current directory in the pool.
     let cwd = p.kernel_cwd.lock().clone();
     if let Some(rest) = paths::under(&cwd, &p.root) {
@@ -378,13 +384,26 @@ fn process_credentials() -> Credentials {
     }
 }
 
-/// atexit: flush stdio (cookie streams write into the engine), stop the
-/// mount, wait for calls still running in other threads, then unmount the
-/// engine cleanly (the next mount skips the log scan).
+/// atexit: flush stdio (cookie streams write into the engine), then shut
+/// down (the next mount skips the log scan).
 extern "C" fn on_exit() {
-    let Some(p) = active() else { return };
+    if active().is_none() {
+        return;
+    }
     // SAFETY: fflush(NULL) flushes every stream.
     unsafe { libc::fflush(std::ptr::null_mut()) };
+    shutdown();
+}
+
+/// Stop serving: stop the mount, wait for calls still running in other
+/// threads, then unmount the engine cleanly. From here on the library
+/// passes every call through.
+fn shutdown() {
+    let Some(p) = active() else { return };
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } != p.pid {
+        return;
+    }
     STATE.store(OFF, Ordering::Release);
     let served_alone = inside(|| match p.mount.lock().take() {
         None => true,
@@ -415,15 +434,111 @@ extern "C" fn on_exit() {
         warn("calls still running at exit: the pool is left to be recovered by the next mount");
         return;
     }
+    let saved = errno();
+    let _ = inside(|| mmap::write_back_all(p));
     // SAFETY: STATE is OFF and no call is in flight, so nothing reads the
     // session again (`active` returns None from now on, and the fork
     // handler checks STATE): it can be moved out of the leaked state.
     let session: Session = unsafe { std::ptr::read(&p.session) };
-    let saved = errno();
     if let Err(e) = session.unmount() {
         warn(&format!("clean unmount failed ({e}): the next mount recovers the pool"));
     }
     set_errno(saved);
+}
+
+/// The environment variable that carries inherited Ferrite descriptors
+/// across exec: `fd,flags,offset,hexpath` entries separated by `;`.
+const INHERIT_ENV: &str = "FERRITE_FDS";
+
+/// Before an exec by the owner: describe every Ferrite descriptor the new
+/// program inherits (not close-on-exec), then shut down cleanly (the new
+/// program, preloaded too, becomes the owner and reopens them at the same
+/// numbers). Returns the `FERRITE_FDS=` entry for the new environment.
+pub fn prepare_exec() -> Option<Vec<u8>> {
+    let p = active()?;
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } != p.pid {
+        // A child sharing our memory (clone with CLONE_VM) is about to
+        // exec: the owner stays the owner.
+        return None;
+    }
+    let mut list = Vec::new();
+    for (n, path) in p.files.lock().iter() {
+        // SAFETY: F_GETFD on our own number.
+        let inherited = unsafe { real::fcntl(*n, libc::F_GETFD, 0) } & libc::FD_CLOEXEC == 0;
+        if !inherited || path.is_empty() {
+            continue;
+        }
+        let Ok(f) = p.session.open_file(Fd(*n as u64)) else { continue };
+        let st = f.status();
+        let mut flags = match (st.read, st.write) {
+            (true, true) => libc::O_RDWR,
+            (false, true) => libc::O_WRONLY,
+            _ => libc::O_RDONLY,
+        };
+        if st.append {
+            flags |= libc::O_APPEND;
+        }
+        if st.path {
+            flags = libc::O_PATH;
+        }
+        let pos = *f.pos.lock();
+        let hex: String = path.iter().map(|b| format!("{b:02x}")).collect();
+        list.push(format!("{n},{flags},{pos},{hex}"));
+    }
+    shutdown();
+    let mut entry = format!("{INHERIT_ENV}=").into_bytes();
+    entry.extend_from_slice(list.join(";").as_bytes());
+    Some(entry)
+}
+
+/// After a failed exec: serve the pool again, with the descriptors the
+/// exec would have handed over.
+pub fn resume_after_exec(entry: &[u8]) {
+    let value = entry.strip_prefix(format!("{INHERIT_ENV}=").as_bytes()).unwrap_or(entry).to_vec();
+    STATE.store(UNINIT, Ordering::Release);
+    INHERITED.lock().replace(value);
+    on_load();
+}
+
+/// What `resume_after_exec` hands to `start` (instead of the environment).
+static INHERITED: Mutex<Option<Vec<u8>>> = Mutex::new(None);
+
+/// Reopen the descriptors the previous program image handed over, at the
+/// numbers it held (their placeholders were inherited, so the numbers are
+/// still ours).
+fn restore_inherited(p: &Preload) {
+    use std::os::unix::ffi::OsStrExt;
+    let value = match INHERITED.lock().take() {
+        Some(v) => v,
+        None => match std::env::var_os(INHERIT_ENV) {
+            Some(v) => v.as_bytes().to_vec(),
+            None => return,
+        },
+    };
+    // SAFETY: at load, before any thread of the program runs.
+    unsafe { std::env::remove_var(INHERIT_ENV) };
+    for item in value.split(|&b| b == b';').filter(|i| !i.is_empty()) {
+        let parts: Vec<&[u8]> = item.splitn(4, |&b| b == b',').collect();
+        let [n, flags, pos, hex] = parts[..] else { continue };
+        let num = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|s| s.parse::<i64>().ok());
+        let (Some(n), Some(flags), Some(pos)) = (num(n), num(flags), num(pos)) else { continue };
+        let path: Option<Vec<u8>> =
+            hex.chunks(2).map(|c| std::str::from_utf8(c).ok().and_then(|s| u8::from_str_radix(s, 16).ok())).collect();
+        let Some(path) = path else { continue };
+        let n = n as c_int;
+        // SAFETY: F_GETFD on an inherited number (is it still open?).
+        if n < 0 || n as usize >= FD_LIMIT || unsafe { real::fcntl(n, libc::F_GETFD, 0) } < 0 {
+            continue;
+        }
+        let of = OpenFlags::from_libc(flags as c_int);
+        if inside(|| p.session.openat_fd(engine::AT_FDCWD, &path, of, 0, Fd(n as u64))).is_ok() {
+            if let Ok(f) = p.session.open_file(Fd(n as u64)) {
+                *f.pos.lock() = pos.max(0) as u64;
+            }
+            p.adopt(n, Arc::new(path));
+        }
+    }
 }
 
 /// pthread_atfork child handler: this process is no longer the owner. Its
