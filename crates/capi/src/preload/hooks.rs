@@ -1466,7 +1466,7 @@ impl Preload {
     /// The current directory moved into the pool: the session's is the
     /// process's, and the kernel's follows it into the mount (best effort:
     /// children inherit it).
-    fn entered(&self) {
+    pub(super) fn entered(&self) {
         if let Ok(c) = inside(|| PathFs::getcwd(&self.session)) {
             self.cwd_depth.store(super::paths::depth(&c), Ordering::Relaxed);
             self.cwd_in_pool.store(true, Ordering::Relaxed);
@@ -2112,6 +2112,21 @@ unsafe fn exec_handover(envp: *const *const c_char, exec: impl FnOnce(*const *co
     super::resume_after_exec(&entry);
     conv::set_errno(e);
     r
+}
+
+/// `_exit` skips atexit handlers (dash and many shells end with it): the
+/// owner still shuts down cleanly (stdio is not flushed, as `_exit` says).
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    super::shutdown_for_exit();
+    // SAFETY: ending the process.
+    unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    unreachable!("exit_group returned")
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    unsafe { _exit(status) }
 }
 
 /// vfork is fork here: a vfork child shares the owner's memory, and would

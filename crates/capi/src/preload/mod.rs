@@ -395,6 +395,11 @@ extern "C" fn on_exit() {
     shutdown();
 }
 
+/// `_exit` by the owner: shut down without flushing stdio.
+pub fn shutdown_for_exit() {
+    shutdown();
+}
+
 /// Stop serving: stop the mount, wait for calls still running in other
 /// threads, then unmount the engine cleanly. From here on the library
 /// passes every call through.
@@ -405,6 +410,13 @@ fn shutdown() {
         return;
     }
     STATE.store(OFF, Ordering::Release);
+    // A current directory inside the mount would keep it busy: leave it
+    // (the process is exiting, or its next image gets it back by
+    // FERRITE_FDS).
+    if p.cwd_in_pool.load(Ordering::Relaxed) {
+        // SAFETY: a static path.
+        unsafe { real::chdir(c"/".as_ptr()) };
+    }
     let served_alone = inside(|| match p.mount.lock().take() {
         None => true,
         Some(m) => match m.unmount_or_detach() {
@@ -463,6 +475,12 @@ pub fn prepare_exec() -> Option<Vec<u8>> {
         return None;
     }
     let mut list = Vec::new();
+    if p.cwd_in_pool.load(Ordering::Relaxed) {
+        if let Ok(c) = inside(|| PathFs::getcwd(&p.session)) {
+            let hex: String = c.iter().map(|b| format!("{b:02x}")).collect();
+            list.push(format!("cwd,{hex}"));
+        }
+    }
     for (n, path) in p.files.lock().iter() {
         // SAFETY: F_GETFD on our own number.
         let inherited = unsafe { real::fcntl(*n, libc::F_GETFD, 0) } & libc::FD_CLOEXEC == 0;
@@ -504,6 +522,10 @@ pub fn resume_after_exec(entry: &[u8]) {
 /// What `resume_after_exec` hands to `start` (instead of the environment).
 static INHERITED: Mutex<Option<Vec<u8>>> = Mutex::new(None);
 
+fn unhex(hex: &[u8]) -> Option<Vec<u8>> {
+    hex.chunks(2).map(|c| std::str::from_utf8(c).ok().and_then(|s| u8::from_str_radix(s, 16).ok())).collect()
+}
+
 /// Reopen the descriptors the previous program image handed over, at the
 /// numbers it held (their placeholders were inherited, so the numbers are
 /// still ours).
@@ -520,6 +542,14 @@ fn restore_inherited(p: &Preload) {
     unsafe { std::env::remove_var(INHERIT_ENV) };
     for item in value.split(|&b| b == b';').filter(|i| !i.is_empty()) {
         let parts: Vec<&[u8]> = item.splitn(4, |&b| b == b',').collect();
+        if let [b"cwd", hex] = parts[..] {
+            if let Some(path) = unhex(hex) {
+                if inside(|| p.session.chdir(&path)).is_ok() {
+                    p.entered();
+                }
+            }
+            continue;
+        }
         let [n, flags, pos, hex] = parts[..] else { continue };
         let num = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|s| s.parse::<i64>().ok());
         let (Some(n), Some(flags), Some(pos)) = (num(n), num(flags), num(pos)) else { continue };

@@ -1,0 +1,174 @@
+//! Shared harness of the preload tests: where libferrite.so is, a fresh
+//! pool and root per test, running programs under the preload library (and
+//! the same steps on tmpfs, to diff), and checking the pool afterwards.
+//!
+//! A missing external tool skips the test with a message, or fails it when
+//! CI=true (CI must install it).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+pub fn ci() -> bool {
+    std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
+}
+
+fn skip(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIP: {msg}");
+}
+
+/// The target directory of this test binary (target/<profile>).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// libferrite.so as cargo built it for these tests.
+pub fn library() -> PathBuf {
+    let lib = target_dir().join("libferrite.so");
+    assert!(lib.is_file(), "{} is missing: cargo builds it with the crate's tests", lib.display());
+    lib
+}
+
+/// Is `tool` installed? Missing: skip (false), or panic under CI=true.
+pub fn tool(tool: &str) -> bool {
+    let found =
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file())).unwrap_or(false);
+    if found {
+        return true;
+    }
+    if ci() {
+        panic!("`{tool}` is required by this test in CI but is not installed (.ci/run installs it)");
+    }
+    skip(&format!("`{tool}` is not installed"));
+    false
+}
+
+/// Can this process mount FUSE file systems (the owner's mount)?
+pub fn fuse_usable() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("the preload library's mount needs root here");
+        return false;
+    }
+    if std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
+        skip("/dev/fuse cannot be opened");
+        return false;
+    }
+    true
+}
+
+/// One test's pool and root, and a tmpfs directory for the same steps
+/// without Ferrite. Everything is removed on drop.
+pub struct Env {
+    pub pool: PathBuf,
+    pub root: PathBuf,
+    pub tmpfs: PathBuf,
+    pub mount: bool,
+}
+
+impl Env {
+    /// A fresh pool (created by the library on first use) and root.
+    /// `mount`: whether the owner serves the FUSE mount at the root.
+    pub fn new(name: &str, mount: bool) -> Env {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{name}-{}-{n}", std::process::id());
+        let pool = PathBuf::from(format!("/dev/shm/ferrite-preload-{id}.pool"));
+        let root = PathBuf::from(format!("/tmp/ferrite-preload-{id}/root"));
+        let tmpfs = PathBuf::from(format!("/dev/shm/ferrite-preload-{id}-tmpfs"));
+        let _ = std::fs::remove_file(&pool);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&tmpfs).unwrap();
+        Env { pool, root, tmpfs, mount }
+    }
+
+    /// A command run under the preload library with this pool and root.
+    pub fn preloaded(&self, prog: &str) -> Command {
+        let mut c = Command::new(prog);
+        c.env("LD_PRELOAD", library())
+            .env("FERRITE_POOL", &self.pool)
+            .env("FERRITE_ROOT", &self.root)
+            .env("FERRITE_MOUNT", if self.mount { "1" } else { "0" })
+            .env_remove("FERRITE_FDS");
+        c
+    }
+
+    /// The same command without the library (for the tmpfs side).
+    pub fn plain(&self, prog: &str) -> Command {
+        let mut c = Command::new(prog);
+        c.env_remove("LD_PRELOAD");
+        c
+    }
+
+    /// Check the pool as `ferrite fsck` does (on a private view, recovering
+    /// first if it was not unmounted cleanly); panics with the report if it
+    /// is not clean. Returns whether it had been unmounted cleanly.
+    pub fn fsck(&self) -> bool {
+        let pmem = ferrite_pmem::Pmem::open_file_private(&self.pool, 1 << 20, true).expect("open the pool");
+        let sb = engine::read_superblock(&pmem).expect("a Ferrite pool");
+        let clean = sb.state == engine::format::MountState::Clean;
+        let report = engine::fsck::check_private(pmem).expect("check the pool");
+        assert!(report.is_clean(), "fsck found problems:\n{report}");
+        clean
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(dir) = self.root.parent() {
+            // A mount left by a killed owner: detach it before removing.
+            // SAFETY: a NUL-terminated path; umount2 touches nothing else.
+            let c = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes()).unwrap();
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let _ = std::fs::remove_dir_all(&self.tmpfs);
+        let _ = std::fs::remove_file(&self.pool);
+    }
+}
+
+/// Run, require success, and return stdout (stderr is shown on failure).
+pub fn run(c: &mut Command) -> String {
+    let out = c.stdin(Stdio::null()).output().expect("start the program");
+    check(c, &out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn check(c: &Command, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        c,
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Compare two transcripts line by line, with a readable first difference.
+pub fn same(what: &str, tmpfs: &str, ferrite: &str) {
+    if tmpfs == ferrite {
+        return;
+    }
+    let (a, b): (Vec<&str>, Vec<&str>) = (tmpfs.lines().collect(), ferrite.lines().collect());
+    for i in 0..a.len().max(b.len()) {
+        if a.get(i) != b.get(i) {
+            panic!(
+                "{what}: the preload run differs from tmpfs at line {}:\n  tmpfs:   {:?}\n  ferrite: {:?}\n\nfull tmpfs output:\n{tmpfs}\n\nfull ferrite output:\n{ferrite}",
+                i + 1,
+                a.get(i),
+                b.get(i)
+            );
+        }
+    }
+}
+
+/// Replace `dir` in `text` with `DIR`, so two runs in different places compare.
+pub fn relative(text: &str, dir: &Path) -> String {
+    text.replace(&*dir.to_string_lossy(), "DIR")
+}

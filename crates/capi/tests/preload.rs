@@ -1,0 +1,360 @@
+//! The preload library runs unmodified programs on Ferrite, and they see
+//! what they would see on tmpfs: a C program calling every intercepted
+//! function (fortified and 64-bit names included), coreutils, tar, rsync
+//! and Python on trees, sqlite3 and Python's sqlite3 with 100,000 rows in
+//! WAL and DELETE modes, fio with verification (threads and forked jobs;
+//! psync, pvsync2 and mmap engines), git and make through a shell whose
+//! children reach the owner through its mount, and exec handing the pool
+//! (and an inherited descriptor) to the next program. Each program's
+//! output is diffed against the same steps on tmpfs, and the pool is
+//! checked with fsck afterwards (and is clean: every program unmounted it).
+
+mod common;
+
+use common::{relative, run, same, tool, Env};
+use std::path::Path;
+use std::process::Command;
+
+/// Compile crates/capi/tests/c/calls.c with fortification.
+fn build_calls() -> Option<std::path::PathBuf> {
+    if !tool("cc") {
+        return None;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/calls.c");
+    let out = common::target_dir().join(format!("calls-{}", std::process::id()));
+    run(Command::new("cc").args(["-O2", "-D_FORTIFY_SOURCE=2", "-w", "-o"]).arg(&out).arg(&src));
+    Some(out)
+}
+
+fn calls_diff(mount: bool) {
+    let Some(calls) = build_calls() else { return };
+    let env = Env::new(if mount { "calls-mount" } else { "calls" }, mount);
+    if mount && !common::fuse_usable() {
+        return;
+    }
+    let expect = run(env.plain(calls.to_str().unwrap()).arg(&env.tmpfs));
+    let got = run(env.preloaded(calls.to_str().unwrap()).arg(&env.root));
+    let _ = std::fs::remove_file(&calls);
+    same("calls.c", &expect, &got);
+    assert!(env.fsck(), "the program's exit left the pool dirty");
+}
+
+#[test]
+fn every_intercepted_call_matches_tmpfs() {
+    calls_diff(false);
+}
+
+#[test]
+fn every_intercepted_call_matches_tmpfs_with_the_mount() {
+    calls_diff(true);
+}
+
+/// A small tree with files of several sizes, a symlink and a hard link.
+fn make_tree(dir: &Path) {
+    std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+    for i in 0..20usize {
+        let body: Vec<u8> = (0..i * 997).map(|k| (k * 31 + i) as u8).collect();
+        std::fs::write(dir.join(format!("f{i}")), &body).unwrap();
+        std::fs::write(dir.join(format!("sub/g{i}.txt")), format!("line {i}\n").repeat(i)).unwrap();
+    }
+    std::fs::write(dir.join("sub/deeper/big"), vec![7u8; 300_000]).unwrap();
+    std::os::unix::fs::symlink("f3", dir.join("link")).unwrap();
+    std::fs::hard_link(dir.join("f4"), dir.join("hard")).unwrap();
+}
+
+/// What a tree holds: every name with its type, permissions and links, and
+/// the size and checksum of every regular file (directory sizes are the
+/// file system's own business).
+fn describe(env: &Env, preload: bool, dir: &Path) -> String {
+    let script = format!(
+        "cd '{}' && find . -printf '%p %y %m %n\\n' | sort && find . -type f -printf '%p %s\\n' | sort && \
+         find . -type f ! -name '*.tar' | sort | xargs cksum && find . -type l -printf '%p -> %l\\n' | sort",
+        dir.display()
+    );
+    let mut c = if preload { env.preloaded("sh") } else { env.plain("sh") };
+    run(c.arg("-c").arg(script))
+}
+
+/// One step run as its own process (so each one is the owner and serves
+/// its calls in-process), on both sides.
+fn step(env: &Env, base_tmpfs: &Path, base_pool: &Path, args: &[&str]) -> (String, String) {
+    let sub = |b: &Path| -> Vec<String> { args.iter().map(|a| a.replace("@", &b.to_string_lossy())).collect() };
+    let a = sub(base_tmpfs);
+    let b = sub(base_pool);
+    let t = run(env.plain(&a[0]).args(&a[1..]));
+    let f = run(env.preloaded(&b[0]).args(&b[1..]));
+    let (mut t, mut f) = (relative(&t, base_tmpfs), relative(&f, base_pool));
+    if args[0] == "find" {
+        // find lists in directory order, which is the file system's own.
+        let sorted = |s: &str| {
+            let mut v: Vec<&str> = s.lines().collect();
+            v.sort();
+            v.join("\n")
+        };
+        (t, f) = (sorted(&t), sorted(&f));
+    }
+    (t, f)
+}
+
+#[test]
+fn coreutils_tar_rsync_and_python_match_tmpfs() {
+    for t in ["cp", "mv", "rm", "ls", "cat", "dd", "ln", "stat", "find", "du", "touch", "tar", "rsync", "python3"] {
+        if !tool(t) {
+            return;
+        }
+    }
+    // rsync forks its receiver: children reach the pool through the
+    // owner's mount.
+    if !common::fuse_usable() {
+        return;
+    }
+    let env = Env::new("coreutils", true);
+    let src = env.tmpfs.join("src");
+    make_tree(&src);
+    let bt = env.tmpfs.join("t");
+    let bp = env.root.join("t");
+    std::fs::create_dir_all(&bt).unwrap();
+    let src = src.to_string_lossy().into_owned();
+    let steps: Vec<Vec<String>> = vec![
+        vec!["mkdir".into(), "-p".into(), "@".into()],
+        vec!["cp".into(), "-a".into(), src.clone(), "@/copy".into()],
+        vec!["ls".into(), "-R".into(), "@/copy".into()],
+        vec![
+            "ls".into(),
+            "-l".into(),
+            "--time-style=+".into(),
+            "@/copy/f1".into(),
+            "@/copy/link".into(),
+            "@/copy/hard".into(),
+        ],
+        vec!["cat".into(), "@/copy/sub/g5.txt".into(), "@/copy/link".into()],
+        vec!["dd".into(), "if=@/copy/f9".into(), "of=@/copy/dd".into(), "bs=1000".into(), "status=none".into()],
+        vec![
+            "dd".into(),
+            "if=/dev/zero".into(),
+            "of=@/copy/dd".into(),
+            "bs=7".into(),
+            "count=3".into(),
+            "seek=2".into(),
+            "conv=notrunc".into(),
+            "status=none".into(),
+        ],
+        vec!["ln".into(), "@/copy/f5".into(), "@/copy/f5-hard".into()],
+        vec!["ln".into(), "-s".into(), "f1".into(), "@/copy/dlink".into()],
+        vec![
+            "stat".into(),
+            "-c".into(),
+            "%n %F %a %h %s".into(),
+            "@/copy/f5".into(),
+            "@/copy/dlink".into(),
+            "@/copy/f5-hard".into(),
+        ],
+        vec!["touch".into(), "-d".into(), "2001-02-03 04:05:06".into(), "@/copy/f1".into()],
+        vec!["stat".into(), "-c".into(), "%n %Y".into(), "@/copy/f1".into()],
+        vec!["mv".into(), "@/copy/sub".into(), "@/copy/moved".into()],
+        vec!["mv".into(), "@/copy/f2".into(), "@/copy/moved/f2".into()],
+        vec!["find".into(), "@/copy".into(), "-name".into(), "g1*".into()],
+        vec!["du".into(), "-ab".into(), "@/copy/moved/deeper/big".into()],
+        vec!["tar".into(), "cf".into(), "@/t.tar".into(), "-C".into(), "@".into(), "copy".into()],
+        vec!["mkdir".into(), "@/untar".into()],
+        vec!["tar".into(), "xf".into(), "@/t.tar".into(), "-C".into(), "@/untar".into()],
+        vec!["diff".into(), "-r".into(), "@/copy".into(), "@/untar/copy".into()],
+        vec!["rsync".into(), "-a".into(), "@/copy/".into(), "@/rs/".into()],
+        vec!["diff".into(), "-r".into(), "@/copy".into(), "@/rs".into()],
+        vec![
+            "python3".into(),
+            "-c".into(),
+            r#"
+import os, shutil, sys, tempfile
+b = sys.argv[1]
+print(sorted((os.path.relpath(r, b), sorted(d), sorted(f)) for r, d, f in os.walk(b + '/copy')))
+shutil.copytree(b + '/copy', b + '/pycopy', symlinks=True)
+print(sorted(os.listdir(b + '/pycopy')))
+with tempfile.NamedTemporaryFile(dir=b, delete=False) as t:
+    t.write(b'temp')
+    n = t.name
+print(open(n, 'rb').read())
+os.unlink(n)
+d = tempfile.mkdtemp(dir=b)
+print(os.path.isdir(d))
+os.rmdir(d)
+shutil.copyfile(b + '/copy/f7', b + '/f7copy')
+print(os.path.getsize(b + '/f7copy'))
+"#
+            .into(),
+            "@".into(),
+        ],
+        vec!["diff".into(), "-r".into(), "@/copy".into(), "@/pycopy".into()],
+        vec!["rm".into(), "-r".into(), "@/untar".into(), "@/rs".into()],
+        vec!["ls".into(), "@".into()],
+    ];
+    for s in &steps {
+        let args: Vec<&str> = s.iter().map(|a| a.as_str()).collect();
+        let (t, f) = step(&env, &bt, &bp, &args);
+        same(&format!("{args:?}"), &t, &f);
+    }
+    same("the tree", &describe(&env, false, &bt), &describe(&env, true, &bp));
+    assert!(env.fsck(), "the pool was left dirty");
+}
+
+/// 100,000 rows in 100 transactions, then updates, deletes and checks.
+fn sqlite_script(mode: &str) -> String {
+    let mut s = format!("PRAGMA journal_mode={mode};\nCREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT, n INTEGER);\n");
+    for t in 0..100 {
+        s.push_str("BEGIN;\n");
+        for r in 0..1000 {
+            let k = t * 1000 + r;
+            s.push_str(&format!("INSERT INTO t VALUES({k}, 'row {k} {}', {});\n", "x".repeat(k % 50), k % 97));
+        }
+        s.push_str("COMMIT;\n");
+    }
+    s.push_str("BEGIN; UPDATE t SET n = n + 1 WHERE k % 3 = 0; DELETE FROM t WHERE k % 10 = 7; COMMIT;\n");
+    s.push_str("CREATE INDEX tn ON t(n);\nSELECT count(*), sum(n), sum(length(v)) FROM t;\nPRAGMA integrity_check;\n");
+    s
+}
+
+#[test]
+fn sqlite3_wal_and_delete_match_tmpfs() {
+    if !tool("sqlite3") {
+        return;
+    }
+    let env = Env::new("sqlite", false);
+    for mode in ["WAL", "DELETE"] {
+        let script = sqlite_script(mode);
+        let sql = env.tmpfs.join(format!("{mode}.sql"));
+        std::fs::write(&sql, &script).unwrap();
+        let db_t = env.tmpfs.join(format!("{mode}.db"));
+        let db_f = env.root.join(format!("{mode}.db"));
+        let t = run(env.plain("sqlite3").arg(&db_t).arg(format!(".read {}", sql.display())));
+        let f = run(env.preloaded("sqlite3").arg(&db_f).arg(format!(".read {}", sql.display())));
+        same(&format!("sqlite3 {mode}"), &t, &f);
+        assert!(f.contains("\nok\n") || f.ends_with("ok\n"), "integrity_check: {f}");
+        // Reopened by a second process: the same rows.
+        let q = "SELECT count(*), sum(n) FROM t; PRAGMA integrity_check;";
+        same(
+            &format!("sqlite3 {mode} reopened"),
+            &run(env.plain("sqlite3").arg(&db_t).arg(q)),
+            &run(env.preloaded("sqlite3").arg(&db_f).arg(q)),
+        );
+    }
+    assert!(env.fsck());
+}
+
+#[test]
+fn python_sqlite3_matches_tmpfs() {
+    if !tool("python3") {
+        return;
+    }
+    let env = Env::new("pysqlite", false);
+    let prog = r#"
+import sqlite3, sys
+for mode in ('wal', 'delete'):
+    db = sqlite3.connect(sys.argv[1] + '/' + mode + '.db')
+    print(db.execute('pragma journal_mode=' + mode).fetchone())
+    db.execute('create table t(k integer primary key, v text)')
+    for t in range(100):
+        with db:
+            db.executemany('insert into t values(?,?)', ((t * 1000 + r, 'v%d' % (t * 1000 + r)) for r in range(1000)))
+    print(db.execute('select count(*), sum(k) from t').fetchone())
+    print(db.execute('pragma integrity_check').fetchone())
+    db.close()
+"#;
+    let t = run(env.plain("python3").arg("-c").arg(prog).arg(&env.tmpfs));
+    let f = run(env.preloaded("python3").arg("-c").arg(prog).arg(&env.root));
+    same("python sqlite3", &t, &f);
+    assert!(env.fsck());
+}
+
+fn fio_job(env: &Env, dir: &Path, engine: &str, thread: bool, preload: bool) -> String {
+    let mut c = if preload { env.preloaded("fio") } else { env.plain("fio") };
+    c.args([
+        "--name=verify",
+        &format!("--directory={}", dir.display()),
+        &format!("--ioengine={engine}"),
+        "--rw=randwrite",
+        "--bs=4k",
+        "--size=8m",
+        "--numjobs=2",
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--verify_fatal=1",
+        "--output-format=terse",
+        "--group_reporting",
+    ]);
+    if thread {
+        c.arg("--thread");
+    }
+    let out = run(&mut c);
+    // Terse field 5 is the error count of the group.
+    let err = out.split(';').nth(4).unwrap_or("?").to_string();
+    format!("{engine} thread={thread} errors={err}")
+}
+
+#[test]
+fn fio_verifies_with_threads_and_forked_jobs() {
+    if !tool("fio") || !common::fuse_usable() {
+        return;
+    }
+    let env = Env::new("fio", true);
+    for engine in ["psync", "pvsync2", "mmap"] {
+        for thread in [true, false] {
+            let t = fio_job(&env, &env.tmpfs, engine, thread, false);
+            let f = fio_job(&env, &env.root, engine, thread, true);
+            same("fio", &t, &f);
+            assert!(f.ends_with("errors=0"), "{f}");
+        }
+    }
+    assert!(env.fsck(), "fio's exit left the pool dirty");
+}
+
+#[test]
+fn git_and_make_through_a_shell_and_its_children() {
+    for t in ["git", "make", "cc", "sh"] {
+        if !tool(t) {
+            return;
+        }
+    }
+    if !common::fuse_usable() {
+        return;
+    }
+    let env = Env::new("git", true);
+    let script = r#"set -e
+cd "$1"
+mkdir proj && cd proj
+git init -q .
+printf '#include <stdio.h>\nint main(void){puts("built and ran");return 0;}\n' > main.c
+printf 'all: prog\nprog: main.c\n\tcc -o prog main.c\nclean:\n\trm -f prog\n' > Makefile
+git add main.c Makefile
+git -c user.email=t@example.com -c user.name=T commit -q -m one
+echo '# more' >> Makefile
+git -c user.email=t@example.com -c user.name=T commit -q -am two
+git log --format=%s
+git fsck --full 2>&1 | grep -v '^Checking' || true
+git status --short
+make -s
+./prog
+make -s clean
+ls
+"#;
+    let t = run(env.plain("sh").arg("-c").arg(script).arg("sh").arg(&env.tmpfs));
+    let f = run(env.preloaded("sh").arg("-c").arg(script).arg("sh").arg(&env.root));
+    same("git and make", &t, &f);
+    assert!(env.fsck(), "the shell's exit left the pool dirty");
+}
+
+#[test]
+fn exec_hands_the_pool_and_inherited_descriptors_over() {
+    if !tool("sh") || !tool("cat") {
+        return;
+    }
+    let env = Env::new("exec", false);
+    // The shell opens the file itself (descriptor 3), then execs cat, which
+    // inherits it: the new image must reopen it at the same number and
+    // offset, in-process.
+    let script =
+        r#"cd "$1"; printf 'first\nsecond\n' > f; exec 3< f; read -r line <&3; echo "shell read: $line"; exec cat <&3"#;
+    let t = run(env.plain("sh").arg("-c").arg(script).arg("sh").arg(&env.tmpfs));
+    let f = run(env.preloaded("sh").arg("-c").arg(script).arg("sh").arg(&env.root));
+    same("exec", &t, &f);
+    assert!(env.fsck(), "the pool was left dirty after the exec chain");
+}
