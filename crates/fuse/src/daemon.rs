@@ -83,6 +83,12 @@ fn uid_gid() -> (u32, u32) {
 
 /// Open the pool, or create and format it (with `size`) if it does not
 /// exist or is an empty file.
+///
+/// A new pool is made under a temporary name beside it and published with
+/// one rename once it is formatted, so a crash (or a kill) during creation
+/// never leaves a file at `pool` that is not a Ferrite pool; of two
+/// processes creating the same pool at once, one publishes and the other
+/// opens what it published.
 pub fn open_or_create_pool(pool: &Path, cfg: &MountConfig) -> Result<(Ferrite, bool), String> {
     let p = pool.display();
     let empty = match std::fs::metadata(pool) {
@@ -95,26 +101,9 @@ pub fn open_or_create_pool(pool: &Path, cfg: &MountConfig) -> Result<(Ferrite, b
         return Err(format!("{p}: no pool to mount read-only (a read-write mount or `ferrite mkfs` creates one)"));
     }
     if empty {
-        let size = cfg.size.unwrap_or(DEFAULT_POOL_SIZE);
-        if size < MIN_POOL_BYTES {
-            return Err(format!("{p}: size {size} is too small (at least {MIN_POOL_BYTES} bytes)"));
+        if let Some(created) = create_pool(pool, cfg)? {
+            return Ok((created, true));
         }
-        let existed = pool.exists();
-        let pmem = Pmem::create_file(pool, size, MIN_POOL_BYTES)
-            .map_err(|e| format!("{p}: cannot create: {}", pmem_msg(&e)))?;
-        let fs = Ferrite::format(pmem, &FormatOptions::default()).map_err(|e| {
-            if !existed {
-                let _ = std::fs::remove_file(pool);
-            }
-            format!("{p}: cannot format: {}", pool_msg(&e))
-        })?;
-        let (uid, gid) = uid_gid();
-        let owner = (cfg.uid.unwrap_or(uid), cfg.gid.unwrap_or(gid));
-        if owner != (0, 0) {
-            let set = SetAttr { uid: Some(owner.0), gid: Some(owner.1), ..SetAttr::default() };
-            fs.setattr(InodeNo::ROOT, &set).map_err(|e| format!("{p}: cannot set the owner of the root: {e}"))?;
-        }
-        return Ok((fs, true));
     }
     // Read-only: a private copy-on-write view under a shared lock. The pool
     // file is opened read-only and never written, not even by the recovery
@@ -130,6 +119,84 @@ pub fn open_or_create_pool(pool: &Path, cfg: &MountConfig) -> Result<(Ferrite, b
     let fs =
         Ferrite::mount(pmem, &MountOptions::default()).map_err(|e| format!("{p}: cannot mount: {}", pool_msg(&e)))?;
     Ok((fs, false))
+}
+
+/// Create and format a pool at a temporary name beside `pool`, then publish
+/// it there. None: another process published one first (open that).
+fn create_pool(pool: &Path, cfg: &MountConfig) -> Result<Option<Ferrite>, String> {
+    let p = pool.display();
+    let size = cfg.size.unwrap_or(DEFAULT_POOL_SIZE);
+    if size < MIN_POOL_BYTES {
+        return Err(format!("{p}: size {size} is too small (at least {MIN_POOL_BYTES} bytes)"));
+    }
+    let name = pool.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = pool.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    remove_abandoned_creations(dir, &name);
+    let tmp = dir.join(format!(".{name}.creating-{}", std::process::id()));
+    let pmem =
+        Pmem::create_file(&tmp, size, MIN_POOL_BYTES).map_err(|e| format!("{p}: cannot create: {}", pmem_msg(&e)))?;
+    let fs = Ferrite::format(pmem, &FormatOptions::default()).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("{p}: cannot format: {}", pool_msg(&e))
+    });
+    let fs = fs?;
+    let (uid, gid) = uid_gid();
+    let owner = (cfg.uid.unwrap_or(uid), cfg.gid.unwrap_or(gid));
+    if owner != (0, 0) {
+        let set = SetAttr { uid: Some(owner.0), gid: Some(owner.1), ..SetAttr::default() };
+        if let Err(e) = fs.setattr(InodeNo::ROOT, &set) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(format!("{p}: cannot set the owner of the root: {e}"));
+        }
+    }
+    match publish(&tmp, pool) {
+        Ok(()) => Ok(Some(fs)),
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+            // Another process published its pool first: use that one.
+            drop(fs);
+            let _ = std::fs::remove_file(&tmp);
+            Ok(None)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(format!("{p}: cannot create: {}", io_msg(&e)))
+        }
+    }
+}
+
+/// Rename `tmp` to `pool` unless a non-empty file is there (EEXIST); an
+/// empty file at `pool` (made by `touch`, say) is replaced.
+fn publish(tmp: &Path, pool: &Path) -> io::Result<()> {
+    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL));
+    let (from, to) = (c(tmp)?, c(pool)?);
+    // SAFETY: two NUL-terminated paths.
+    let r =
+        unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EEXIST) && std::fs::metadata(pool).map(|m| m.len() == 0).unwrap_or(false) {
+        return std::fs::rename(tmp, pool);
+    }
+    Err(e)
+}
+
+/// Remove temporary pools of `name` whose creating process is gone (it
+/// was killed while formatting).
+fn remove_abandoned_creations(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.creating-");
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(pid) = file.to_str().and_then(|f| f.strip_prefix(&prefix)).and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        if unsafe { libc::kill(pid, 0) } != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// One line of /proc/self/mountinfo.

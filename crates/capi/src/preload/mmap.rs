@@ -379,3 +379,21 @@ pub fn release_fd(p: &Preload, n: c_int) {
         let _ = inside(|| write_back(p, n));
     }
 }
+
+/// In a forked child: close the shadows' memfds (the child's mappings keep
+/// their pages; the child no longer writes back: it is not the owner).
+pub fn close_shadows_in_child() {
+    if SHADOWS.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    if let Some(mut g) = TABLE.try_lock() {
+        if let Some(t) = g.as_mut() {
+            for s in t.shadows.values() {
+                // SAFETY: this child's copy of our memfd.
+                unsafe { libc::syscall(libc::SYS_close, s.memfd) };
+            }
+            t.shadows.clear();
+            t.regions.clear();
+        }
+    }
+}

@@ -64,6 +64,22 @@ pub struct Preload {
     /// The owner's process id: a child made by vfork or clone shares this
     /// memory, and must never shut the owner's engine down.
     pid: libc::pid_t,
+    /// Descriptors the library itself opened (the pool file, /dev/fuse): a
+    /// forked child closes them, so that it neither keeps the pool's lock
+    /// nor keeps the FUSE connection alive after the owner dies.
+    own_fds: Vec<c_int>,
+}
+
+/// The descriptor numbers open in this process (without the one that
+/// lists them).
+fn open_fds() -> Vec<c_int> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
+    let listing = |n: &c_int| {
+        std::fs::read_link(format!("/proc/self/fd/{n}"))
+            .map(|t| t.as_os_str().as_encoded_bytes().ends_with(b"/fd"))
+            .unwrap_or(true)
+    };
+    dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).filter(|n| !listing(n)).collect()
 }
 
 /// Library states, in `STATE`.
@@ -302,19 +318,48 @@ fn start() -> Option<Preload> {
         warn("the pool may not lie under FERRITE_ROOT; the library is off");
         return None;
     }
-    let cfg = ferrite_fuse::options::MountConfig::default();
+    let before = open_fds();
+    let mut cfg = ferrite_fuse::options::MountConfig::default();
+    // FERRITE_SIZE: the size of a pool this process creates (default 1 GiB).
+    if let Some(size) = env("FERRITE_SIZE") {
+        match ferrite_fuse::options::parse_size(&String::from_utf8_lossy(&size)) {
+            Ok(n) => cfg.size = Some(n),
+            Err(e) => {
+                warn(&format!("FERRITE_SIZE: {e}; the library is off"));
+                return None;
+            }
+        }
+    }
     let fs = match ferrite_fuse::daemon::open_or_create_pool(&pool, &cfg) {
         Ok((fs, _)) => Arc::new(fs),
-        Err(e) => {
-            // Held by another process (a `ferrite mount` daemon or another
-            // owner): calls go to the kernel, which reaches it through the
-            // mount. Anything else is worth saying.
-            if !e.contains("already open") && !e.contains("locked") {
-                warn(&format!("{e}; the library is off"));
+        Err(e) if e.contains("already open") => {
+            // Held by another process. With a mount at the root (a `ferrite
+            // mount` daemon, or an owner's own mount) calls go to the kernel,
+            // which reaches that process's engine. Without one, a child of
+            // the owner (FERRITE_OWNER names it) knows what it asked for
+            // (FERRITE_MOUNT=0); anyone else is told.
+            let owner_alive = env("FERRITE_OWNER")
+                .and_then(|v| String::from_utf8_lossy(&v).parse::<libc::pid_t>().ok())
+                // SAFETY: signal 0 only asks whether the process exists.
+                .is_some_and(|pid| unsafe { libc::kill(pid, 0) } == 0);
+            if !is_fuse_mount(&root_path) && !owner_alive {
+                warn(&format!(
+                    "{} is held by another process and {} is not mounted: calls under it go to the directory \
+                     underneath, not to the pool",
+                    pool.display(),
+                    root_path.display()
+                ));
             }
             return None;
         }
+        Err(e) => {
+            warn(&format!("{e}; the library is off"));
+            return None;
+        }
     };
+    // Children learn who owns the pool.
+    // SAFETY: at load, before the program's threads run.
+    unsafe { std::env::set_var("FERRITE_OWNER", std::process::id().to_string()) };
     let session = Session::new(fs.clone());
     session.set_credentials(process_credentials());
     let mount = if env("FERRITE_MOUNT").as_deref() == Some(b"0") { None } else { start_mount(&fs, &root_path, &pool) };
@@ -330,6 +375,7 @@ fn start() -> Option<Preload> {
         files: Mutex::new(HashMap::new()),
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
+        own_fds: open_fds().into_iter().filter(|n| !before.contains(n)).collect(),
     };
     restore_inherited(&p);
     // A process started inside the root has its current directory in the pool.
@@ -341,6 +387,17 @@ fn start() -> Option<Preload> {
         }
     }
     Some(p)
+}
+
+/// Is `dir` the root of a FUSE mount?
+fn is_fuse_mount(dir: &std::path::Path) -> bool {
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: a NUL-terminated path and a zeroed out-structure.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        real::statfs(c.as_ptr(), &mut st) == 0 && st.f_type == FUSE_SUPER_MAGIC
+    }
 }
 
 /// The FUSE mount at the root, served by threads of this process, so that
@@ -585,6 +642,11 @@ extern "C" fn after_fork_child() {
         return;
     };
     STATE.store(OFF, Ordering::Release);
+    for &n in &p.own_fds {
+        // SAFETY: closing this child's copies of the library's descriptors.
+        unsafe { libc::syscall(libc::SYS_close, n) };
+    }
+    mmap::close_shadows_in_child();
     let mounted = p.mount.try_lock().map(|m| m.is_some()).unwrap_or(false);
     let files: Vec<(c_int, Arc<Vec<u8>>)> = match p.files.try_lock() {
         Some(f) => f.iter().map(|(k, v)| (*k, v.clone())).collect(),

@@ -89,11 +89,17 @@ impl Env {
 
     /// A command run under the preload library with this pool and root.
     pub fn preloaded(&self, prog: &str) -> Command {
+        self.preloaded_with(prog, self.mount)
+    }
+
+    /// As `preloaded`, choosing whether the owner serves the mount.
+    pub fn preloaded_with(&self, prog: &str, mount: bool) -> Command {
         let mut c = Command::new(prog);
         c.env("LD_PRELOAD", library())
             .env("FERRITE_POOL", &self.pool)
             .env("FERRITE_ROOT", &self.root)
-            .env("FERRITE_MOUNT", if self.mount { "1" } else { "0" })
+            .env("FERRITE_MOUNT", if mount { "1" } else { "0" })
+            .env("FERRITE_SIZE", "64M")
             .env_remove("FERRITE_FDS");
         c
     }
@@ -109,12 +115,34 @@ impl Env {
     /// first if it was not unmounted cleanly); panics with the report if it
     /// is not clean. Returns whether it had been unmounted cleanly.
     pub fn fsck(&self) -> bool {
-        let pmem = ferrite_pmem::Pmem::open_file_private(&self.pool, 1 << 20, true).expect("open the pool");
+        self.fsck_if_made().expect("the pool was never created")
+    }
+
+    /// As `fsck`; None if there is no pool (a program killed before it
+    /// finished creating one leaves none: creation publishes it whole).
+    pub fn fsck_if_made(&self) -> Option<bool> {
+        if !self.pool.exists() {
+            return None;
+        }
+        // A killed owner's forked children hold its descriptors for the
+        // moment between fork and the library's fork handler (which closes
+        // them): wait for them a little.
+        let mut tries = 0;
+        let pmem = loop {
+            match ferrite_pmem::Pmem::open_file_private(&self.pool, 1 << 20, true) {
+                Ok(p) => break p,
+                Err(ferrite_pmem::PmemError::AlreadyOpen) if tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("open the pool: {e:?}; processes holding it: {:?}", holders(&self.pool)),
+            }
+        };
         let sb = engine::read_superblock(&pmem).expect("a Ferrite pool");
         let clean = sb.state == engine::format::MountState::Clean;
         let report = engine::fsck::check_private(pmem).expect("check the pool");
         assert!(report.is_clean(), "fsck found problems:\n{report}");
-        clean
+        Some(clean)
     }
 }
 
@@ -171,4 +199,24 @@ pub fn same(what: &str, tmpfs: &str, ferrite: &str) {
 /// Replace `dir` in `text` with `DIR`, so two runs in different places compare.
 pub fn relative(text: &str, dir: &Path) -> String {
     text.replace(&*dir.to_string_lossy(), "DIR")
+}
+
+/// The processes (pid and command line) that have `path` open.
+pub fn holders(path: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+    for p in procs.flatten() {
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
+        for f in fds.flatten() {
+            if std::fs::read_link(f.path()).map(|t| t == path).unwrap_or(false) {
+                let cmd = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+                out.push(format!(
+                    "{} {}",
+                    p.file_name().to_string_lossy(),
+                    String::from_utf8_lossy(&cmd).replace('\0', " ")
+                ));
+            }
+        }
+    }
+    out
 }
