@@ -35,12 +35,31 @@ fn next(state: &mut u64) -> u64 {
     state.wrapping_mul(0x2545_f491_4f6c_dd1d)
 }
 
-/// Start `c`, let it run for `delay`, kill it with SIGKILL and reap it.
+/// Start `c` in a process group of its own, let it run for `delay`, kill
+/// the owner with SIGKILL and reap it, then kill what it forked (fio's jobs
+/// wait for a dead parent forever).
 fn kill_after(c: &mut Command, delay: Duration) {
-    let mut child = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start");
+    use std::os::unix::process::CommandExt;
+    let mut child = c.stdout(Stdio::null()).stderr(Stdio::null()).process_group(0).spawn().expect("start");
     std::thread::sleep(delay);
     let _ = child.kill();
     let _ = child.wait();
+    // SAFETY: signalling the process group we created.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+}
+
+/// Kill every process whose command line mentions `marker` (fio's jobs
+/// start sessions of their own, out of the process group).
+fn kill_mentioning(marker: &str) {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return };
+    for p in procs.flatten() {
+        let Ok(pid) = p.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let cmd = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains(marker) {
+            // SAFETY: signalling a process of this test.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
 }
 
 /// Every tenth round the owner serves the mount too.
@@ -145,6 +164,7 @@ fn fio_killed_mid_write() {
             c.arg("--thread");
         }
         kill_after(&mut c, delay);
+        kill_mentioning(&env.root.to_string_lossy());
         env.fsck_if_made();
     }
     // A last full run with verification on the recovered pool.

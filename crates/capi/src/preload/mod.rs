@@ -68,6 +68,9 @@ pub struct Preload {
     /// forked child closes them, so that it neither keeps the pool's lock
     /// nor keeps the FUSE connection alive after the owner dies.
     own_fds: Vec<c_int>,
+    /// The pool file's inode number: a forked child unmaps the pool (a
+    /// mapping keeps the open file, and so its lock, alive).
+    pool_ino: u64,
 }
 
 /// The descriptor numbers open in this process (without the one that
@@ -376,6 +379,7 @@ fn start() -> Option<Preload> {
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
         own_fds: open_fds().into_iter().filter(|n| !before.contains(n)).collect(),
+        pool_ino: std::fs::metadata(&pool).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0),
     };
     restore_inherited(&p);
     // A process started inside the root has its current directory in the pool.
@@ -647,6 +651,7 @@ extern "C" fn after_fork_child() {
         unsafe { libc::syscall(libc::SYS_close, n) };
     }
     mmap::close_shadows_in_child();
+    unmap_pool(p.pool_ino);
     let mounted = p.mount.try_lock().map(|m| m.is_some()).unwrap_or(false);
     let files: Vec<(c_int, Arc<Vec<u8>>)> = match p.files.try_lock() {
         Some(f) => f.iter().map(|(k, v)| (*k, v.clone())).collect(),
@@ -658,6 +663,50 @@ extern "C" fn after_fork_child() {
             continue;
         }
         reopen_through_mount(p, fd, &path);
+    }
+}
+
+/// Unmap every mapping of the file with inode `ino` (the pool, in a forked
+/// child). Reads /proc/self/maps with raw system calls only: the child of
+/// a multi-threaded parent may only call async-signal-safe functions.
+fn unmap_pool(ino: u64) {
+    if ino == 0 {
+        return;
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    // SAFETY: raw open/read/close of /proc/self/maps into our buffer.
+    let n = unsafe {
+        let fd = libc::syscall(libc::SYS_open, c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) as c_int;
+        if fd < 0 {
+            return;
+        }
+        let mut used = 0usize;
+        loop {
+            let k = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr().add(used), buf.len() - used);
+            if k <= 0 {
+                break;
+            }
+            used += k as usize;
+            if used == buf.len() {
+                break;
+            }
+        }
+        libc::syscall(libc::SYS_close, fd);
+        used
+    };
+    for line in buf[..n].split(|&b| b == b'\n') {
+        // "start-end perms offset dev inode path"
+        let mut f = line.split(|&b| b == b' ').filter(|x| !x.is_empty());
+        let (Some(range), _, _, _, Some(inode)) = (f.next(), f.next(), f.next(), f.next(), f.next()) else { continue };
+        if std::str::from_utf8(inode).ok().and_then(|s| s.parse::<u64>().ok()) != Some(ino) {
+            continue;
+        }
+        let Some(dash) = range.iter().position(|&b| b == b'-') else { continue };
+        let hex = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|s| usize::from_str_radix(s, 16).ok());
+        if let (Some(start), Some(end)) = (hex(&range[..dash]), hex(&range[dash + 1..])) {
+            // SAFETY: unmapping the pool in a child that never touches it.
+            unsafe { libc::syscall(libc::SYS_munmap, start, end - start) };
+        }
     }
 }
 

@@ -135,7 +135,11 @@ impl Env {
                     tries += 1;
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
-                Err(e) => panic!("open the pool: {e:?}; processes holding it: {:?}", holders(&self.pool)),
+                Err(e) => panic!(
+                    "open the pool: {e:?}; processes holding it: {:?}; /proc/locks:\n{}",
+                    holders(&self.pool),
+                    std::fs::read_to_string("/proc/locks").unwrap_or_default()
+                ),
             }
         };
         let sb = engine::read_superblock(&pmem).expect("a Ferrite pool");
