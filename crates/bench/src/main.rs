@@ -330,7 +330,9 @@ fn run(args: &Args) -> io::Result<()> {
     let wall = started.elapsed().as_secs_f64();
     let load_end = loadavg();
 
-    let goals = report::evaluate(&results, args.quick);
+    let mut goals = report::evaluate(&results, args.quick);
+    let with_preload = target_info.iter().any(|(t, _)| t == "preload");
+    let preload_goals = if with_preload { report::evaluate_preload(&results, args.quick) } else { Vec::new() };
     let mut body = String::new();
     let _ = writeln!(body, "## Results\n");
     let _ = writeln!(
@@ -343,6 +345,11 @@ fn run(args: &Args) -> io::Result<()> {
     body.push_str(&report::markdown_tables(&results));
     let _ = writeln!(body, "\n## Summary against the goals of issue 4\n");
     body.push_str(&report::summary_markdown(&goals));
+    if with_preload {
+        let _ = writeln!(body, "\n## Summary against the goals of issue 9 (preload library)\n");
+        body.push_str(&report::summary_markdown(&preload_goals));
+    }
+    goals.extend(preload_goals);
     if !errors.is_empty() {
         let _ = writeln!(body, "\n## Errors\n");
         for e in &errors {

@@ -374,14 +374,37 @@ pub struct GoalResult {
     pub note: String,
 }
 
+/// The benchmark goals of issue 9 for the preload library (judged on the
+/// `preload` target; the SQLite goals are measured by
+/// `scripts/bench-preload.sh`).
+pub fn preload_goals() -> Vec<Goal> {
+    use GoalKind::*;
+    let r = |text, workload, metric, other, at_least| Goal { text, workload, metric, kind: Ratio { other, at_least } };
+    vec![
+        r("preload: random 4 KiB write ≥ 1.5× tmpfs ops/s", "randwrite-4k", "ops_per_s", "tmpfs", 1.5),
+        r("preload: random 4 KiB read ≥ 1.5× tmpfs ops/s", "randread-4k", "ops_per_s", "tmpfs", 1.5),
+        r("preload: create ≥ 1× tmpfs", "dirops", "create_us", "tmpfs", 1.0),
+        r("preload: unlink ≥ 1× tmpfs", "dirops", "unlink_us", "tmpfs", 1.0),
+    ]
+}
+
+/// The goals of issue 4, judged on the `ferrite` target.
 pub fn evaluate(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
-    goals()
-        .into_iter()
+    evaluate_goals(goals(), "ferrite", results, quick)
+}
+
+/// The goals of issue 9, judged on the `preload` target.
+pub fn evaluate_preload(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
+    evaluate_goals(preload_goals(), "preload", results, quick)
+}
+
+fn evaluate_goals(list: Vec<Goal>, subject: &str, results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
+    list.into_iter()
         .map(|g| {
             let w = results.iter().find(|w| w.name == g.workload);
             let (value, threshold, met, ceiling) = match g.kind {
                 GoalKind::Ratio { other, at_least } => {
-                    let v = w.and_then(|w| w.ratio_spread("ferrite", other, g.metric));
+                    let v = w.and_then(|w| w.ratio_spread(subject, other, g.metric));
                     let c = if other == "hw-limit" {
                         None
                     } else {
@@ -390,14 +413,14 @@ pub fn evaluate(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
                     (v, format!("≥ {}", fmt_ratio(at_least)), v.map(|s| s.median >= at_least), c)
                 }
                 GoalKind::AtMost { at_most } => {
-                    let v = w.and_then(|w| w.spread("ferrite", g.metric));
+                    let v = w.and_then(|w| w.spread(subject, g.metric));
                     let c = w.and_then(|w| w.spread("hw-limit", g.metric));
                     (v, format!("≤ {at_most}"), v.map(|s| s.median <= at_most), c)
                 }
             };
             let mut note = String::new();
             if g.workload == "remount" {
-                if let Some(s) = w.and_then(|w| w.spread("ferrite", "clean_first_ms")) {
+                if let Some(s) = w.and_then(|w| w.spread(subject, "clean_first_ms")) {
                     note = format!("mount + first stat: {} ms", fmt_value("ms", s.median));
                 }
             }
