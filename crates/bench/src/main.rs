@@ -12,6 +12,7 @@ mod ext4;
 mod filebench;
 mod fuse;
 mod plot;
+mod preload;
 mod report;
 mod scratch;
 mod stats;
@@ -34,7 +35,7 @@ use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, Remount, Wo
     name = "ferrite-bench",
     about = "Benchmark Ferrite against tmpfs, ext4 and the hardware limit, side by side",
     after_help = "Workload groups: fio, sizes, fsync, mix, threads, meta, filebench, remount (or `all`).\n\
-                  Targets: ferrite, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-direct."
+                  Targets: ferrite, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-direct, preload."
 )]
 struct Args {
     /// Short run (CI smoke test): scaled-down counts, 2 rounds, under 2 minutes.
@@ -60,7 +61,8 @@ struct Args {
     #[arg(long, default_value = "/dev/shm", value_name = "DIR")]
     dir: PathBuf,
     /// Targets, comma-separated. ext4 and ext4-journal need root (skipped
-    /// with a message otherwise); fuse and fuse-direct need root and /dev/fuse.
+    /// with a message otherwise); fuse and fuse-direct need root and /dev/fuse;
+    /// preload needs libferrite.so (`cargo build --release -p ferrite-c`).
     #[arg(long, value_delimiter = ',', default_value = "ferrite,tmpfs,ext4,ext4-journal,hw-limit")]
     targets: Vec<String>,
     /// Workloads or groups of workloads, comma-separated (`--list` shows them).
@@ -85,6 +87,9 @@ struct Args {
     /// Pin the process to this CPU (threads of 2-thread workloads too).
     #[arg(long)]
     cpu: Option<usize>,
+    /// Internal: run as the preload target's child process (see preload.rs).
+    #[arg(long, hide = true)]
+    preload_child: bool,
 }
 
 /// Counts of one mode.
@@ -218,6 +223,9 @@ fn run(args: &Args) -> io::Result<()> {
             return Err(io::Error::other(format!("unknown workload or group {n:?} (see --list)")));
         }
     }
+    if args.preload_child {
+        return preload::serve(&all);
+    }
     let workloads: Vec<&dyn Workload> = all.iter().map(|w| w.as_ref()).filter(|w| selected(*w)).collect();
     if args.list {
         for w in &all {
@@ -255,6 +263,7 @@ fn run(args: &Args) -> io::Result<()> {
             "fuse" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, false)?),
             "fuse-direct" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, true)?),
             "hw-limit" => Box::new(HwLimit::new(&args.dir, ring)?),
+            "preload" => Box::new(preload::PreloadTarget::new(&args.dir, pool_len, args.quick)?),
             other => return Err(io::Error::other(format!("unknown target {other:?}"))),
         };
         targets.push(t);
@@ -321,7 +330,9 @@ fn run(args: &Args) -> io::Result<()> {
     let wall = started.elapsed().as_secs_f64();
     let load_end = loadavg();
 
-    let goals = report::evaluate(&results, args.quick);
+    let mut goals = report::evaluate(&results, args.quick);
+    let with_preload = target_info.iter().any(|(t, _)| t == "preload");
+    let preload_goals = if with_preload { report::evaluate_preload(&results, args.quick) } else { Vec::new() };
     let mut body = String::new();
     let _ = writeln!(body, "## Results\n");
     let _ = writeln!(
@@ -334,6 +345,11 @@ fn run(args: &Args) -> io::Result<()> {
     body.push_str(&report::markdown_tables(&results));
     let _ = writeln!(body, "\n## Summary against the goals of issue 4\n");
     body.push_str(&report::summary_markdown(&goals));
+    if with_preload {
+        let _ = writeln!(body, "\n## Summary against the goals of issue 9 (preload library)\n");
+        body.push_str(&report::summary_markdown(&preload_goals));
+    }
+    goals.extend(preload_goals);
     if !errors.is_empty() {
         let _ = writeln!(body, "\n## Errors\n");
         for e in &errors {
@@ -410,7 +426,11 @@ fn run_workload(
     };
     let mut prepared: Vec<Option<Box<dyn Prepared + '_>>> = Vec::new();
     for t in targets {
-        prepared.push(match w.prepare(t.as_ref()) {
+        let p = match t.remote() {
+            Some(r) => r.prepare_remote(w.name()),
+            None => w.prepare(t.as_ref()),
+        };
+        prepared.push(match p {
             Ok(Some(p)) => {
                 if let Some(d) = p.describe() {
                     notes.push(format!("{}: {d}", t.name()));
@@ -461,6 +481,9 @@ fn run_workload(
     if accounting && w.accounting() != Accounting::None {
         for i in 0..n {
             let t = targets[i].as_ref();
+            if t.remote().is_some() {
+                continue; // nothing to count from here
+            }
             let Some(p) = prepared[i].as_mut().filter(|_| !failed[i]) else { continue };
             let res = t.accounting_begin().and_then(|()| {
                 let out = p.run(seed_of(u64::MAX - 1));

@@ -151,9 +151,23 @@ fn unit_label(unit: &str) -> &str {
     }
 }
 
-/// Targets ferrite is compared with, in the order of the run.
-fn others(targets: &[String]) -> Vec<&String> {
-    targets.iter().filter(|t| *t != "ferrite").collect()
+/// Targets whose ratios to the others are shown: the engine linked in, and
+/// the engine through the preload library.
+const SUBJECTS: [&str; 2] = ["ferrite", "preload"];
+
+/// The (subject, other) pairs that get a ratio column, in the order of the
+/// run: ferrite vs every other target, then preload vs every other target
+/// but ferrite (that one is already there, inverted).
+fn pairs(targets: &[String]) -> Vec<(&str, &str)> {
+    let mut v = Vec::new();
+    for a in SUBJECTS.iter().filter(|a| targets.iter().any(|t| t == *a)) {
+        for b in targets {
+            if b != a && !(*a == "preload" && b == "ferrite") {
+                v.push((*a, b.as_str()));
+            }
+        }
+    }
+    v
 }
 
 /// The results as Markdown tables, one per group: medians over rounds in
@@ -170,19 +184,17 @@ pub fn markdown_tables(results: &[WorkloadResult]) -> String {
     for g in groups {
         let rs: Vec<&WorkloadResult> = results.iter().filter(|w| w.group == g).collect();
         let targets = &rs[0].targets;
-        let has_ferrite = targets.iter().any(|t| t == "ferrite");
+        let pairs = pairs(targets);
         let _ = writeln!(out, "\n#### {}\n", group_title(g));
         out.push_str("| workload | metric |");
         for t in targets {
             let _ = write!(out, " {t} |");
         }
-        if has_ferrite {
-            for o in others(targets) {
-                let _ = write!(out, " ferrite vs {o} |");
-            }
+        for (a, b) in &pairs {
+            let _ = write!(out, " {a} vs {b} |");
         }
         out.push_str("\n|---|---|");
-        let ncols = targets.len() + if has_ferrite { others(targets).len() } else { 0 };
+        let ncols = targets.len() + pairs.len();
         for _ in 0..ncols {
             out.push_str("---:|");
         }
@@ -197,15 +209,12 @@ pub fn markdown_tables(results: &[WorkloadResult]) -> String {
                         .map_or("n/a".to_string(), |s| fmt_spread(s, |v| fmt_value(m.unit, v)));
                     let _ = write!(out, " {cell} |");
                 }
-                if let (true, Some(f)) = (has_ferrite, w.target_ix("ferrite")) {
-                    for o in others(targets) {
-                        let oi = w.target_ix(o).unwrap();
-                        let cell = w
-                            .ratios(f, oi, mi)
-                            .and_then(|r| Spread::of(&r))
-                            .map_or("–".to_string(), |s| fmt_spread(s, fmt_ratio));
-                        let _ = write!(out, " {cell} |");
-                    }
+                for (a, b) in &pairs {
+                    let cell = w
+                        .ratios(w.target_ix(a).unwrap(), w.target_ix(b).unwrap(), mi)
+                        .and_then(|r| Spread::of(&r))
+                        .map_or("–".to_string(), |s| fmt_spread(s, fmt_ratio));
+                    let _ = write!(out, " {cell} |");
                 }
                 out.push('\n');
             }
@@ -214,10 +223,8 @@ pub fn markdown_tables(results: &[WorkloadResult]) -> String {
                 for v in &vals {
                     let _ = write!(out, " {} |", v.map_or("n/a".to_string(), |v| fmt_value("", v)));
                 }
-                if has_ferrite {
-                    for _ in others(targets) {
-                        out.push_str(" |");
-                    }
+                for _ in &pairs {
+                    out.push_str(" |");
                 }
                 out.push('\n');
             }
@@ -278,13 +285,10 @@ pub fn write_csv(path: &Path, mode: &str, results: &[WorkloadResult]) -> io::Res
                     }
                 }
             }
-            if let Some(fi) = w.target_ix("ferrite") {
-                for o in others(&w.targets) {
-                    let oi = w.target_ix(o).unwrap();
-                    if let Some(rs) = w.ratios(fi, oi, mi) {
-                        for (r, v) in rs.iter().enumerate() {
-                            writeln!(f, "{mode},{},{},x,higher,ferrite/{o},{r},{v},{params}", w.name, m.key)?;
-                        }
+            for (a, b) in pairs(&w.targets) {
+                if let Some(rs) = w.ratios(w.target_ix(a).unwrap(), w.target_ix(b).unwrap(), mi) {
+                    for (r, v) in rs.iter().enumerate() {
+                        writeln!(f, "{mode},{},{},x,higher,{a}/{b},{r},{v},{params}", w.name, m.key)?;
                     }
                 }
             }
@@ -370,14 +374,37 @@ pub struct GoalResult {
     pub note: String,
 }
 
+/// The benchmark goals of issue 9 for the preload library (judged on the
+/// `preload` target; the SQLite goals are measured by
+/// `scripts/bench-preload.sh`).
+pub fn preload_goals() -> Vec<Goal> {
+    use GoalKind::*;
+    let r = |text, workload, metric, other, at_least| Goal { text, workload, metric, kind: Ratio { other, at_least } };
+    vec![
+        r("preload: random 4 KiB write ≥ 1.5× tmpfs ops/s", "randwrite-4k", "ops_per_s", "tmpfs", 1.5),
+        r("preload: random 4 KiB read ≥ 1.5× tmpfs ops/s", "randread-4k", "ops_per_s", "tmpfs", 1.5),
+        r("preload: create ≥ 1× tmpfs", "dirops", "create_us", "tmpfs", 1.0),
+        r("preload: unlink ≥ 1× tmpfs", "dirops", "unlink_us", "tmpfs", 1.0),
+    ]
+}
+
+/// The goals of issue 4, judged on the `ferrite` target.
 pub fn evaluate(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
-    goals()
-        .into_iter()
+    evaluate_goals(goals(), "ferrite", results, quick)
+}
+
+/// The goals of issue 9, judged on the `preload` target.
+pub fn evaluate_preload(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
+    evaluate_goals(preload_goals(), "preload", results, quick)
+}
+
+fn evaluate_goals(list: Vec<Goal>, subject: &str, results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
+    list.into_iter()
         .map(|g| {
             let w = results.iter().find(|w| w.name == g.workload);
             let (value, threshold, met, ceiling) = match g.kind {
                 GoalKind::Ratio { other, at_least } => {
-                    let v = w.and_then(|w| w.ratio_spread("ferrite", other, g.metric));
+                    let v = w.and_then(|w| w.ratio_spread(subject, other, g.metric));
                     let c = if other == "hw-limit" {
                         None
                     } else {
@@ -386,14 +413,14 @@ pub fn evaluate(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
                     (v, format!("≥ {}", fmt_ratio(at_least)), v.map(|s| s.median >= at_least), c)
                 }
                 GoalKind::AtMost { at_most } => {
-                    let v = w.and_then(|w| w.spread("ferrite", g.metric));
+                    let v = w.and_then(|w| w.spread(subject, g.metric));
                     let c = w.and_then(|w| w.spread("hw-limit", g.metric));
                     (v, format!("≤ {at_most}"), v.map(|s| s.median <= at_most), c)
                 }
             };
             let mut note = String::new();
             if g.workload == "remount" {
-                if let Some(s) = w.and_then(|w| w.spread("ferrite", "clean_first_ms")) {
+                if let Some(s) = w.and_then(|w| w.spread(subject, "clean_first_ms")) {
                     note = format!("mount + first stat: {} ms", fmt_value("ms", s.median));
                 }
             }
@@ -565,19 +592,11 @@ pub fn write_json(path: &Path, info: &RunInfo, results: &[WorkloadResult], goals
             }
             o.push_str("}, \"ratios\": {");
             let mut first = true;
-            if let Some(fi) = w.target_ix("ferrite") {
-                for other in others(&w.targets) {
-                    let oi = w.target_ix(other).unwrap();
-                    let s = w.ratios(fi, oi, mi).and_then(|r| Spread::of(&r));
-                    let _ = write!(
-                        o,
-                        "{}{}: {}",
-                        if first { "" } else { ", " },
-                        json_str(&format!("ferrite/{other}")),
-                        json_spread(s)
-                    );
-                    first = false;
-                }
+            for (a, b) in pairs(&w.targets) {
+                let s = w.ratios(w.target_ix(a).unwrap(), w.target_ix(b).unwrap(), mi).and_then(|r| Spread::of(&r));
+                let _ =
+                    write!(o, "{}{}: {}", if first { "" } else { ", " }, json_str(&format!("{a}/{b}")), json_spread(s));
+                first = false;
             }
             let _ = writeln!(o, "}}}}{}", if mi + 1 < w.metrics.len() { "," } else { "" });
         }

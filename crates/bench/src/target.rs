@@ -37,6 +37,11 @@ pub struct FileId(pub u64);
 pub struct TPath(Vec<u8>);
 
 impl TPath {
+    /// A path kept as given (targets that take it verbatim).
+    pub fn from_bytes(b: &[u8]) -> TPath {
+        TPath(b.to_vec())
+    }
+
     /// The path as a C string pointer (kernel targets keep a trailing NUL).
     fn c(&self) -> *const libc::c_char {
         debug_assert_eq!(self.0.last(), Some(&0), "not a kernel path");
@@ -150,6 +155,19 @@ pub trait Target: Sync {
     fn remount_probe(&self, _files: usize) -> io::Result<Option<Box<dyn RemountProbe>>> {
         Ok(None)
     }
+    /// Targets whose workloads run in another process (the preload
+    /// target): `run_workload` prepares each workload through this instead
+    /// of calling [`Workload::prepare`](crate::workload::Workload::prepare)
+    /// on the target, and skips the accounting pass.
+    fn remote(&self) -> Option<&dyn Remote> {
+        None
+    }
+}
+
+/// A target that prepares and runs workloads elsewhere, by name.
+pub trait Remote: Sync {
+    /// Prepare workload `name` there; `None` if it does not apply.
+    fn prepare_remote(&self, name: &str) -> io::Result<Option<Box<dyn crate::workload::Prepared + '_>>>;
 }
 
 fn short(what: &str, done: usize, want: usize) -> io::Error {

@@ -13,6 +13,14 @@ fn ext4_possible() -> bool {
     root && mkfs && Path::new("/dev/loop-control").exists()
 }
 
+fn preload_lib_built() -> bool {
+    if std::env::var_os("FERRITE_PRELOAD_LIB").is_some_and(|p| Path::new(&p).is_file()) {
+        return true;
+    }
+    let exe = Path::new(env!("CARGO_BIN_EXE_ferrite-bench"));
+    exe.parent().is_some_and(|d| d.join("libferrite.so").is_file())
+}
+
 struct TempDir(PathBuf);
 
 impl Drop for TempDir {
@@ -60,6 +68,14 @@ fn quick_mode_completes_with_sane_outputs() {
     if ext4_possible() {
         targets.extend(["ext4", "ext4-journal"]);
     }
+    // The preload target needs libferrite.so next to the binary (a build of
+    // the whole workspace, or `cargo build -p ferrite-c`, makes it).
+    let preload = preload_lib_built();
+    if preload {
+        targets.push("preload");
+    } else {
+        eprintln!("quick test: libferrite.so not built next to ferrite-bench: the preload target is skipped");
+    }
     let res = Command::new(env!("CARGO_BIN_EXE_ferrite-bench"))
         .arg("--quick")
         .arg("--targets")
@@ -87,6 +103,7 @@ fn quick_mode_completes_with_sane_outputs() {
     let mut lines = csv.lines();
     assert_eq!(lines.next(), Some("mode,workload,metric,unit,better,target,round,value,params"));
     let mut seen = std::collections::HashSet::new();
+    let mut seen_preload = std::collections::HashSet::new();
     for line in lines {
         let f: Vec<&str> = line.splitn(9, ',').collect();
         assert_eq!(f.len(), 9, "bad CSV row {line}");
@@ -95,12 +112,21 @@ fn quick_mode_completes_with_sane_outputs() {
         if f[5] == "ferrite" {
             assert!(v.is_finite() && v > 0.0, "insane Ferrite figure: {line}");
             seen.insert(f[1].to_string());
+        } else if f[5] == "preload" && f[1] != "remount" {
+            assert!(v.is_finite() && v > 0.0, "insane preload figure: {line}");
+            seen_preload.insert(f[1].to_string());
         } else if f[2] != "recovery_ms" && !f[2].starts_with("crash_") {
             assert!(v.is_finite() && v >= 0.0, "insane figure: {line}");
         }
     }
     for w in WORKLOADS {
         assert!(seen.contains(w), "no Ferrite figures for {w}");
+        if preload && w != "remount" {
+            assert!(seen_preload.contains(w), "no preload figures for {w}");
+        }
+    }
+    if preload {
+        assert!(md.contains("## Summary against the goals of issue 9 (preload library)"));
     }
 
     // JSON: no errors, the summary present.
