@@ -25,9 +25,10 @@ const LINE: usize = CACHE_LINE as usize;
 enum Backing {
     /// `std::alloc` memory allocated with this layout.
     Heap { layout: Layout },
-    /// A `MAP_SHARED` mapping of `file`, which also holds the advisory lock.
+    /// A mapping of `file` (`MAP_SHARED`, or `MAP_PRIVATE` for a private
+    /// view), which also holds the advisory lock.
     #[cfg(unix)]
-    File { file: File },
+    File { file: File, shared: bool },
 }
 
 /// A contiguous range of pool memory.
@@ -196,6 +197,30 @@ impl Region {
         v
     }
 
+    /// Fill the page tables of a shared file mapping (pages already in the
+    /// file are mapped without a fault at their first touch); nothing for
+    /// heap memory or a private view (where it would copy every page).
+    /// `chunk` bytes at a time (whole pages), calling `more` between chunks:
+    /// it returns false to stop early.
+    pub(crate) fn prefault(&self, chunk: usize, more: &mut dyn FnMut() -> bool) {
+        #[cfg(target_os = "linux")]
+        if let Backing::File { shared: true, .. } = self.backing {
+            const MADV_POPULATE_WRITE: libc::c_int = 23;
+            let chunk = chunk.max(PAGE as usize).next_multiple_of(PAGE as usize);
+            let mut at = 0;
+            while at < self.len && more() {
+                let n = chunk.min(self.len - at);
+                // SAFETY: advice on a part of the mapping this region owns
+                // (`at + n <= len`, page aligned); populating faults pages
+                // in without changing a byte.
+                unsafe { libc::madvise(self.base.as_ptr().add(at).cast(), n, MADV_POPULATE_WRITE) };
+                at += n;
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (chunk, more);
+    }
+
     /// msync of a file mapping (MS_SYNC); nothing for heap memory.
     pub(crate) fn msync(&self) -> io::Result<()> {
         match &self.backing {
@@ -228,7 +253,7 @@ impl Drop for Region {
                 unsafe { std::alloc::dealloc(self.base.as_ptr(), *layout) }
             }
             #[cfg(unix)]
-            Backing::File { file } => {
+            Backing::File { file, .. } => {
                 use std::os::fd::AsRawFd;
                 // Unmap first, then unlock; the file (and so the descriptor)
                 // is closed when the field is dropped right after this.
@@ -367,7 +392,11 @@ mod file_impl {
         let len = len as usize;
         let (base, map_sync) = map(&file, len, path)?;
         let domain = domain(&file, map_sync);
-        Ok(FileMapping { region: Region { base, len, backing: Backing::File { file } }, map_sync, domain })
+        Ok(FileMapping {
+            region: Region { base, len, backing: Backing::File { file, shared: true } },
+            map_sync,
+            domain,
+        })
     }
 
     /// Reserves the file's blocks so that a store into the mapping cannot
@@ -466,7 +495,7 @@ mod file_impl {
         })?;
         let base = mmap(&file, len as usize, libc::MAP_PRIVATE).map_err(|e| ctx(e, "map pool file privately", path))?;
         Ok(FileMapping {
-            region: Region { base, len: len as usize, backing: Backing::File { file } },
+            region: Region { base, len: len as usize, backing: Backing::File { file, shared: false } },
             map_sync: false,
             domain: PersistenceDomain::Heap,
         })

@@ -460,6 +460,16 @@ impl Pmem {
         }
     }
 
+    /// Fill the page tables of an opened pool, so that its pages do not
+    /// fault one by one at first touch (about a microsecond each in a VM).
+    /// It takes tens of milliseconds per GiB: callers that must not wait run
+    /// it on a thread of its own. It works `chunk_bytes` at a time and asks
+    /// `more` before each chunk whether to go on. A private view or a heap
+    /// pool is left alone.
+    pub fn prefault(&self, chunk_bytes: usize, more: &mut dyn FnMut() -> bool) {
+        self.region.prefault(chunk_bytes, more);
+    }
+
     /// msync of the whole mapping, so a `PageCache` pool survives power loss
     /// (at clean unmount or fsync). Harmless for the other file domains; a
     /// no-op for heap pools.

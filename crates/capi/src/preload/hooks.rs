@@ -46,6 +46,12 @@ fn ours(fd: c_int) -> Option<&'static Preload> {
 /// still took for a Ferrite descriptor (closed behind our back, by a raw
 /// system call), forget that stale one.
 fn kernel_fd(k: c_int) -> c_int {
+    // The library's own opens: on its own code paths, and in the FUSE
+    // threads (fuser opens a /dev/fuse clone per worker).
+    if super::is_inside() || std::thread::current().name().is_some_and(|n| n.starts_with("fuser")) {
+        // The library's own open (the pool, /dev/fuse): out of the way.
+        return super::park(k);
+    }
     if k >= 0 && is_ferrite(k) {
         if let Some(p) = active() {
             let _ = inside(|| p.session.close(fd(k)));
@@ -141,6 +147,15 @@ pub unsafe extern "C" fn close(n: c_int) -> c_int {
     if let Some(p) = ours(n) {
         return ok0(p.close(n));
     }
+    if super::is_own(n) {
+        if super::is_inside() {
+            super::unpark(n);
+        } else {
+            // A program closing every descriptor it does not know (before
+            // an exec, say) must not take the pool's lock or the mount away.
+            return 0;
+        }
+    }
     unsafe { real::close(n) }
 }
 
@@ -157,7 +172,26 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
             }
         }
     }
-    unsafe { real::close_range(first, last, flags) }
+    // The library's own descriptors stay open: close around them.
+    let mut own: Vec<c_uint> = super::own_in(first, last).into_iter().map(|n| n as c_uint).collect();
+    own.sort_unstable();
+    let mut lo = first;
+    for n in own {
+        if n > lo {
+            let r = unsafe { real::close_range(lo, n - 1, flags) };
+            if r != 0 {
+                return r;
+            }
+        }
+        lo = n.saturating_add(1);
+        if n == c_uint::MAX {
+            return 0;
+        }
+    }
+    if lo > last {
+        return 0;
+    }
+    unsafe { real::close_range(lo, last, flags) }
 }
 
 // ---- reading and writing ---------------------------------------------------------
@@ -2141,6 +2175,12 @@ pub unsafe extern "C" fn vfork() -> libc::pid_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    // A shell searching PATH tries many names: hand the pool over only for
+    // one that can be executed.
+    // SAFETY: access on the caller's path (NULL gives EFAULT).
+    if unsafe { real::access(path, libc::X_OK) } != 0 {
+        return unsafe { real::execve(path, argv, envp) };
+    }
     unsafe { exec_handover(envp, |env| real::execve(path, argv, env)) }
 }
 

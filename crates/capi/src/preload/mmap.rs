@@ -160,7 +160,7 @@ unsafe fn map_shadow(
     with_table(|t| {
         if !t.shadows.contains_key(&ino) {
             // SAFETY: a static name; the memfd is ours.
-            let memfd = unsafe { libc::memfd_create(c"ferrite-shadow".as_ptr(), libc::MFD_CLOEXEC) };
+            let memfd = super::park(unsafe { libc::memfd_create(c"ferrite-shadow".as_ptr(), libc::MFD_CLOEXEC) });
             if memfd < 0 {
                 return Err(Errno(crate::conv::errno()));
             }
@@ -241,6 +241,7 @@ fn unmap_regions(p: &Preload, addr: usize, len: usize) {
                 if s.mappings == 0 {
                     let s = t.shadows.remove(&r.ino).expect("present");
                     // SAFETY: our memfd; the mappings of it are gone.
+                    super::unpark(s.memfd);
                     unsafe { real::close(s.memfd) };
                     p.session.release_ino(&s.inode);
                     SHADOWS.fetch_sub(1, Ordering::Relaxed);

@@ -71,6 +71,9 @@ pub struct Preload {
     /// The pool file's inode number: a forked child unmaps the pool (a
     /// mapping keeps the open file, and so its lock, alive).
     pool_ino: u64,
+    /// An O_PATH descriptor of /dev/null that every Ferrite descriptor
+    /// number duplicates.
+    placeholder: c_int,
 }
 
 /// The descriptor numbers open in this process (without the one that
@@ -84,6 +87,16 @@ fn open_fds() -> Vec<c_int> {
     };
     dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).filter(|n| !listing(n)).collect()
 }
+
+/// How long a process must have lived before its pool is prefaulted.
+const PREFAULT_DELAY_MS: u64 = 50;
+/// Prefault granularity: between chunks the thread checks that the pool is
+/// still served.
+const PREFAULT_CHUNK_BYTES: usize = 64 << 20;
+
+/// The prefault thread: shutdown waits for it (it holds the pool mapped,
+/// and so its lock) before the pool can be handed to the next program.
+static PREFAULT: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
 
 /// Library states, in `STATE`.
 const UNINIT: u8 = 0;
@@ -128,6 +141,79 @@ pub fn inside<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// Whether this thread runs the library's own code.
+pub fn is_inside() -> bool {
+    INSIDE.with(|i| i.get())
+}
+
+/// The library's own descriptors (the pool file, /dev/fuse, the
+/// placeholder, shadow memfds), kept at high numbers: a program that asks
+/// for a low number by itself (a shell's `exec 3< file` is dup2(x, 3))
+/// must never land on one of them.
+static OWN_FDS: Mutex<Vec<c_int>> = Mutex::new(Vec::new());
+
+/// Move a descriptor the library just opened to a high number (close-on-
+/// exec) and remember it as the library's own.
+pub fn park(fd: c_int) -> c_int {
+    if fd < 0 {
+        return fd;
+    }
+    let base = own_fd_base();
+    let moved = if fd >= base {
+        fd
+    } else {
+        // SAFETY: duplicating and closing a descriptor the library owns.
+        unsafe {
+            let hi = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, base as usize);
+            if hi >= 0 {
+                real::close(fd);
+                hi
+            } else {
+                fd
+            }
+        }
+    };
+    OWN_FDS.lock().push(moved);
+    moved
+}
+
+/// The library's own descriptors in [first, last].
+pub fn own_in(first: libc::c_uint, last: libc::c_uint) -> Vec<c_int> {
+    OWN_FDS.lock().iter().copied().filter(|&n| n as libc::c_uint >= first && n as libc::c_uint <= last).collect()
+}
+
+/// Whether `fd` is one of the library's own descriptors.
+pub fn is_own(fd: c_int) -> bool {
+    fd >= own_fd_base() && OWN_FDS.lock().contains(&fd)
+}
+
+/// The library's own descriptor is being closed by the library.
+pub fn unpark(fd: c_int) {
+    OWN_FDS.lock().retain(|&n| n != fd);
+}
+
+/// The lowest number for the library's own descriptors: 256 below the
+/// soft descriptor limit (at least 64), far above what programs use.
+fn own_fd_base() -> c_int {
+    static BASE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+    let b = BASE.load(Ordering::Relaxed);
+    if b > 0 {
+        return b;
+    }
+    // SAFETY: getrlimit into a local structure.
+    let soft = unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            r.rlim_cur.min(FD_LIMIT as u64) as c_int
+        } else {
+            1024
+        }
+    };
+    let b = (soft - 256).max(64);
+    BASE.store(b, Ordering::Relaxed);
+    b
+}
+
 /// Calls running inside the library, so that exit can wait for them
 /// before it unmounts the engine.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
@@ -160,9 +246,11 @@ impl Preload {
     /// A new kernel descriptor number to hold a Ferrite descriptor: an
     /// O_PATH open of /dev/null (EBADF for any call that escapes).
     pub fn reserve_number(&self, cloexec: bool) -> Result<c_int, Errno> {
-        let flags = libc::O_PATH | if cloexec { libc::O_CLOEXEC } else { 0 };
-        // SAFETY: a static NUL-terminated path.
-        let fd = unsafe { real::open(c"/dev/null".as_ptr(), flags, 0) };
+        // Duplicating one O_PATH descriptor of /dev/null costs no path
+        // lookup; the duplicate gets the lowest free number, as open would.
+        let cmd = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+        // SAFETY: F_DUPFD on the library's own descriptor.
+        let fd = unsafe { real::fcntl(self.placeholder, cmd, 0) };
         if fd < 0 {
             return Err(Errno(errno()));
         }
@@ -360,6 +448,25 @@ fn start() -> Option<Preload> {
             return None;
         }
     };
+    // Map the pool's pages in the background: each would otherwise fault at
+    // its first touch on the program's own path.
+    let pmem = fs.pmem().clone();
+    // Only for a process that lives a while: a short one (ls, cat) would
+    // pay tens of milliseconds of system time per GiB for pages it never
+    // touches. FERRITE_PREFAULT=0 turns it off.
+    if env("FERRITE_PREFAULT").as_deref() != Some(b"0") {
+        let spawned = std::thread::Builder::new().name("ferrite-prefault".into()).spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(PREFAULT_DELAY_MS));
+            pmem.prefault(PREFAULT_CHUNK_BYTES, &mut || STATE.load(Ordering::Relaxed) == ON);
+        });
+        *PREFAULT.lock() = spawned.ok();
+    }
+    // SAFETY: a static NUL-terminated path.
+    let placeholder = park(unsafe { real::open(c"/dev/null".as_ptr(), libc::O_PATH | libc::O_CLOEXEC, 0) });
+    if placeholder < 0 {
+        warn("cannot open /dev/null; the library is off");
+        return None;
+    }
     // Children learn who owns the pool.
     // SAFETY: at load, before the program's threads run.
     unsafe { std::env::set_var("FERRITE_OWNER", std::process::id().to_string()) };
@@ -378,8 +485,9 @@ fn start() -> Option<Preload> {
         files: Mutex::new(HashMap::new()),
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
-        own_fds: open_fds().into_iter().filter(|n| !before.contains(n)).collect(),
+        own_fds: open_fds().into_iter().filter(|n| !before.contains(n)).chain(OWN_FDS.lock().iter().copied()).collect(),
         pool_ino: std::fs::metadata(&pool).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0),
+        placeholder,
     };
     restore_inherited(&p);
     // A process started inside the root has its current directory in the pool.
@@ -509,6 +617,10 @@ fn shutdown() {
     }
     let saved = errno();
     let _ = inside(|| mmap::write_back_all(p));
+    // It sees STATE OFF after its current chunk.
+    if let Some(t) = PREFAULT.lock().take() {
+        let _ = inside(|| t.join());
+    }
     // SAFETY: STATE is OFF and no call is in flight, so nothing reads the
     // session again (`active` returns None from now on, and the fork
     // handler checks STATE): it can be moved out of the leaked state.
@@ -646,7 +758,8 @@ extern "C" fn after_fork_child() {
         return;
     };
     STATE.store(OFF, Ordering::Release);
-    for &n in &p.own_fds {
+    let parked: Vec<c_int> = OWN_FDS.try_lock().map(|v| v.clone()).unwrap_or_default();
+    for &n in p.own_fds.iter().chain(parked.iter()) {
         // SAFETY: closing this child's copies of the library's descriptors.
         unsafe { libc::syscall(libc::SYS_close, n) };
     }
