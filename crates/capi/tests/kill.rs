@@ -129,7 +129,10 @@ fn sqlite3_killed_mid_transaction() {
         let mut lines = out.lines();
         assert_eq!(lines.next(), Some("ok"), "round {round} (FERRITE_KILL_SEED={seed}): {out}");
         let rows: u64 = lines.next().and_then(|l| l.parse().ok()).unwrap_or(u64::MAX);
-        assert!(rows % 100 == 0, "round {round} (FERRITE_KILL_SEED={seed}): {rows} rows is not whole transactions");
+        assert!(
+            rows.is_multiple_of(100),
+            "round {round} (FERRITE_KILL_SEED={seed}): {rows} rows is not whole transactions"
+        );
     }
     assert!(base.fsck(), "the last program left the pool dirty");
 }

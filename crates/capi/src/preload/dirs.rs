@@ -331,6 +331,7 @@ unsafe fn scan(d: *mut libc::DIR, list: *mut *mut *mut libc::dirent64, filter: F
             crate::conv::set_errno(libc::ENOMEM);
             break;
         }
+        // SAFETY: `m` is a fresh dirent64 allocation, `e` our entry.
         unsafe { std::ptr::copy_nonoverlapping(e, m, 1) };
         v.push(m);
     }
@@ -360,8 +361,10 @@ unsafe fn scan(d: *mut libc::DIR, list: *mut *mut *mut libc::dirent64, filter: F
         return fail(Errno::ENOMEM);
     }
     for (i, m) in v.iter().enumerate() {
+        // SAFETY: `arr` holds v.len() pointers.
         unsafe { *arr.add(i) = *m };
     }
+    // SAFETY: the caller's result pointer.
     unsafe { *list = arr };
     v.len() as c_int
 }

@@ -3,6 +3,15 @@
 //! descriptor) and otherwise calls the C library's own definition,
 //! unchanged. Failures are `-1` + `errno` (or the error number, for the
 //! `posix_*` calls that return one), exactly as the C library reports them.
+//!
+//! On `unsafe`: these functions are the C ABI, so their arguments are raw
+//! pointers whose validity is the caller's contract, as for the C library
+//! functions they stand for. The blocks that only pass the caller's
+//! arguments on (to the C library's definition through `real`, or into the
+//! slice and C-string views `buf`, `buf_mut`, `cstr`, after the NULL and
+//! impossible-address checks of `bad_buffer`) are sound exactly when the
+//! caller's call is, and are not commented one by one; every other block
+//! says why it is sound.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -1438,6 +1447,8 @@ pub unsafe extern "C" fn utime(path: *const c_char, t: *const libc::utimbuf) -> 
                 if bad_buffer(t as *const u8, std::mem::size_of::<libc::utimbuf>()) {
                     return Err(Errno(libc::EFAULT));
                 }
+                // SAFETY: a utimbuf of the caller's, checked against NULL and
+                // impossible addresses above.
                 let u = unsafe { &*t };
                 let at = |s| TimeSet::At(engine::TimeSpec { sec: s, nsec: 0 });
                 (at(u.actime), at(u.modtime))
@@ -1491,6 +1502,7 @@ pub unsafe extern "C" fn umask(mask: mode_t) -> mode_t {
 }
 
 unsafe fn real_umask(mask: mode_t) -> mode_t {
+    // SAFETY: the umask system call has no memory arguments.
     unsafe { libc::syscall(libc::SYS_umask, mask) as mode_t }
 }
 
@@ -1579,6 +1591,7 @@ unsafe fn put_cwd(path: &[u8], b: *mut c_char, n: usize) -> *mut c_char {
         if m.is_null() {
             return fail(Errno::ENOMEM);
         }
+        // SAFETY: `m` holds `size` > path.len() bytes (checked above).
         unsafe {
             std::ptr::copy_nonoverlapping(path.as_ptr(), m as *mut u8, path.len());
             *m.add(path.len()) = 0;
@@ -1992,6 +2005,7 @@ macro_rules! sendfile_hooks {
                 let mut o = unsafe { off.as_mut() }.map(|o| *o as i64);
                 let r = inside(|| copy_between(p, inp, o.as_mut(), out, None, len));
                 if let (Some(v), false) = (o, off.is_null()) {
+                    // SAFETY: `off` is the caller's offset (not NULL here).
                     unsafe { *off = v as $ot };
                 }
                 return c_ret(r);
@@ -2121,6 +2135,7 @@ unsafe fn env_with(envp: *const *const c_char, entry: &[u8]) -> (Vec<std::ffi::C
         if e.is_null() {
             break;
         }
+        // SAFETY: a C string of the caller's environment array.
         let b = unsafe { std::ffi::CStr::from_ptr(e) };
         if !b.to_bytes().starts_with(b"FERRITE_FDS=") {
             owned.push(b.to_owned());

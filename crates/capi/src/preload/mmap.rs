@@ -111,7 +111,7 @@ unsafe fn map_file(
     n: c_int,
     off: i64,
 ) -> FsResult<*mut c_void> {
-    if len == 0 || off < 0 || off as usize % PAGE_BYTES != 0 {
+    if len == 0 || off < 0 || !(off as usize).is_multiple_of(PAGE_BYTES) {
         return Err(Errno::EINVAL);
     }
     let of = p.session.getfl(fd(n))?;
@@ -158,17 +158,20 @@ unsafe fn map_shadow(
     let ino = file.inode.ino;
     let need = off.checked_add(len).ok_or(Errno::EINVAL)?.next_multiple_of(PAGE_BYTES);
     with_table(|t| {
-        if !t.shadows.contains_key(&ino) {
-            // SAFETY: a static name; the memfd is ours.
-            let memfd = super::park(unsafe { libc::memfd_create(c"ferrite-shadow".as_ptr(), libc::MFD_CLOEXEC) });
-            if memfd < 0 {
-                return Err(Errno(crate::conv::errno()));
+        let s = match t.shadows.entry(ino) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let inode = p.session.open_ino(ino)?;
+                // SAFETY: a static name; the memfd is ours.
+                let memfd = super::park(unsafe { libc::memfd_create(c"ferrite-shadow".as_ptr(), libc::MFD_CLOEXEC) });
+                if memfd < 0 {
+                    p.session.release_ino(&inode);
+                    return Err(Errno(crate::conv::errno()));
+                }
+                SHADOWS.fetch_add(1, Ordering::Relaxed);
+                v.insert(Shadow { memfd, loaded: 0, inode, mappings: 0 })
             }
-            let inode = p.session.open_ino(ino)?;
-            t.shadows.insert(ino, Shadow { memfd, loaded: 0, inode, mappings: 0 });
-            SHADOWS.fetch_add(1, Ordering::Relaxed);
-        }
-        let s = t.shadows.get_mut(&ino).expect("inserted above");
+        };
         if need > s.loaded {
             // SAFETY: growing our memfd.
             if unsafe { libc::ftruncate(s.memfd, need as i64) } != 0 {

@@ -523,12 +523,14 @@ fn start_mount(
     if std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
         return None;
     }
-    let mut cfg = ferrite_fuse::options::MountConfig::default();
-    cfg.attr_timeout = std::time::Duration::ZERO;
-    cfg.entry_timeout = std::time::Duration::ZERO;
-    cfg.negative_timeout = std::time::Duration::ZERO;
-    cfg.keep_cache = false;
-    cfg.threads = 2;
+    let cfg = ferrite_fuse::options::MountConfig {
+        attr_timeout: std::time::Duration::ZERO,
+        entry_timeout: std::time::Duration::ZERO,
+        negative_timeout: std::time::Duration::ZERO,
+        keep_cache: false,
+        threads: 2,
+        ..Default::default()
+    };
     match ferrite_fuse::daemon::spawn_shared(fs.clone(), root, &cfg, pool) {
         Ok(b) => Some(b),
         Err(e) => {

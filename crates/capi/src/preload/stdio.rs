@@ -55,6 +55,7 @@ unsafe extern "C" fn ck_seek(c: *mut c_void, off: *mut i64, whence: c_int) -> c_
     if r < 0 {
         return -1;
     }
+    // SAFETY: glibc's in/out offset.
     unsafe { *off = r };
     0
 }
@@ -101,6 +102,8 @@ unsafe fn stream(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
         drop(unsafe { Box::from_raw(cookie) });
         return f;
     }
+    // SAFETY: the cookie is alive until glibc calls ck_close, which cannot
+    // happen before this stream is returned.
     unsafe { (*cookie).file = f as usize };
     STREAMS.lock().get_or_insert_with(HashMap::new).insert(f as usize, fd);
     f
