@@ -16,9 +16,10 @@ pub fn find_library() -> CliResult<PathBuf> {
     let exe =
         std::env::current_exe().map_err(|e| CliError::new(EXIT_ERROR, format!("cannot find this executable: {e}")))?;
     for dir in exe.ancestors().skip(1).take(2) {
-        let lib = dir.join("libferrite.so");
-        if lib.is_file() {
-            return Ok(lib);
+        for lib in [dir.join("libferrite.so"), dir.join("deps/libferrite.so")] {
+            if lib.is_file() {
+                return Ok(lib);
+            }
         }
     }
     Err(CliError::new(

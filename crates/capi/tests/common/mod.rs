@@ -28,11 +28,16 @@ pub fn target_dir() -> PathBuf {
     exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
 }
 
-/// libferrite.so as cargo built it for these tests.
+/// libferrite.so as cargo built it for these tests (in deps/ when only
+/// the tests were built, beside it too after `cargo build -p ferrite-c`).
 pub fn library() -> PathBuf {
-    let lib = target_dir().join("libferrite.so");
-    assert!(lib.is_file(), "{} is missing: cargo builds it with the crate's tests", lib.display());
-    lib
+    let dir = target_dir();
+    for lib in [dir.join("deps/libferrite.so"), dir.join("libferrite.so")] {
+        if lib.is_file() {
+            return lib;
+        }
+    }
+    panic!("libferrite.so is missing from {}: cargo builds it with the crate's tests", dir.display());
 }
 
 /// Is `tool` installed? Missing: skip (false), or panic under CI=true.
