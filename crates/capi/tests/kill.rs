@@ -91,6 +91,10 @@ fn sqlite3_killed_mid_transaction() {
     }
     let sql = base.tmpfs.join("stream.sql");
     std::fs::write(&sql, script).unwrap();
+    // The table exists before the first kill (a kill before its CREATE
+    // would leave no table to check), and again after each fresh start.
+    let create = "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS t(k INTEGER, v TEXT);";
+    run(base.preloaded("sqlite3").arg(&db).arg(create));
     for round in 0..rounds {
         let env = &base;
         if round % 20 == 19 {
@@ -101,6 +105,7 @@ fn sqlite3_killed_mid_transaction() {
             let shm = format!("{}-shm", db.display());
             let journal = format!("{}-journal", db.display());
             run(env.preloaded("rm").arg("-f").arg(&db).args([&wal, &shm, &journal]));
+            run(env.preloaded("sqlite3").arg(&db).arg(create));
         }
         let delay = Duration::from_millis(20 + next(&mut rng) % 150);
         // Alternate journal modes so both recover from kills.
