@@ -197,6 +197,36 @@ pub fn xattr_mode(flags: c_int) -> Result<XattrSetMode, Errno> {
     }
 }
 
+/// The open(2) flag word of a description's status (`OpenFlags::status`):
+/// access mode, O_APPEND, O_SYNC/O_DSYNC, O_DIRECTORY, O_NOFOLLOW, or
+/// O_PATH alone. F_GETFL answers it, and reopening a file with it gives a
+/// description like the original.
+pub fn status_flags(f: &engine::OpenFlags) -> c_int {
+    if f.path {
+        return libc::O_PATH | if f.nofollow { libc::O_NOFOLLOW } else { 0 };
+    }
+    let mut v = match (f.read, f.write) {
+        (true, true) => libc::O_RDWR,
+        (false, true) => libc::O_WRONLY,
+        _ => libc::O_RDONLY,
+    };
+    if f.append {
+        v |= libc::O_APPEND;
+    }
+    if f.sync {
+        v |= libc::O_SYNC;
+    } else if f.dsync {
+        v |= libc::O_DSYNC;
+    }
+    if f.directory {
+        v |= libc::O_DIRECTORY;
+    }
+    if f.nofollow {
+        v |= libc::O_NOFOLLOW;
+    }
+    v
+}
+
 /// lseek(2)'s whence.
 pub fn whence(w: c_int) -> Result<Whence, Errno> {
     match w {

@@ -665,30 +665,7 @@ pub unsafe extern "C" fn statx(
 /// F_GETFL's word for a Ferrite description (O_LARGEFILE is always set on
 /// 64-bit Linux).
 fn getfl(p: &Preload, n: c_int) -> FsResult<c_int> {
-    let f = p.session.getfl(fd(n))?;
-    let mut v = match (f.read, f.write) {
-        (true, true) => libc::O_RDWR,
-        (false, true) => libc::O_WRONLY,
-        _ => libc::O_RDONLY,
-    };
-    if f.path {
-        return Ok(libc::O_PATH | libc::O_LARGEFILE);
-    }
-    if f.append {
-        v |= libc::O_APPEND;
-    }
-    if f.sync {
-        v |= libc::O_SYNC;
-    } else if f.dsync {
-        v |= libc::O_DSYNC;
-    }
-    if f.directory {
-        v |= libc::O_DIRECTORY;
-    }
-    if f.nofollow {
-        v |= libc::O_NOFOLLOW;
-    }
-    Ok(v | libc::O_LARGEFILE)
+    Ok(conv::status_flags(&p.session.getfl(fd(n))?) | libc::O_LARGEFILE)
 }
 
 /// A record lock request: every lock is granted (one process owns the

@@ -663,18 +663,7 @@ pub fn prepare_exec() -> Option<Vec<u8>> {
             continue;
         }
         let Ok(f) = p.session.open_file(Fd(*n as u64)) else { continue };
-        let st = f.status();
-        let mut flags = match (st.read, st.write) {
-            (true, true) => libc::O_RDWR,
-            (false, true) => libc::O_WRONLY,
-            _ => libc::O_RDONLY,
-        };
-        if st.append {
-            flags |= libc::O_APPEND;
-        }
-        if st.path {
-            flags = libc::O_PATH;
-        }
+        let flags = crate::conv::status_flags(&f.status());
         let pos = *f.pos.lock();
         let hex: String = path.iter().map(|b| format!("{b:02x}")).collect();
         list.push(format!("{n},{flags},{pos},{hex}"));
@@ -827,18 +816,7 @@ fn unmap_pool(ino: u64) {
 
 fn reopen_through_mount(p: &Preload, fd: c_int, path: &[u8]) {
     let Ok(file) = p.session.open_file(Fd(fd as u64)) else { return };
-    let st = file.status();
-    let mut flags = match (st.read, st.write) {
-        (true, true) => libc::O_RDWR,
-        (false, true) => libc::O_WRONLY,
-        _ => libc::O_RDONLY,
-    };
-    if st.append {
-        flags |= libc::O_APPEND;
-    }
-    if st.path {
-        flags = libc::O_PATH;
-    }
+    let mut flags = crate::conv::status_flags(&file.status());
     // SAFETY: F_GETFD on our own number.
     let cloexec = unsafe { real::fcntl(fd, libc::F_GETFD, 0) } & libc::FD_CLOEXEC != 0;
     if cloexec {
