@@ -60,7 +60,7 @@ pub struct Preload {
     kernel_cwd: Mutex<Vec<u8>>,
     /// Per Ferrite descriptor, the pool path it was opened by: what a
     /// forked child reopens through the mount.
-    files: Mutex<HashMap<c_int, Arc<Vec<u8>>>>,
+    files: Mutex<HashMap<c_int, FdInfo>>,
     /// The owner's process id: a child made by vfork or clone shares this
     /// memory, and must never shut the owner's engine down.
     pid: libc::pid_t,
@@ -97,6 +97,16 @@ const PREFAULT_CHUNK_BYTES: usize = 64 << 20;
 /// The prefault thread: shutdown waits for it (it holds the pool mapped,
 /// and so its lock) before the pool can be handed to the next program.
 static PREFAULT: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+
+/// What the library keeps per Ferrite descriptor: the pool path it was
+/// opened by, and its open file description, which a forked child reads
+/// without taking any of the engine's locks (another thread of the parent
+/// may have held one at the fork).
+#[derive(Clone)]
+pub struct FdInfo {
+    path: Arc<Vec<u8>>,
+    file: Option<Arc<engine::OpenFile>>,
+}
 
 /// Library states, in `STATE`.
 const UNINIT: u8 = 0;
@@ -265,7 +275,8 @@ impl Preload {
     /// Make kernel number `fd` (already reserved) a Ferrite descriptor
     /// opened by `path`.
     pub fn adopt(&self, fd: c_int, path: Arc<Vec<u8>>) {
-        self.files.lock().insert(fd, path);
+        let file = self.session.open_file(Fd(fd as u64)).ok();
+        self.files.lock().insert(fd, FdInfo { path, file });
         mark(fd, true);
     }
 
@@ -277,7 +288,7 @@ impl Preload {
 
     /// The pool path `fd` was opened by.
     pub fn path_of(&self, fd: c_int) -> Option<Arc<Vec<u8>>> {
-        self.files.lock().get(&fd).cloned()
+        self.files.lock().get(&fd).map(|i| i.path.clone())
     }
 
     /// open(2) of a pool path: a reserved kernel number holding the engine's
@@ -656,7 +667,8 @@ pub fn prepare_exec() -> Option<Vec<u8>> {
             list.push(format!("cwd,{hex}"));
         }
     }
-    for (n, path) in p.files.lock().iter() {
+    for (n, info) in p.files.lock().iter() {
+        let path = &info.path;
         // SAFETY: F_GETFD on our own number.
         let inherited = unsafe { real::fcntl(*n, libc::F_GETFD, 0) } & libc::FD_CLOEXEC == 0;
         if !inherited || path.is_empty() {
@@ -757,16 +769,18 @@ extern "C" fn after_fork_child() {
     mmap::close_shadows_in_child();
     unmap_pool(p.pool_ino);
     let mounted = p.mount.try_lock().map(|m| m.is_some()).unwrap_or(false);
-    let files: Vec<(c_int, Arc<Vec<u8>>)> = match p.files.try_lock() {
+    let files: Vec<(c_int, FdInfo)> = match p.files.try_lock() {
         Some(f) => f.iter().map(|(k, v)| (*k, v.clone())).collect(),
         None => return,
     };
-    for (fd, path) in files {
+    for (fd, info) in files {
         mark(fd, false);
-        if !mounted || path.is_empty() {
+        if !mounted || info.path.is_empty() {
             continue;
         }
-        reopen_through_mount(p, fd, &path);
+        if let Some(file) = &info.file {
+            reopen_through_mount(p, fd, &info.path, file);
+        }
     }
 }
 
@@ -814,8 +828,7 @@ fn unmap_pool(ino: u64) {
     }
 }
 
-fn reopen_through_mount(p: &Preload, fd: c_int, path: &[u8]) {
-    let Ok(file) = p.session.open_file(Fd(fd as u64)) else { return };
+fn reopen_through_mount(p: &Preload, fd: c_int, path: &[u8], file: &engine::OpenFile) {
     let mut flags = crate::conv::status_flags(&file.status());
     // SAFETY: F_GETFD on our own number.
     let cloexec = unsafe { real::fcntl(fd, libc::F_GETFD, 0) } & libc::FD_CLOEXEC != 0;
