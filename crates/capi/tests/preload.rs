@@ -5,7 +5,8 @@
 //! WAL and DELETE modes, fio with verification (threads and forked jobs;
 //! psync, pvsync2 and mmap engines), git and make through a shell whose
 //! children reach the owner through its mount, and exec handing the pool
-//! (and an inherited descriptor) to the next program. Each program's
+//! (and an inherited descriptor) to the next program, and flock, OFD and
+//! POSIX locks between the owner and its children. Each program's
 //! output is diffed against the same steps on tmpfs, and the pool is
 //! checked with fsck afterwards (and is clean: every program unmounted it).
 
@@ -357,4 +358,17 @@ fn exec_hands_the_pool_and_inherited_descriptors_over() {
     let f = run(env.preloaded("sh").arg("-c").arg(script).arg("sh").arg(&env.root));
     same("exec", &t, &f);
     assert!(env.fsck(), "the pool was left dirty after the exec chain");
+}
+
+#[test]
+fn locks_between_descriptions_and_processes_match_tmpfs() {
+    if !tool("python3") || !common::fuse_usable() {
+        return;
+    }
+    let env = Env::new("locks", true);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/locks.py");
+    let t = run(env.plain("python3").arg(&script).arg(&env.tmpfs));
+    let f = run(env.preloaded("python3").arg(&script).arg(&env.root));
+    same("locks", &t, &f);
+    assert!(env.fsck(), "the pool was left dirty");
 }

@@ -668,10 +668,15 @@ fn getfl(p: &Preload, n: c_int) -> FsResult<c_int> {
     Ok(conv::status_flags(&p.session.getfl(fd(n))?) | libc::O_LARGEFILE)
 }
 
-/// A record lock request: every lock is granted (one process owns the
-/// pool, and POSIX locks of one process never conflict), after the checks
-/// Linux makes.
-fn lock_request(p: &Preload, n: c_int, arg: usize, get: bool) -> FsResult<c_int> {
+/// A record lock request (`cmd` is F_GETLK, F_SETLK, F_SETLKW or their
+/// OFD forms), after the checks Linux makes. With the mount, the lock is
+/// taken on the description's lock descriptor (the same file through the
+/// mount), so the kernel arbitrates it against other descriptions and
+/// other processes; a SEEK_CUR start is made absolute first (the lock
+/// descriptor has an offset of its own). Without a mount every lock is
+/// granted: nothing else can reach the pool, and POSIX locks of one
+/// process never conflict.
+fn lock_request(p: &Preload, n: c_int, cmd: c_int, arg: usize) -> FsResult<c_int> {
     let fl = arg as *mut libc::flock;
     if bad_buffer(fl as *const u8, std::mem::size_of::<libc::flock>()) {
         return Err(Errno(libc::EFAULT));
@@ -682,17 +687,32 @@ fn lock_request(p: &Preload, n: c_int, arg: usize, get: bool) -> FsResult<c_int>
     if f.path {
         return Err(Errno::EBADF);
     }
+    let get = cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK;
     match l.l_type as c_int {
-        libc::F_RDLCK if !get && !f.read => Err(Errno::EBADF),
-        libc::F_WRLCK if !get && !f.write => Err(Errno::EBADF),
-        libc::F_RDLCK | libc::F_WRLCK | libc::F_UNLCK => {
-            if get {
-                l.l_type = libc::F_UNLCK as _;
-            }
-            Ok(0)
-        }
-        _ => Err(Errno::EINVAL),
+        libc::F_RDLCK if !get && !f.read => return Err(Errno::EBADF),
+        libc::F_WRLCK if !get && !f.write => return Err(Errno::EBADF),
+        libc::F_RDLCK | libc::F_WRLCK | libc::F_UNLCK => {}
+        _ => return Err(Errno::EINVAL),
     }
+    let posix = matches!(cmd, libc::F_GETLK | libc::F_SETLK | libc::F_SETLKW);
+    let Some(k) = p.lock_fd(n, posix) else {
+        if get {
+            l.l_type = libc::F_UNLCK as _;
+        }
+        return Ok(0);
+    };
+    if l.l_whence as c_int == libc::SEEK_CUR {
+        let pos = *p.session.open_file(fd(n))?.pos.lock();
+        l.l_start = l.l_start.checked_add(pos as i64).ok_or(Errno::EOVERFLOW)?;
+        l.l_whence = libc::SEEK_SET as _;
+    }
+    // SAFETY: fcntl on the library's lock descriptor with the caller's
+    // struct flock.
+    let r = unsafe { real::fcntl(k, cmd, arg) };
+    if r < 0 {
+        return Err(Errno(conv::errno()));
+    }
+    Ok(r)
 }
 
 unsafe fn ferrite_fcntl(p: &Preload, n: c_int, cmd: c_int, arg: usize) -> c_int {
@@ -714,9 +734,8 @@ unsafe fn ferrite_fcntl(p: &Preload, n: c_int, cmd: c_int, arg: usize) -> c_int 
         }
         libc::F_GETFL => c_ret(inside(|| getfl(p, n))),
         libc::F_SETFL => ok0(inside(|| p.session.setfl_append(fd(n), arg as c_int & libc::O_APPEND != 0))),
-        libc::F_GETLK | libc::F_OFD_GETLK => c_ret(inside(|| lock_request(p, n, arg, true))),
-        libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => {
-            c_ret(inside(|| lock_request(p, n, arg, false)))
+        libc::F_GETLK | libc::F_OFD_GETLK | libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => {
+            c_ret(inside(|| lock_request(p, n, cmd, arg)))
         }
         _ => fail(Errno::EINVAL),
     }
@@ -745,9 +764,17 @@ pub unsafe extern "C" fn flock(n: c_int, op: c_int) -> c_int {
         return c_ret(inside(|| {
             p.session.fstat(fd(n))?;
             match op & !libc::LOCK_NB {
-                libc::LOCK_SH | libc::LOCK_EX | libc::LOCK_UN => Ok(0),
-                _ => Err(Errno::EINVAL),
+                libc::LOCK_SH | libc::LOCK_EX | libc::LOCK_UN => {}
+                _ => return Err(Errno::EINVAL),
             }
+            // Taken on the description's lock descriptor, where there is one
+            // (see lock_request).
+            let Some(k) = p.lock_fd(n, false) else { return Ok(0) };
+            // SAFETY: flock on the library's lock descriptor.
+            if unsafe { real::flock(k, op) } < 0 {
+                return Err(Errno(conv::errno()));
+            }
+            Ok(0)
         }));
     }
     unsafe { real::flock(n, op) }
@@ -758,14 +785,31 @@ macro_rules! lockf_hooks {
         #[no_mangle]
         pub unsafe extern "C" fn $name(n: c_int, cmd: c_int, len: $ot) -> c_int {
             if let Some(p) = ours(n) {
+                // lockf is a POSIX write lock from the current position.
+                let (ty, fcmd) = match cmd {
+                    libc::F_TEST => (libc::F_WRLCK, libc::F_GETLK),
+                    libc::F_LOCK => (libc::F_WRLCK, libc::F_SETLKW),
+                    libc::F_TLOCK => (libc::F_WRLCK, libc::F_SETLK),
+                    libc::F_ULOCK => (libc::F_UNLCK, libc::F_SETLK),
+                    _ => return fail(Errno::EINVAL),
+                };
+                // SAFETY: an all-integer structure.
+                let mut l: libc::flock = unsafe { std::mem::zeroed() };
+                l.l_type = ty as _;
+                l.l_whence = libc::SEEK_CUR as _;
+                l.l_start = 0;
+                l.l_len = len as _;
                 return c_ret(inside(|| {
                     let f = p.session.getfl(fd(n))?;
-                    match cmd {
-                        libc::F_TEST => Ok(0),
-                        libc::F_LOCK | libc::F_TLOCK | libc::F_ULOCK if f.write && !f.path => Ok(0),
-                        libc::F_LOCK | libc::F_TLOCK | libc::F_ULOCK => Err(Errno::EBADF),
-                        _ => Err(Errno::EINVAL),
+                    if f.path || !f.write {
+                        return Err(Errno::EBADF);
                     }
+                    lock_request(p, n, fcmd, &mut l as *mut libc::flock as usize)?;
+                    if cmd == libc::F_TEST && l.l_type as c_int != libc::F_UNLCK {
+                        // Locked by another process (lockf's F_TEST answers so).
+                        return Err(Errno::EACCES);
+                    }
+                    Ok(0)
                 }));
             }
             unsafe { real::$name(n, cmd, len) }

@@ -61,6 +61,17 @@ pub struct Preload {
     /// Per Ferrite descriptor, the pool path it was opened by: what a
     /// forked child reopens through the mount.
     files: Mutex<HashMap<c_int, FdInfo>>,
+    /// Kernel descriptors of files through the mount on which locks are
+    /// really taken, so that the kernel arbitrates between this process's
+    /// descriptions and the processes using the mount (docs/PRELOAD.md,
+    /// "Locks"): one per open file description for flock and OFD locks
+    /// (keyed by the description), one per inode for POSIX record locks
+    /// (keyed by the inode number, with the high bit set). POSIX locks
+    /// belong to the process, and closing any descriptor of the file drops
+    /// them: one descriptor per inode, opened before the first POSIX lock on
+    /// it and closed with the file's last Ferrite descriptor, is never
+    /// closed under a lock.
+    lock_fds: Mutex<HashMap<u64, c_int>>,
     /// The owner's process id: a child made by vfork or clone shares this
     /// memory, and must never shut the owner's engine down.
     pid: libc::pid_t,
@@ -107,6 +118,10 @@ pub struct FdInfo {
     path: Arc<Vec<u8>>,
     file: Option<Arc<engine::OpenFile>>,
 }
+
+/// Marks an inode number as a key of `lock_fds` (description keys are
+/// addresses, which never have the top bit set in user space).
+const POSIX_LOCK_KEY: u64 = 1 << 63;
 
 /// Library states, in `STATE`.
 const UNINIT: u8 = 0;
@@ -281,9 +296,82 @@ impl Preload {
     }
 
     /// Forget Ferrite descriptor `fd` (the engine's side is closed already).
+    /// The last descriptor of a description closes its flock/OFD lock
+    /// descriptor, and the last of an inode its POSIX lock descriptor (each
+    /// close drops the kernel's locks on it, as a close does).
     pub fn forget(&self, fd: c_int) {
         mark(fd, false);
-        self.files.lock().remove(&fd);
+        let mut files = self.files.lock();
+        let gone = files.remove(&fd);
+        let mut locks = self.lock_fds.lock();
+        if locks.is_empty() {
+            return;
+        }
+        let Some(file) = gone.and_then(|i| i.file) else { return };
+        let description = Arc::as_ptr(&file) as usize as u64;
+        let inode = file.inode.ino.0 | POSIX_LOCK_KEY;
+        let mut still = (false, false);
+        for f in files.values().filter_map(|i| i.file.as_ref()) {
+            still.0 |= Arc::as_ptr(f) as usize as u64 == description;
+            still.1 |= f.inode.ino.0 | POSIX_LOCK_KEY == inode;
+        }
+        for (key, open) in [(description, still.0), (inode, still.1)] {
+            if !open {
+                if let Some(k) = locks.remove(&key) {
+                    unpark(k);
+                    // SAFETY: the library's own lock descriptor.
+                    unsafe { real::close(k) };
+                }
+            }
+        }
+    }
+
+    /// The lock descriptor for Ferrite descriptor `fd`: its description's
+    /// (flock, OFD locks) or its inode's (`posix`: record locks), opened
+    /// through the mount at the first lock. None without a mount, or when
+    /// the file cannot be reopened (renamed or unlinked since it was opened).
+    pub fn lock_fd(&self, fd: c_int, posix: bool) -> Option<c_int> {
+        let info = self.files.lock().get(&fd).cloned()?;
+        let file = info.file?;
+        let key = if posix { file.inode.ino.0 | POSIX_LOCK_KEY } else { Arc::as_ptr(&file) as usize as u64 };
+        if let Some(&k) = self.lock_fds.lock().get(&key) {
+            return Some(k);
+        }
+        if self.mount.lock().is_none() || info.path.is_empty() {
+            return None;
+        }
+        let st = file.status();
+        let acc = match (st.read, st.write) {
+            (true, true) => libc::O_RDWR,
+            (false, true) => libc::O_WRONLY,
+            _ => libc::O_RDONLY,
+        };
+        // Record locks need read access for F_RDLCK and write for F_WRLCK:
+        // the inode's descriptor asks for both, falling back to the
+        // description's own mode.
+        let mut host = self.host_path(&info.path);
+        host.push(0);
+        let open = |flags: c_int| {
+            // SAFETY: a NUL-terminated path; the descriptor is the library's.
+            park(unsafe { real::open(host.as_ptr() as *const c_char, flags | libc::O_CLOEXEC | libc::O_NOFOLLOW, 0) })
+        };
+        let mut k = if posix { open(libc::O_RDWR) } else { -1 };
+        if k < 0 {
+            k = open(acc);
+        }
+        if k < 0 {
+            return None;
+        }
+        // Another thread may have opened one meanwhile: keep the first.
+        let mut locks = self.lock_fds.lock();
+        if let Some(&other) = locks.get(&key) {
+            unpark(k);
+            // SAFETY: closing the duplicate just opened.
+            unsafe { real::close(k) };
+            return Some(other);
+        }
+        locks.insert(key, k);
+        Some(k)
     }
 
     /// The pool path `fd` was opened by.
@@ -494,6 +582,7 @@ fn start() -> Option<Preload> {
         cwd_depth: AtomicUsize::new(0),
         kernel_cwd: Mutex::new(paths::normalize(&kernel_cwd)),
         files: Mutex::new(HashMap::new()),
+        lock_fds: Mutex::new(HashMap::new()),
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
         own_fds: open_fds().into_iter().filter(|n| !before.contains(n)).chain(OWN_FDS.lock().iter().copied()).collect(),
@@ -598,6 +687,13 @@ fn shutdown() {
     if p.cwd_in_pool.load(Ordering::Relaxed) {
         // SAFETY: a static path.
         unsafe { real::chdir(c"/".as_ptr()) };
+    }
+    // The lock descriptors are files of the mount: close them too (the
+    // process is leaving, its locks with it).
+    for (_, k) in p.lock_fds.lock().drain() {
+        unpark(k);
+        // SAFETY: the library's own lock descriptor.
+        unsafe { real::close(k) };
     }
     let served_alone = inside(|| match p.mount.lock().take() {
         None => true,
