@@ -57,7 +57,7 @@ fn ours(fd: c_int) -> Option<&'static Preload> {
 fn kernel_fd(k: c_int) -> c_int {
     // The library's own opens: on its own code paths, and in the FUSE
     // threads (fuser opens a /dev/fuse clone per worker).
-    if super::is_inside() || std::thread::current().name().is_some_and(|n| n.starts_with("fuser")) {
+    if super::is_inside() || super::in_mount_thread() {
         // The library's own open (the pool, /dev/fuse): out of the way.
         return super::park(k);
     }

@@ -166,6 +166,23 @@ pub fn inside<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// Set while this process serves a FUSE mount: its threads (named
+/// `fuser-*` by fuser) open descriptors of their own.
+static MOUNT_ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Whether this thread is one of the mount's serving threads. The kernel's
+/// thread name is asked for (no Rust thread-local, which may already be
+/// gone when a C program's exit handlers open a file).
+pub fn in_mount_thread() -> bool {
+    if !MOUNT_ACTIVE.load(Ordering::Relaxed) {
+        return false;
+    }
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes into the buffer.
+    let r = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    r == 0 && name.starts_with(b"fuser")
+}
+
 /// Whether this thread runs the library's own code.
 pub fn is_inside() -> bool {
     INSIDE.with(|i| i.get())
@@ -573,7 +590,14 @@ fn start() -> Option<Preload> {
     unsafe { std::env::set_var("FERRITE_OWNER", std::process::id().to_string()) };
     let session = Session::new(fs.clone());
     session.set_credentials(process_credentials());
-    let mount = if env("FERRITE_MOUNT").as_deref() == Some(b"0") { None } else { start_mount(&fs, &root_path, &pool) };
+    let mount = if env("FERRITE_MOUNT").as_deref() == Some(b"0") {
+        None
+    } else {
+        MOUNT_ACTIVE.store(true, Ordering::Relaxed);
+        let m = start_mount(&fs, &root_path, &pool);
+        MOUNT_ACTIVE.store(m.is_some(), Ordering::Relaxed);
+        m
+    };
     let kernel_cwd =
         std::env::current_dir().map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_else(|_| b"/".to_vec());
     let p = Preload {
