@@ -357,12 +357,7 @@ impl Preload {
         if self.mount.lock().is_none() || info.path.is_empty() {
             return None;
         }
-        let st = file.status();
-        let acc = match (st.read, st.write) {
-            (true, true) => libc::O_RDWR,
-            (false, true) => libc::O_WRONLY,
-            _ => libc::O_RDONLY,
-        };
+        let acc = crate::conv::status_flags(&file.status()) & libc::O_ACCMODE;
         // Record locks need read access for F_RDLCK and write for F_WRLCK:
         // the inode's descriptor asks for both, falling back to the
         // description's own mode.
