@@ -1,7 +1,7 @@
 //! Attributes at the inode level: stat, and chmod/chown/utimens/truncate
 //! as one setattr commit.
 
-use crate::commit::Fresh;
+use crate::commit::{Change, Fresh};
 use crate::format::Entry;
 use crate::fs::Ferrite;
 use crate::inode::{Inode, InodeData};
@@ -84,6 +84,9 @@ impl Ferrite {
         if entries.is_empty() {
             return Ok(());
         }
-        self.commit(inode, d, entries, cow)
+        // A truncate alone is a data change (pending in an fsync-atomic
+        // file); a change of attributes is a commit point.
+        let change = if attr_change { Change::Meta } else { Change::Data };
+        self.commit(inode, d, entries, cow, change)
     }
 }

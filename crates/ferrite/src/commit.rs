@@ -22,7 +22,7 @@ use crate::format::{self, Entry, PageNo, INODE_STATE_OFFSET, INODE_TAIL_OFFSET};
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Inode, InodeData, Staged};
 use crate::journal::Transaction;
-use crate::types::{Errno, FileType, FsResult, InodeNo};
+use crate::types::{Errno, FileMode, FileType, FsResult, InodeNo};
 use parking_lot::RwLockWriteGuard;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -45,6 +45,21 @@ impl Fresh {
     pub fn push(&mut self, page: PageNo) {
         self.0.push((page, 1));
     }
+
+    /// Every page, one at a time.
+    pub fn pages(&self) -> impl Iterator<Item = PageNo> + '_ {
+        self.0.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i)))
+    }
+}
+
+/// What a single-inode change is, for the consistency mode: in an
+/// fsync-atomic file a data change (write, truncate, fallocate, punch)
+/// stays pending until the next commit point; every other change is a
+/// commit point itself.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Change {
+    Data,
+    Meta,
 }
 
 /// One inode's part of a multi-inode change.
@@ -69,8 +84,21 @@ pub(crate) struct NewInode {
 impl Ferrite {
     /// Commit a change to one inode, whose write lock the caller holds.
     /// On error (ENOSPC while extending the log) nothing changed, and the
-    /// fresh pages are free again.
-    pub(crate) fn commit(&self, inode: &Inode, d: &mut InodeData, entries: Vec<Entry>, fresh: Fresh) -> FsResult<()> {
+    /// fresh pages are free again. A data change to an fsync-atomic file is
+    /// staged and applied but not committed (`epoch.rs`); any other change
+    /// commits the file's pending epoch with it.
+    pub(crate) fn commit(
+        &self,
+        inode: &Inode,
+        d: &mut InodeData,
+        entries: Vec<Entry>,
+        fresh: Fresh,
+        change: Change,
+    ) -> FsResult<()> {
+        let pending = change == Change::Data && inode.kind == FileType::Regular && d.attrs.mode == FileMode::FsyncAtomic;
+        if !pending {
+            self.seal_pending(inode, d);
+        }
         let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
             Ok(s) => s,
             Err(e) => {
@@ -78,6 +106,10 @@ impl Ferrite {
                 return Err(e);
             }
         };
+        if pending {
+            self.apply_pending(inode, d, staged, fresh);
+            return Ok(());
+        }
         // The commit point. Strict mode: fence (entries and data durable),
         // store the new tail, flush it, fence (NOVA's two ordering points).
         let slot = self.media.slot_offset(inode.ino);
@@ -92,7 +124,8 @@ impl Ferrite {
         let mut released = Vec::new();
         d.commit_staged(inode.kind, staged, &mut released);
         self.media.fence();
-        self.after_commit(inode, d, extended, released);
+        let epoch_ended = self.finish_epoch(inode, d);
+        self.after_commit(inode, d, extended || epoch_ended, released);
         Ok(())
     }
 
@@ -140,6 +173,13 @@ impl Ferrite {
                 }
             }
         };
+        // A namespace operation is a commit point of every fsync-atomic
+        // file it touches: their pending epochs commit in its transaction.
+        for (i, part) in parts.iter().enumerate() {
+            if !part.free {
+                self.seal_pending(part.inode, guards[i]);
+            }
+        }
         let mut staged: Vec<Option<Staged>> = Vec::with_capacity(parts.len());
         for (i, part) in parts.iter().enumerate() {
             if part.entries.is_empty() {
@@ -168,6 +208,8 @@ impl Ferrite {
                 tx.set(slot + INODE_STATE_OFFSET, 0);
             } else if let Some(s) = &staged[i] {
                 tx.set(slot + INODE_TAIL_OFFSET, s.new_tail.0);
+            } else if guards[i].pending.is_some() {
+                tx.set(slot + INODE_TAIL_OFFSET, guards[i].log.tail.0);
             }
         }
         if let Some((new, _)) = &new_inode {
@@ -182,7 +224,10 @@ impl Ferrite {
                 let extended = !s.new_pages.is_empty();
                 let mut released = Vec::new();
                 guards[i].commit_staged(part.inode.kind, s, &mut released);
-                self.after_commit(part.inode, guards[i], extended, released);
+                let epoch_ended = self.finish_epoch(part.inode, guards[i]);
+                self.after_commit(part.inode, guards[i], extended || epoch_ended, released);
+            } else if self.finish_epoch(part.inode, guards[i]) {
+                self.after_commit(part.inode, guards[i], true, Vec::new());
             }
         }
         Ok(new_inode.map(|(new, s)| {
@@ -217,7 +262,10 @@ impl Ferrite {
 
     /// Free what a durable commit released, then collect garbage in a log
     /// that grew: fast GC of dead log pages, then compaction when due.
-    fn after_commit(&self, inode: &Inode, d: &mut InodeData, extended: bool, released: Vec<PageNo>) {
+    pub(crate) fn after_commit(&self, inode: &Inode, d: &mut InodeData, extended: bool, released: Vec<PageNo>) {
+        // GC judges liveness in DRAM; with an epoch pending, DRAM runs ahead
+        // of the durable log, so collecting now could drop what a crash needs.
+        assert!(d.pending.is_none(), "inode {}: log GC with an epoch pending", inode.ino.0);
         for p in released {
             self.pages.free(p, 1);
         }
@@ -243,7 +291,7 @@ impl Ferrite {
         entries.extend(extra);
         let staged = data.stage(&self.media, &self.pages, ino, generation, entries)?;
         self.media.write_slot_identity(ino, &format::InodeHeader { ino, generation, kind, rdev }, &staged);
-        let inode = Arc::new(Inode { ino, kind, generation, rdev, data: data.into() });
+        let inode = Arc::new(Inode::new(ino, kind, generation, rdev, data));
         Ok((inode, staged))
     }
 
@@ -276,6 +324,15 @@ impl Ferrite {
 
     /// DRAM side of freeing an inode whose state word is already zero.
     pub(crate) fn release_inode(&self, inode: &Inode, d: &mut InodeData) {
+        // Its pending epoch dies with it: the pages it set aside or could not
+        // free yet go back with the rest (the slot is free, so no log holds them).
+        if let Some(p) = d.pending.take() {
+            self.media.fence();
+            for page in p.deferred.into_iter().chain(p.reserve) {
+                self.pages.free(page, 1);
+            }
+            self.pending_files.lock().remove(&inode.ino);
+        }
         for p in d.owned_pages() {
             self.pages.free(p, 1);
         }
@@ -304,15 +361,22 @@ impl Ferrite {
     }
 
     /// `fsync_ino` of an inode the caller holds open (a descriptor's), so
-    /// that it is alive: no lookup.
+    /// that it is alive: no lookup. The commit point of an fsync-atomic
+    /// file (fsync and fdatasync alike: its data and metadata commit as one).
     pub(crate) fn fsync_inode(&self, inode: &Inode, data_only: bool) -> FsResult<()> {
-        // The same in strict mode: data was committed with its metadata.
-        let _ = (inode, data_only);
+        let _ = data_only;
+        if inode.kind == FileType::Regular {
+            let mut d = inode.data.write();
+            if d.pending.is_some() {
+                self.commit_pending(inode, &mut d);
+            }
+        }
         self.sync_domain()
     }
 
-    /// Make everything durable (sync, syncfs).
+    /// Make everything durable (sync, syncfs): commit every pending epoch.
     pub fn sync_all(&self) -> FsResult<()> {
+        self.commit_all_pending();
         self.sync_domain()
     }
 

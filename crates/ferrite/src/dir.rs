@@ -12,7 +12,7 @@ use crate::commit::{Fresh, NewInode, Part};
 use crate::format::{DentryEntry, Entry, WriteEntry, PAGE_SIZE};
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Dentry, Inode, InodeData};
-use crate::types::{limits, DirEntry, Errno, FileType, FsResult, InodeNo, RenameFlags, Stat};
+use crate::types::{limits, DirEntry, Errno, FileMode, FileType, FsResult, InodeNo, RenameFlags, Stat};
 use parking_lot::RwLockWriteGuard;
 use std::sync::Arc;
 
@@ -197,6 +197,7 @@ impl Ferrite {
             ctime_ns: now,
             size: 0,
             parent: if kind == FileType::Directory { parent } else { InodeNo(0) },
+            mode: if kind == FileType::Regular { self.default_mode() } else { FileMode::Strict },
         };
         let parts = vec![Part {
             inode: dir,

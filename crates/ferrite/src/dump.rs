@@ -86,6 +86,17 @@ pub fn dump(pmem: Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
         Ok(InodeSlot::Live { header, head, tail }) => {
             let _ = writeln!(w, "  type {:?}, generation {}", header.kind, header.generation);
             let _ = writeln!(w, "  log head {head} (page {}), tail {tail}", PageNo::containing(head).0);
+            if let Ok(d) = crate::inode::InodeData::load(&media, ino, header.kind, header.generation, head, tail) {
+                let a = &d.attrs;
+                let _ = writeln!(
+                    w,
+                    "  consistency mode {}, size {}, nlink {}, {} log pages",
+                    a.mode.as_str(),
+                    a.size,
+                    a.nlink,
+                    d.log.live.page_count()
+                );
+            }
             dump_log(w, &media, ino, header.generation, head, tail);
         }
     }
@@ -148,7 +159,8 @@ fn dump_log(w: &mut String, media: &Media, ino: InodeNo, generation: u32, head: 
 fn describe(e: &Entry) -> String {
     match e {
         Entry::Attr(a) => format!(
-            "ATTR perm {:o} uid {} gid {} nlink {} parent {} atime {} mtime {} ctime {}",
+            "ATTR mode {} perm {:o} uid {} gid {} nlink {} parent {} atime {} mtime {} ctime {}",
+            a.mode.as_str(),
             a.perm,
             a.uid,
             a.gid,
@@ -188,5 +200,14 @@ fn describe(e: &Entry) -> String {
             Some(v) => format!("XATTR SET {:?} ({} bytes)", String::from_utf8_lossy(&x.name), v.len()),
             None => format!("XATTR REMOVE {:?}", String::from_utf8_lossy(&x.name)),
         },
+        Entry::Inline(i) => format!(
+            "INLINE {} bytes at file offset {} (page {} +{}), size {}, mtime {}",
+            i.data.len(),
+            i.offset,
+            i.file_page(),
+            i.page_offset(),
+            i.size_after,
+            ts(i.time_ns)
+        ),
     }
 }

@@ -7,12 +7,15 @@
 //! allocator. A crash at any instant therefore shows the whole write or
 //! none of it.
 
-use crate::commit::Fresh;
-use crate::format::{Entry, PageNo, PunchEntry, TruncateEntry, WriteEntry, PAGE_SHIFT, PAGE_SIZE};
+use crate::commit::{Change, Fresh};
+use crate::format::{
+    Entry, InlineEntry, PageNo, PunchEntry, TruncateEntry, WriteEntry, INLINE_DATA_MAX, PAGE_SHIFT, PAGE_SIZE,
+};
 use crate::fs::Ferrite;
 use crate::inode::{Inode, InodeData};
 use crate::types::{limits, Errno, FallocateMode, FileType, FsResult, InodeNo};
 use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const PAGE: usize = PAGE_SIZE as usize;
@@ -51,7 +54,45 @@ fn write_entries(first: u64, pool: &[(u64, PageNo)], size_after: u64, now: i64) 
     out
 }
 
+/// The most bytes of one page a write puts in the log (Inline entries of at
+/// most `INLINE_DATA_MAX` bytes each) instead of copying the page.
+const INLINE_PIECE_MAX: usize = 2048;
+
+/// How a write treats one file page it touches.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum PieceAction {
+    /// Copy on write: a fresh page with the new bytes (and the old ones
+    /// around them), mapped by a Write entry.
+    Cow,
+    /// The bytes go into the log (Inline entries) as deltas over the page.
+    Inline,
+    /// The page was allocated in this fsync-atomic epoch: no durable state
+    /// references it, so it is written in place, with no entry.
+    InPlace(PageNo),
+}
+
 impl Ferrite {
+    /// Bytes `[lo, lo + dst.len())` of file page `p`, mapped at `r`: the
+    /// page's bytes with its deltas laid over them in order.
+    fn read_mapped(&self, d: &InodeData, p: u64, pool: PageNo, lo: usize, dst: &mut [u8]) {
+        self.read_pool(pool, lo, dst);
+        let hi = lo + dst.len();
+        for delta in d.pages().deltas(p) {
+            let (s, e) = (lo.max(delta.at as usize), hi.min(delta.end()));
+            if s < e {
+                self.media.read(delta.data() + (s - delta.at as usize) as u64, &mut dst[s - lo..e - lo]);
+            }
+        }
+    }
+
+    /// The whole of file page `p` as a read shows it (zeros for a hole).
+    fn read_page(&self, d: &InodeData, p: u64, buf: &mut [u8; PAGE]) {
+        match d.pages().get(&p) {
+            Some(r) => self.read_mapped(d, p, r.pool, 0, buf),
+            None => buf.fill(0),
+        }
+    }
+
     pub(crate) fn read_locked(&self, d: &InodeData, offset: u64, buf: &mut [u8]) -> usize {
         let size = d.attrs.size;
         if offset >= size || buf.is_empty() {
@@ -64,6 +105,7 @@ impl Ferrite {
         let last = (offset + n as u64 - 1) >> PAGE_SHIFT;
         let mut done = 0usize;
         let mut mapped = map.range(first..=last).peekable();
+        let any_deltas = map.delta_bytes() > 0;
         for p in first..=last {
             let page_start = p << PAGE_SHIFT;
             let lo = offset.max(page_start) - page_start;
@@ -72,7 +114,11 @@ impl Ferrite {
             let dst = &mut buf[done..done + len];
             match mapped.peek() {
                 Some((fp, r)) if *fp == p => {
-                    self.read_pool(r.pool, lo as usize, dst);
+                    if any_deltas {
+                        self.read_mapped(d, p, r.pool, lo as usize, dst);
+                    } else {
+                        self.read_pool(r.pool, lo as usize, dst);
+                    }
                     mapped.next();
                 }
                 _ => dst.fill(0),
@@ -82,8 +128,38 @@ impl Ferrite {
         n
     }
 
-    /// Copy-on-write write of `data` at `offset`; the caller holds the
-    /// inode's write lock.
+    /// How much a page's deltas may hold before a small write folds them
+    /// into a fresh page instead of adding one more (Libnvmmio's read/write
+    /// mix policy, for copy-on-write): a file read at least 60 % of the time
+    /// folds early, as every read of the page pays for its deltas; a
+    /// write-mostly file keeps up to a page's worth.
+    fn fold_limits(inode: &Inode) -> (usize, usize) {
+        let reads = inode.reads.load(Ordering::Relaxed) as u64;
+        let writes = inode.writes.load(Ordering::Relaxed) as u64;
+        if reads * 2 >= writes * 3 {
+            (512, 4)
+        } else {
+            (PAGE, 32)
+        }
+    }
+
+    /// Count an operation for the fold policy, halving both counts now and
+    /// then so that the mix follows the file's recent use.
+    fn count_access(inode: &Inode, write: bool) {
+        let c = if write { &inode.writes } else { &inode.reads };
+        if c.fetch_add(1, Ordering::Relaxed) >= 1 << 12 {
+            inode.reads.store(inode.reads.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
+            inode.writes.store(inode.writes.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
+        }
+    }
+
+    /// Write `data` at `offset`; the caller holds the inode's write lock.
+    /// Each page it touches is copied on write, or gets the bytes as a
+    /// delta in the log (a small piece of a page that is mapped and whose
+    /// deltas are within the fold limits), or, in an fsync-atomic file, is
+    /// written in place when this epoch allocated it. All or nothing: the
+    /// entries commit together, and nothing is written in place unless they
+    /// did.
     pub(crate) fn write_locked(&self, inode: &Inode, d: &mut InodeData, offset: u64, data: &[u8]) -> FsResult<usize> {
         if data.is_empty() {
             return Ok(0);
@@ -92,38 +168,113 @@ impl Ferrite {
         if end > limits::FILE_SIZE_MAX {
             return Err(Errno::EFBIG);
         }
+        Self::count_access(inode, true);
         let first = offset >> PAGE_SHIFT;
         let last = (end - 1) >> PAGE_SHIFT;
-        let count = last - first + 1;
-        let runs = self.pages.alloc(count)?;
-        let fresh = flatten(&runs);
-        let mut pairs: SmallVec<[(u64, PageNo); 4]> = SmallVec::new();
-        for (i, p) in (first..=last).enumerate() {
-            let dest = fresh[i];
+        let (fold_bytes, fold_count) = Self::fold_limits(inode);
+        // Plan each page.
+        let mut plan: SmallVec<[(u64, usize, usize, PieceAction); 4]> = SmallVec::new();
+        for p in first..=last {
             let page_start = p << PAGE_SHIFT;
-            let lo = offset.max(page_start) - page_start;
-            let hi = end.min(page_start + PAGE_SIZE) - page_start;
-            let src = &data[(page_start + lo - offset) as usize..(page_start + hi - offset) as usize];
-            if lo == 0 && hi == PAGE_SIZE {
-                self.media.write_nt(dest.offset(), src);
-            } else {
-                // Partial page: the new page gets the old bytes around the
-                // written range (zeros where the old page was a hole).
-                // (The staging buffer lives in this branch only, so that a
-                // full-page write does not pay for zeroing 4 KiB of stack.)
-                let mut buf = [0u8; PAGE];
-                if let Some(r) = d.pages().get(&p) {
-                    self.read_pool(r.pool, 0, &mut buf);
+            let lo = (offset.max(page_start) - page_start) as usize;
+            let hi = (end.min(page_start + PAGE_SIZE) - page_start) as usize;
+            let action = match d.pages().get(&p) {
+                Some(r) if d.pending.as_ref().is_some_and(|e| e.epoch_pages.contains(&r.pool)) => {
+                    PieceAction::InPlace(r.pool)
                 }
-                buf[lo as usize..hi as usize].copy_from_slice(src);
-                self.media.write_nt(dest.offset(), &buf);
-            }
-            pairs.push((p, dest));
+                Some(_) if hi - lo <= INLINE_PIECE_MAX => {
+                    let deltas = d.pages().deltas(p);
+                    let bytes: usize = deltas.iter().map(|x| x.len as usize).sum();
+                    if deltas.len() < fold_count && bytes + (hi - lo) <= fold_bytes {
+                        PieceAction::Inline
+                    } else {
+                        PieceAction::Cow
+                    }
+                }
+                _ => PieceAction::Cow,
+            };
+            plan.push((p, lo, hi, action));
         }
+        let cow_count = plan.iter().filter(|x| x.3 == PieceAction::Cow).count() as u64;
+        let in_place = plan.iter().any(|x| matches!(x.3, PieceAction::InPlace(_)));
+        let runs = if cow_count > 0 { self.pages.alloc(cow_count)? } else { crate::alloc::Runs::new() };
+        if in_place {
+            // Writes in place log nothing, so the commit point will append
+            // the size and times: keep a page for it (docs/DESIGN.md).
+            let epoch = d.pending.as_mut().expect("in-place pages belong to an epoch");
+            if epoch.reserve.is_none() {
+                match self.pages.alloc_one() {
+                    Ok(page) => epoch.reserve = Some(page),
+                    Err(e) => {
+                        for &(s, n) in &runs {
+                            self.pages.free(s, n as u64);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let fresh = flatten(&runs);
         let now = self.now_ns();
         let size_after = d.attrs.size.max(end);
-        let entries = write_entries(first, &pairs, size_after, now);
-        self.commit(inode, d, entries, Fresh::runs(runs))?;
+        let mut pairs: SmallVec<[(u64, PageNo); 4]> = SmallVec::new();
+        let mut inline = Vec::new();
+        for &(p, lo, hi, action) in &plan {
+            let page_start = p << PAGE_SHIFT;
+            let src = &data[(page_start + lo as u64 - offset) as usize..(page_start + hi as u64 - offset) as usize];
+            match action {
+                PieceAction::Cow => {
+                    let dest = fresh[pairs.len()];
+                    if lo == 0 && hi == PAGE {
+                        self.media.write_nt(dest.offset(), src);
+                    } else {
+                        // Partial page: the new page gets the bytes a read
+                        // shows around the written range (zeros in a hole).
+                        // (The staging buffer lives in this branch only, so
+                        // that a full-page write does not pay for zeroing
+                        // 4 KiB of stack.)
+                        let mut buf = [0u8; PAGE];
+                        self.read_page(d, p, &mut buf);
+                        buf[lo..hi].copy_from_slice(src);
+                        self.media.write_nt(dest.offset(), &buf);
+                    }
+                    pairs.push((p, dest));
+                }
+                PieceAction::Inline => {
+                    for (k, chunk) in src.chunks(INLINE_DATA_MAX).enumerate() {
+                        inline.push(Entry::Inline(InlineEntry {
+                            offset: page_start + (lo + k * INLINE_DATA_MAX) as u64,
+                            size_after,
+                            time_ns: now,
+                            data: chunk.to_vec(),
+                        }));
+                    }
+                }
+                PieceAction::InPlace(_) => {}
+            }
+        }
+        let mut entries = write_entries(first, &pairs, size_after, now);
+        entries.extend(inline);
+        let logged = !entries.is_empty();
+        if logged {
+            self.commit(inode, d, entries, Fresh::runs(runs), Change::Data)?;
+        }
+        if in_place {
+            for &(p, lo, hi, action) in &plan {
+                if let PieceAction::InPlace(pool) = action {
+                    let page_start = p << PAGE_SHIFT;
+                    let src =
+                        &data[(page_start + lo as u64 - offset) as usize..(page_start + hi as u64 - offset) as usize];
+                    self.media.write_nt(pool.offset() + lo as u64, src);
+                }
+            }
+            if !logged {
+                d.attrs.size = size_after;
+                d.attrs.mtime_ns = now;
+                d.attrs.ctime_ns = now;
+                d.pending.as_mut().expect("in-place pages belong to an epoch").dirty_attrs = true;
+            }
+        }
         Ok(data.len())
     }
 
@@ -143,7 +294,7 @@ impl Ferrite {
             if let Some(r) = d.pages().get(&p) {
                 let new = self.pages.alloc_one()?;
                 let mut buf = [0u8; PAGE];
-                self.read_pool(r.pool, 0, &mut buf[..within]);
+                self.read_mapped(d, p, r.pool, 0, &mut buf[..within]);
                 self.media.write_nt(new.offset(), &buf);
                 entries.push(Entry::Write(WriteEntry {
                     file_page: p,
@@ -168,7 +319,7 @@ impl Ferrite {
         }
         let now = self.now_ns();
         let (entries, cow) = self.truncate_entries(d, size, now)?;
-        self.commit(inode, d, entries, cow)
+        self.commit(inode, d, entries, cow, Change::Data)
     }
 
     pub(crate) fn fallocate_locked(
@@ -224,7 +375,7 @@ impl Ferrite {
             let pairs: Vec<(u64, PageNo)> = holes.iter().copied().zip(flatten(&runs)).collect();
             (write_entries(first, &pairs, new_size, now), runs)
         };
-        self.commit(inode, d, entries, Fresh::runs(runs))
+        self.commit(inode, d, entries, Fresh::runs(runs), Change::Data)
     }
 
     /// fallocate PUNCH_HOLE (with KEEP_SIZE, as Linux requires): the bytes
@@ -265,8 +416,7 @@ impl Ferrite {
             let runs = self.pages.alloc(edges.len() as u64)?;
             for (&(p, lo, hi), dest) in edges.iter().zip(flatten(&runs)) {
                 let mut buf = [0u8; PAGE];
-                let r = d.pages().get(&p).expect("edge page is mapped");
-                self.read_pool(r.pool, 0, &mut buf);
+                self.read_page(d, p, &mut buf);
                 buf[lo as usize..hi as usize].fill(0);
                 self.media.write_nt(dest.offset(), &buf);
                 pairs.push((p, dest));
@@ -288,7 +438,7 @@ impl Ferrite {
             // size-only Truncate to the same size carries them).
             entries.push(Entry::Truncate(TruncateEntry { size, mtime_ns: now, ctime_ns: now, size_only: true }));
         }
-        self.commit(inode, d, entries, fresh)
+        self.commit(inode, d, entries, fresh, Change::Data)
     }
 
     /// SEEK_DATA and SEEK_HOLE at page granularity.
@@ -327,6 +477,7 @@ impl Ferrite {
         if inode.kind == FileType::Directory {
             return Err(Errno::EISDIR);
         }
+        Self::count_access(&inode, false);
         let d = inode.data.read();
         Ok(self.read_locked(&d, offset, buf))
     }

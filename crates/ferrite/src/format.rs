@@ -7,7 +7,7 @@
 //! panic. `docs/FORMAT.md` documents the same layout byte by byte; the two
 //! must change together, and `FORMAT_VERSION` with them.
 
-use crate::types::{FileType, InodeNo};
+use crate::types::{FileMode, FileType, InodeNo};
 pub use ferrite_pmem::PoolOffset;
 
 /// Version of the on-media format this code reads and writes.
@@ -161,7 +161,11 @@ pub const FEATURE_PUNCH_HOLE: u32 = 2;
 /// Every feature bit this code understands; mkfs and every read-write
 /// mount set them all (none changes what an older structure means, so
 /// setting them early only keeps older readers out).
-pub const FEATURES_KNOWN: u32 = FEATURE_SPECIAL_FILES | FEATURE_PUNCH_HOLE;
+/// Feature bit 2: Attr entries may carry a file mode other than strict
+/// (entry byte 2), and logs may hold Inline entries (kind 9, small writes
+/// with their bytes in the log). Set like `FEATURE_SPECIAL_FILES`.
+pub const FEATURE_MODES_INLINE: u32 = 4;
+pub const FEATURES_KNOWN: u32 = FEATURE_SPECIAL_FILES | FEATURE_PUNCH_HOLE | FEATURE_MODES_INLINE;
 
 impl Superblock {
     pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
@@ -601,7 +605,13 @@ pub enum EntryKind {
     XattrRemove = 7,
     /// Needs feature bit `FEATURE_PUNCH_HOLE`.
     Punch = 8,
+    /// Needs feature bit `FEATURE_MODES_INLINE`.
+    Inline = 9,
 }
+
+/// Where an Inline entry's bytes start, and the most one entry carries.
+pub const INLINE_DATA_AT: usize = 48;
+pub const INLINE_DATA_MAX: usize = ENTRY_UNITS_MAX as usize * LOG_UNIT as usize - INLINE_DATA_AT;
 
 /// Longest extended-attribute name (as Linux's XATTR_NAME_MAX).
 pub const XATTR_NAME_MAX: usize = 255;
@@ -631,6 +641,39 @@ pub struct AttrEntry {
     pub ctime_ns: i64,
     /// For directories, the parent directory (the root is its own parent).
     pub parent: InodeNo,
+    /// The file's consistency mode (entry byte 2; strict is 0, so entries
+    /// written before modes existed read as strict).
+    pub mode: FileMode,
+}
+
+/// A small write with its bytes in the log (Libnvmmio's differential
+/// logging): `data` lands at file offset `offset`, inside one file page,
+/// over whatever that page holds. Sets the size and both mtime and ctime.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct InlineEntry {
+    pub offset: u64,
+    pub size_after: u64,
+    pub time_ns: i64,
+    pub data: Vec<u8>,
+}
+
+impl InlineEntry {
+    /// The file page the bytes land in.
+    pub fn file_page(&self) -> u64 {
+        self.offset >> PAGE_SHIFT
+    }
+
+    /// Where the bytes start within that page.
+    pub fn page_offset(&self) -> usize {
+        (self.offset & (PAGE_SIZE - 1)) as usize
+    }
+
+    fn in_range(&self) -> bool {
+        (1..=INLINE_DATA_MAX).contains(&self.data.len())
+            && self.page_offset() + self.data.len() <= PAGE_SIZE as usize
+            && self.offset + (self.data.len() as u64) <= crate::types::limits::FILE_SIZE_MAX
+            && self.size_after <= crate::types::limits::FILE_SIZE_MAX
+    }
 }
 
 /// `num_pages` file pages from `file_page` map to pool pages from `pool_page`.
@@ -683,6 +726,7 @@ pub enum Entry {
     DentryRemove(DentryEntry),
     Xattr(XattrEntry),
     Punch(PunchEntry),
+    Inline(InlineEntry),
 }
 
 /// Largest file page index a write entry may name (file size limit).
@@ -729,6 +773,13 @@ impl Entry {
                 d.name.len()
             ),
             Entry::Xattr(x) => assert!(name_ok(&x.name), "extended attribute name of {} bytes invalid", x.name.len()),
+            Entry::Inline(i) => assert!(
+                i.in_range(),
+                "inline entry out of range: offset {} len {} size {}",
+                i.offset,
+                i.data.len(),
+                i.size_after
+            ),
         }
     }
 
@@ -738,6 +789,7 @@ impl Entry {
             Entry::Xattr(x) => {
                 (XATTR_NAME_AT + x.name.len() + x.value.as_ref().map_or(0, |v| v.len())).div_ceil(LOG_UNIT as usize)
             }
+            Entry::Inline(i) => (INLINE_DATA_AT + i.data.len()).div_ceil(LOG_UNIT as usize),
             _ => 1,
         }
     }
@@ -753,6 +805,7 @@ impl Entry {
         match self {
             Entry::Attr(a) => {
                 b[0] = EntryKind::Attr as u8;
+                b[2] = a.mode as u8;
                 put_u32(b, 16, a.perm);
                 put_u32(b, 20, a.uid);
                 put_u32(b, 24, a.gid);
@@ -807,6 +860,14 @@ impl Entry {
                 b[at..at + x.name.len()].copy_from_slice(&x.name);
                 b[at + x.name.len()..at + x.name.len() + value.len()].copy_from_slice(value);
             }
+            Entry::Inline(i) => {
+                b[0] = EntryKind::Inline as u8;
+                put_u64(b, 16, i.offset);
+                put_u64(b, 24, i.size_after);
+                put_i64(b, 32, i.time_ns);
+                b[40..42].copy_from_slice(&(i.data.len() as u16).to_le_bytes());
+                b[INLINE_DATA_AT..INLINE_DATA_AT + i.data.len()].copy_from_slice(&i.data);
+            }
         }
         let c = crc(b);
         put_u32(b, 4, c);
@@ -845,6 +906,7 @@ impl Entry {
                 mtime_ns: get_i64(e, 40),
                 ctime_ns: get_i64(e, 48),
                 parent: InodeNo(get_u64(e, 56)),
+                mode: FileMode::from_u8(e[2]).ok_or_else(|| corrupt!("attr entry with file mode {}", e[2]))?,
             }),
             k if k == EntryKind::Write as u8 => {
                 let w = WriteEntry {
@@ -919,6 +981,23 @@ impl Entry {
                 let value = (k == EntryKind::XattrSet as u8).then(|| e[XATTR_NAME_AT + name_len..end].to_vec());
                 Entry::Xattr(XattrEntry { name, value, ctime_ns: get_i64(e, 24) })
             }
+            k if k == EntryKind::Inline as u8 => {
+                let n = u16::from_le_bytes([e[40], e[41]]) as usize;
+                if n == 0 || INLINE_DATA_AT + n > len || (INLINE_DATA_AT + n).div_ceil(LOG_UNIT as usize) != units as usize
+                {
+                    return Err(corrupt!("inline entry length {n} invalid"));
+                }
+                let i = InlineEntry {
+                    offset: get_u64(e, 16),
+                    size_after: get_u64(e, 24),
+                    time_ns: get_i64(e, 32),
+                    data: e[INLINE_DATA_AT..INLINE_DATA_AT + n].to_vec(),
+                };
+                if !i.in_range() {
+                    return Err(corrupt!("inline entry out of range"));
+                }
+                Entry::Inline(i)
+            }
             k => return Err(corrupt!("unknown log entry kind {k}")),
         };
         Ok((entry, seq, len))
@@ -950,7 +1029,10 @@ mod tests {
                 mtime_ns: 6,
                 ctime_ns: 7,
                 parent: InodeNo(1),
+                mode: FileMode::FsyncAtomic,
             }),
+            Entry::Inline(InlineEntry { offset: 4096 * 3 + 100, size_after: 20000, time_ns: 9, data: vec![5; 128] }),
+            Entry::Inline(InlineEntry { offset: 4096 - 976, size_after: 4096, time_ns: 9, data: vec![6; 976] }),
             Entry::Write(WriteEntry {
                 file_page: 9,
                 pool_page: PageNo(100),

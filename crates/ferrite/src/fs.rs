@@ -6,11 +6,11 @@ use crate::format::{self, Layout, MountState, PageNo, Superblock, SuperblockErro
 use crate::inode::{Attrs, Inode, InodeData};
 use crate::journal::Journals;
 use crate::media::Media;
-use crate::types::{limits, Clock, Errno, FileType, FsResult, InodeNo, StatFs, SystemClock};
+use crate::types::{limits, Clock, Errno, FileMode, FileType, FsResult, InodeNo, StatFs, SystemClock};
 use crate::Map;
 use ferrite_pmem::{Pmem, PmemError, PoolOffset};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// Why a pool could not be formatted or mounted. Nothing in the pool was
@@ -79,6 +79,9 @@ pub struct MountOptions {
     pub clock: Arc<dyn Clock>,
     /// Threads that scan logs in parallel during crash recovery.
     pub recovery_threads: usize,
+    /// The consistency mode of regular files created from now on
+    /// (`Ferrite::set_default_mode` changes it later).
+    pub default_mode: FileMode,
 }
 
 impl Default for MountOptions {
@@ -86,6 +89,7 @@ impl Default for MountOptions {
         MountOptions {
             clock: Arc::new(SystemClock),
             recovery_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).min(8),
+            default_mode: FileMode::Strict,
         }
     }
 }
@@ -120,6 +124,12 @@ pub struct Ferrite {
     pub(crate) gc_pages: AtomicU64,
     /// Logs compacted (thorough GC) since mount.
     pub(crate) compactions: AtomicU64,
+    /// Mode of new regular files (`FileMode as u8`).
+    pub(crate) default_mode: AtomicU8,
+    /// fsync-atomic files with an uncommitted epoch: what `sync_all` and
+    /// unmount commit.
+    pub(crate) pending_files: Mutex<crate::Set<InodeNo>>,
+    pub(crate) epoch_commits: AtomicU64,
 }
 
 impl Ferrite {
@@ -172,6 +182,7 @@ impl Ferrite {
             ctime_ns: now,
             size: 0,
             parent: InodeNo::ROOT,
+            mode: FileMode::Strict,
         };
         let root = crate::commit::NewInode {
             ino: InodeNo::ROOT,
@@ -208,6 +219,7 @@ impl Ferrite {
         let media = Media { pmem, layout };
         let fs = Ferrite::new_mounted(media, sb, opts.clock.clone(), MountReport::default());
         let fs = crate::recovery::mount_existing(fs, opts.recovery_threads.max(1))?;
+        fs.set_default_mode(opts.default_mode);
         Ok(fs)
     }
 
@@ -226,6 +238,9 @@ impl Ferrite {
             unmounted: AtomicBool::new(false),
             gc_pages: AtomicU64::new(0),
             compactions: AtomicU64::new(0),
+            default_mode: AtomicU8::new(FileMode::Strict as u8),
+            pending_files: Mutex::new(crate::Set::default()),
+            epoch_commits: AtomicU64::new(0),
         }
     }
 
@@ -236,6 +251,8 @@ impl Ferrite {
     /// unmount). Dropping a `Ferrite` without this is a crash as far as the
     /// pool is concerned: the next mount recovers.
     pub fn unmount(self) -> FsResult<()> {
+        // A clean unmount is a commit point of every fsync-atomic file.
+        self.commit_all_pending();
         crate::recovery::save_and_mark_clean(&self);
         self.unmounted.store(true, Ordering::SeqCst);
         Ok(())
@@ -311,7 +328,7 @@ impl Ferrite {
 
     // ---- inode cache -----------------------------------------------------
 
-    fn shard(&self, ino: InodeNo) -> &Mutex<Map<InodeNo, Arc<Inode>>> {
+    pub(crate) fn shard(&self, ino: InodeNo) -> &Mutex<Map<InodeNo, Arc<Inode>>> {
         &self.inodes[(ino.0 as usize) % INODE_SHARDS]
     }
 
@@ -341,13 +358,7 @@ impl Ferrite {
         self.pages
             .claim(&data.owned_pages())
             .map_err(|c| self.corrupt(format::corrupt!("inode {}: {}", ino.0, c.0)))?;
-        let inode = Arc::new(Inode {
-            ino,
-            kind: header.kind,
-            generation: header.generation,
-            rdev: header.rdev,
-            data: data.into(),
-        });
+        let inode = Arc::new(Inode::new(ino, header.kind, header.generation, header.rdev, data));
         shard.insert(ino, inode.clone());
         Ok(inode)
     }

@@ -5,7 +5,7 @@
 
 use crate::alloc::PageAllocator;
 use crate::format::{
-    self, DentryEntry, Entry, PageNo, PoolOffset, TruncateEntry, WriteEntry, XattrEntry, INODE_TAIL_OFFSET,
+    self, DentryEntry, Entry, InlineEntry, PageNo, PoolOffset, TruncateEntry, WriteEntry, XattrEntry, INODE_TAIL_OFFSET,
     LOG_NEXT_OFFSET,
 };
 use crate::fs::Ferrite;
@@ -115,6 +115,22 @@ impl InodeData {
                     });
                 }
                 entries.extend(run.map(Entry::Write));
+                // Live deltas are copied as they are, after the pages they
+                // lie over, oldest first within each page.
+                let mut delta_pages: Vec<(u64, &crate::pagemap::Deltas)> = map.delta_pages().collect();
+                delta_pages.sort_unstable_by_key(|&(p, _)| p);
+                for (p, deltas) in delta_pages {
+                    for delta in deltas.iter() {
+                        let mut data = vec![0u8; delta.len as usize];
+                        media.read(delta.data(), &mut data);
+                        entries.push(Entry::Inline(InlineEntry {
+                            offset: (p << format::PAGE_SHIFT) + delta.at as u64,
+                            size_after: a.size,
+                            time_ns: a.mtime_ns,
+                            data,
+                        }));
+                    }
+                }
                 entries.push(Entry::Truncate(TruncateEntry {
                     size: a.size,
                     mtime_ns: a.mtime_ns,
@@ -148,7 +164,7 @@ impl InodeData {
         }
         seqs.push(last_seq + 1);
         entries.push(Entry::Attr(a.to_entry()));
-        write_log_entries(media, alloc, owner, generation, format::NO_LOG, entries, seqs)
+        write_log_entries(media, alloc, owner, generation, format::NO_LOG, entries, seqs, None)
     }
 }
 

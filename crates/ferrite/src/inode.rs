@@ -11,9 +11,10 @@
 
 use crate::format::{AttrEntry, PageNo, PoolOffset, NO_LOG, PAGE_SIZE};
 pub use crate::log::{Liveness, Log, Staged};
-use crate::types::{FileType, InodeNo, Stat, TimeSpec};
+use crate::types::{FileMode, FileType, InodeNo, Stat, TimeSpec};
 use crate::Map;
 use parking_lot::RwLock;
+use std::sync::atomic::AtomicU32;
 use std::collections::BTreeMap;
 
 /// Attributes of an inode, as the log gives them.
@@ -30,12 +31,14 @@ pub struct Attrs {
     pub ctime_ns: i64,
     pub size: u64,
     pub parent: InodeNo,
+    /// Consistency mode (regular files; strict for everything else).
+    pub mode: FileMode,
 }
 
 impl Attrs {
     /// Before the first Attr entry is applied (replay, checkpoint rebuild).
     pub const UNSET: Attrs =
-        Attrs { perm: 0, uid: 0, gid: 0, nlink: 0, atime_ns: 0, mtime_ns: 0, ctime_ns: 0, size: 0, parent: InodeNo(0) };
+        Attrs { perm: 0, uid: 0, gid: 0, nlink: 0, atime_ns: 0, mtime_ns: 0, ctime_ns: 0, size: 0, parent: InodeNo(0), mode: FileMode::Strict };
 
     pub fn to_entry(self) -> AttrEntry {
         AttrEntry {
@@ -47,6 +50,7 @@ impl Attrs {
             mtime_ns: self.mtime_ns,
             ctime_ns: self.ctime_ns,
             parent: self.parent,
+            mode: self.mode,
         }
     }
 }
@@ -87,6 +91,28 @@ pub enum Body {
 /// An extended attribute's value and the location of its XattrSet entry.
 pub type Xattr = (Box<[u8]>, PoolOffset);
 
+/// What an fsync-atomic file has done since its last commit point: its
+/// log runs past the tail stored in its slot (`durable_tail`), and DRAM
+/// already shows the result (docs/DESIGN.md, "fsync-atomic mode").
+pub struct Pending {
+    /// The tail the inode slot holds: what a crash brings back.
+    pub durable_tail: PoolOffset,
+    /// Size or times changed by writes into this epoch's pages, which log
+    /// no entry: the commit first appends a size-only Truncate with them.
+    pub dirty_attrs: bool,
+    /// Pool pages the pending entries released that the committed log
+    /// still references: freed once the commit is durable.
+    pub deferred: Vec<PageNo>,
+    /// Pool pages allocated in this epoch, referenced by pending entries
+    /// only: written in place (no durable view holds them) and freed at
+    /// once when released.
+    pub epoch_pages: crate::Set<PageNo>,
+    /// One page set aside whenever `dirty_attrs` is set, so that the
+    /// commit can always append its closing entry: a commit point never
+    /// fails for lack of space.
+    pub reserve: Option<PageNo>,
+}
+
 /// The DRAM state of an inode, behind its lock.
 pub struct InodeData {
     /// False once the inode has been freed; every operation that finds a
@@ -99,6 +125,8 @@ pub struct InodeData {
     pub xattrs: BTreeMap<Box<[u8]>, Xattr>,
     /// Open descriptors and handles; an unlinked inode is freed at the last close.
     pub open_count: u32,
+    /// The uncommitted epoch of an fsync-atomic file, if any.
+    pub pending: Option<Box<Pending>>,
 }
 
 pub struct Inode {
@@ -108,9 +136,17 @@ pub struct Inode {
     /// Device number of a device node (fixed at creation), else 0.
     pub rdev: u64,
     pub data: RwLock<InodeData>,
+    /// Recent reads and writes of the file, for the fold policy of small
+    /// writes (Libnvmmio's read/write mix; halved as they grow).
+    pub reads: AtomicU32,
+    pub writes: AtomicU32,
 }
 
 impl Inode {
+    pub fn new(ino: InodeNo, kind: FileType, generation: u32, rdev: u64, data: InodeData) -> Inode {
+        Inode { ino, kind, generation, rdev, data: data.into(), reads: AtomicU32::new(0), writes: AtomicU32::new(0) }
+    }
+
     /// stat of this inode, whose data the caller has locked.
     pub fn stat(&self, d: &InodeData) -> Stat {
         Stat { rdev: self.rdev, ..d.stat(self.ino, self.kind) }
@@ -129,6 +165,7 @@ impl InodeData {
             },
             xattrs: BTreeMap::new(),
             open_count: 0,
+            pending: None,
         }
     }
 

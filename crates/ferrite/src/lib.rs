@@ -16,6 +16,7 @@ mod attr;
 mod commit;
 mod dir;
 pub mod dump;
+mod epoch;
 mod file;
 pub mod format;
 mod fs;

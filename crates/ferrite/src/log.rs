@@ -238,13 +238,34 @@ impl InodeData {
         entries: Vec<Entry>,
     ) -> FsResult<Staged> {
         let seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
-        write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs)
+        write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, None)
+    }
+
+    /// `stage` of entries that need at most one new log page, which
+    /// `reserve` (a page the caller set aside) provides: it cannot fail.
+    /// Returns the staged entries and the reserve if it was not needed.
+    pub fn stage_reserved(
+        &self,
+        media: &Media,
+        alloc: &PageAllocator,
+        owner: InodeNo,
+        generation: u32,
+        entries: Vec<Entry>,
+        reserve: PageNo,
+    ) -> (Staged, Option<PageNo>) {
+        let seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
+        let staged = write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, Some(reserve))
+            .expect("staging into a reserved page needs no allocation");
+        let unused = (!staged.new_pages.contains(&reserve)).then_some(reserve);
+        (staged, unused)
     }
 }
 
 /// Write `entries` (with their sequence numbers) after position `pos` (0:
 /// start a new chain), extending with fresh log pages as needed, and flush
-/// them. Nothing is committed. On ENOSPC nothing has changed.
+/// them. Nothing is committed. On ENOSPC nothing has changed. The first
+/// new page, if any, is `reserve` when given.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn write_log_entries(
     media: &Media,
     alloc: &PageAllocator,
@@ -253,6 +274,7 @@ pub(crate) fn write_log_entries(
     pos: PoolOffset,
     entries: Vec<Entry>,
     seqs: Vec<u64>,
+    reserve: Option<PageNo>,
 ) -> FsResult<Staged> {
     let mut pos = pos;
     let mut new_pages = Vec::new();
@@ -273,8 +295,10 @@ pub(crate) fn write_log_entries(
         plan.push(fresh);
         room -= len;
     }
-    let runs = if need_pages > 0 { alloc.alloc(need_pages)? } else { crate::alloc::Runs::new() };
-    let mut fresh = runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| s.plus(i)));
+    let from_reserve = if need_pages > 0 { reserve } else { None };
+    let to_alloc = need_pages - from_reserve.is_some() as u64;
+    let runs = if to_alloc > 0 { alloc.alloc(to_alloc)? } else { crate::alloc::Runs::new() };
+    let mut fresh = from_reserve.into_iter().chain(runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| s.plus(i))));
     let mut prev_page = if pos == format::NO_LOG { None } else { Some(format::tail_page(pos)) };
     for ((e, &needs_new), &seq) in entries.iter().zip(&plan).zip(&seqs) {
         let len = e.size_bytes() as u64;

@@ -3,9 +3,15 @@
 //! file) live in a vector indexed by page number, so the common lookups and
 //! updates cost one array access; pages beyond live in an ordered map, so a
 //! sparse file with a far offset costs memory only for what it maps.
+//!
+//! A mapped page may also carry *deltas*: the bytes of small writes kept
+//! in the log (Inline entries) over the page, applied in order when the
+//! page is read, until a write folds them into a new page or a truncate,
+//! punch or overwrite of the whole page drops them.
 
-use crate::format::PageNo;
+use crate::format::{PageNo, PoolOffset};
 use crate::inode::PageRef;
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::ops::{Bound, RangeBounds};
 
@@ -16,11 +22,37 @@ const DENSE_PAGES_MAX: u64 = 1 << 18;
 /// empty slot of the dense vector.
 const EMPTY: PageRef = PageRef { pool: PageNo(0), entry: crate::format::NO_LOG };
 
+/// The bytes of one live Inline entry over a mapped page.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Delta {
+    /// Where in the page the bytes land, and how many.
+    pub at: u16,
+    pub len: u16,
+    /// Where the entry lies in the log (its bytes follow its header).
+    pub entry: PoolOffset,
+}
+
+impl Delta {
+    pub fn end(&self) -> usize {
+        self.at as usize + self.len as usize
+    }
+
+    /// Where its bytes are in the pool.
+    pub fn data(&self) -> PoolOffset {
+        self.entry + crate::format::INLINE_DATA_AT as u64
+    }
+}
+
+/// The deltas of one page, oldest first.
+pub type Deltas = SmallVec<[Delta; 2]>;
+
 #[derive(Default)]
 pub struct PageMap {
     dense: Vec<PageRef>,
     sparse: BTreeMap<u64, PageRef>,
     count: usize,
+    deltas: crate::Map<u64, Deltas>,
+    delta_bytes: usize,
 }
 
 impl PageMap {
@@ -102,6 +134,47 @@ impl PageMap {
             .into_iter()
             .flatten();
         dense.chain(sparse)
+    }
+
+    /// The deltas over file page `page`, oldest first (empty if none).
+    pub fn deltas(&self, page: u64) -> &[Delta] {
+        self.deltas.get(&page).map_or(&[], |d| d.as_slice())
+    }
+
+    /// Pages that carry deltas, and the bytes those deltas hold in all.
+    pub fn delta_pages(&self) -> impl Iterator<Item = (u64, &Deltas)> + '_ {
+        self.deltas.iter().map(|(&p, d)| (p, d))
+    }
+
+    pub fn delta_bytes(&self) -> usize {
+        self.delta_bytes
+    }
+
+    /// Add a delta over a mapped page. Older deltas that it covers
+    /// entirely are dropped and returned (their entries lose their
+    /// reason to stay).
+    pub fn push_delta(&mut self, page: u64, delta: Delta) -> Deltas {
+        assert!(self.get(&page).is_some(), "delta over unmapped file page {page}");
+        let v = self.deltas.entry(page).or_default();
+        let mut dropped = Deltas::new();
+        v.retain(|old| {
+            let covered = old.at >= delta.at && old.end() <= delta.end();
+            if covered {
+                dropped.push(*old);
+            }
+            !covered
+        });
+        v.push(delta);
+        self.delta_bytes += delta.len as usize;
+        self.delta_bytes -= dropped.iter().map(|d| d.len as usize).sum::<usize>();
+        dropped
+    }
+
+    /// Drop every delta of `page` (its mapping was replaced or removed).
+    pub fn take_deltas(&mut self, page: u64) -> Deltas {
+        let v = self.deltas.remove(&page).unwrap_or_default();
+        self.delta_bytes -= v.iter().map(|d| d.len as usize).sum::<usize>();
+        v
     }
 
     /// Every mapping, in file order.

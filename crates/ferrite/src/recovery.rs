@@ -149,13 +149,7 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
                 }
                 bitmap_set(&mut used, p.0);
             }
-            let inode = Arc::new(Inode {
-                ino,
-                kind: header.kind,
-                generation: header.generation,
-                rdev: header.rdev,
-                data: d.into(),
-            });
+            let inode = Arc::new(Inode::new(ino, header.kind, header.generation, header.rdev, d));
             if inode.data.read().attrs.nlink == 0 {
                 orphans.push(inode);
             } else {

@@ -4,11 +4,12 @@
 //! Everything read from media is checked: a failed check is `Corrupt`.
 
 use crate::format::{
-    self, corrupt, AttrEntry, Corrupt, DentryEntry, Entry, PageNo, PoolOffset, PunchEntry, TruncateEntry, WriteEntry,
-    XattrEntry, LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SIZE,
+    self, corrupt, AttrEntry, Corrupt, DentryEntry, Entry, InlineEntry, PageNo, PoolOffset, PunchEntry, TruncateEntry,
+    WriteEntry, XattrEntry, LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SIZE,
 };
 use crate::inode::{Attrs, Body, Dentry, InodeData, PageRef};
 use crate::log::{page_of, Liveness, NO_PAGE};
+use crate::pagemap::Delta;
 use crate::media::Media;
 use crate::types::{FileType, InodeNo};
 
@@ -45,6 +46,7 @@ impl InodeData {
             Entry::Write(w) => self.apply_write(w, loc, freed),
             Entry::Truncate(t) => self.apply_truncate(t, loc, freed),
             Entry::Punch(h) => self.apply_punch(h, loc, freed),
+            Entry::Inline(i) => self.apply_inline(i, loc),
             Entry::DentryAdd(d) => self.apply_dentry_add(d, loc, seq),
             Entry::DentryRemove(d) => self.apply_dentry_remove(d, loc),
             Entry::Xattr(x) => {
@@ -65,6 +67,7 @@ impl InodeData {
         self.attrs.mtime_ns = a.mtime_ns;
         self.attrs.ctime_ns = a.ctime_ns;
         self.attrs.parent = a.parent;
+        self.attrs.mode = a.mode;
         let live = &mut self.log.live;
         live.add_ref(loc, 1);
         if let Some(prev) = live.last_attr.replace(loc) {
@@ -99,12 +102,41 @@ impl InodeData {
             if let Some(old) = map.insert(w.file_page + i, r) {
                 live.unref(old.entry);
                 freed.push(old.pool);
+                for d in map.take_deltas(w.file_page + i) {
+                    live.unref(d.entry);
+                }
             }
         }
         let page = live.page_mut(loc);
         page.max_file_end = page.max_file_end.max(w.file_page + w.num_pages as u64);
         page.min_file_page = page.min_file_page.min(w.file_page);
         self.set_size(w.size_after, w.mtime_ns, w.ctime_ns, loc);
+        Ok(())
+    }
+
+    /// An Inline entry lays its bytes over a mapped page (a delta, live
+    /// while no later entry covers or replaces it) and sets the size and
+    /// times. One over an unmapped page can only be what replay finds when
+    /// GC collected the page's mapping after the entry that replaced it
+    /// (pinned as Write entries are): it is dead, and only its size and
+    /// times apply.
+    fn apply_inline(&mut self, i: &InlineEntry, loc: PoolOffset) -> Result<(), Corrupt> {
+        let Body::Pages(map) = &mut self.body else {
+            return Err(corrupt!("inline entry in a directory log"));
+        };
+        let live = &mut self.log.live;
+        let fp = i.file_page();
+        if map.get(&fp).is_some() {
+            let delta = Delta { at: i.page_offset() as u16, len: i.data.len() as u16, entry: loc };
+            live.add_ref(loc, 1);
+            for old in map.push_delta(fp, delta) {
+                live.unref(old.entry);
+            }
+        }
+        let page = live.page_mut(loc);
+        page.max_file_end = page.max_file_end.max(fp + 1);
+        page.min_file_page = page.min_file_page.min(fp);
+        self.set_size(i.size_after, i.time_ns, i.time_ns, loc);
         Ok(())
     }
 
@@ -295,6 +327,9 @@ fn unmap_and_pin(
         let old = map.remove(&k).expect("key just listed");
         live.unref(old.entry);
         freed.push(old.pool);
+        for d in map.take_deltas(k) {
+            live.unref(d.entry);
+        }
     }
     let own = page_of(loc);
     let mut p = live.first;

@@ -152,6 +152,55 @@ impl Credentials {
     }
 }
 
+/// A regular file's consistency mode (docs/DESIGN.md, "Guarantees"),
+/// stored in the file's Attr entries.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+#[repr(u8)]
+pub enum FileMode {
+    /// Every operation is atomic and durable when it returns.
+    #[default]
+    Strict = 0,
+    /// Writes, truncates and fallocates become durable together at the
+    /// file's next commit point (fsync, fdatasync, msync, sync, an O_SYNC
+    /// write, a clean unmount, any other change to the file); after a crash
+    /// the file is exactly its state at a commit point (Libnvmmio).
+    FsyncAtomic = 1,
+}
+
+impl FileMode {
+    /// The extended attribute through which every front end reads and sets
+    /// a file's mode (values: `as_str`). It is answered by the engine, not
+    /// stored, and not listed.
+    pub const XATTR: &'static [u8] = b"user.ferrite.mode";
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileMode::Strict => "strict",
+            FileMode::FsyncAtomic => "fsync-atomic",
+        }
+    }
+
+    /// Parse "strict" or "fsync-atomic" (a trailing NUL or newline, as
+    /// `setfattr` and shells may add, is accepted).
+    pub fn parse(s: &[u8]) -> Option<FileMode> {
+        let s = s.strip_suffix(b"\0").unwrap_or(s);
+        let s = s.strip_suffix(b"\n").unwrap_or(s);
+        match s {
+            b"strict" => Some(FileMode::Strict),
+            b"fsync-atomic" => Some(FileMode::FsyncAtomic),
+            _ => None,
+        }
+    }
+
+    pub fn from_u8(v: u8) -> Option<FileMode> {
+        match v {
+            0 => Some(FileMode::Strict),
+            1 => Some(FileMode::FsyncAtomic),
+            _ => None,
+        }
+    }
+}
+
 /// Kind of an inode, as stored on media and reported by stat and readdir.
 /// FIFOs, sockets and device nodes are recorded (type and device number)
 /// but carry no data: opening them is the kernel's business.

@@ -2,10 +2,10 @@
 //! committed like any single-inode change. Names follow Linux's namespaces
 //! (`xattr_name.rs`); an access ACL equivalent to a mode sets the mode.
 
-use crate::commit::Fresh;
+use crate::commit::{Change, Fresh};
 use crate::format::Entry;
 use crate::fs::Ferrite;
-use crate::types::{Errno, FsResult, InodeNo, SetAttr, XattrSetMode};
+use crate::types::{Errno, FileMode, FileType, FsResult, InodeNo, SetAttr, XattrSetMode};
 use crate::xattr_name::{self, XattrName};
 
 impl Ferrite {
@@ -15,6 +15,13 @@ impl Ferrite {
             return Err(Errno::EOPNOTSUPP);
         }
         let inode = self.inode(ino)?;
+        if name == FileMode::XATTR {
+            // The consistency mode: answered, not stored (regular files only).
+            if inode.kind != FileType::Regular {
+                return Err(Errno::ENODATA);
+            }
+            return Ok(self.file_mode_ino(ino)?.as_str().as_bytes().to_vec());
+        }
         let d = inode.data.read();
         d.xattrs.get(name).map(|(v, _)| v.to_vec()).ok_or(Errno::ENODATA)
     }
@@ -41,6 +48,10 @@ impl Ferrite {
             XattrName::AclAccess => return self.set_acl_access(ino, value),
             XattrName::AclDefault | XattrName::Unsupported => return Err(Errno::EOPNOTSUPP),
         }
+        if name == FileMode::XATTR {
+            let m = FileMode::parse(value).ok_or(Errno::EINVAL)?;
+            return self.set_file_mode_ino(ino, m);
+        }
         if name.len() + value.len() > crate::format::XATTR_BYTES_MAX {
             return Err(Errno::E2BIG);
         }
@@ -54,6 +65,10 @@ impl Ferrite {
         }
         if xattr_name::classify(name) == XattrName::Unsupported {
             return Err(Errno::EOPNOTSUPP);
+        }
+        if name == FileMode::XATTR {
+            // A file always has a mode; set "strict" instead.
+            return Err(Errno::EINVAL);
         }
         self.change_xattr(ino, name, None, XattrSetMode::Replace)
     }
@@ -93,6 +108,6 @@ impl Ferrite {
             value: value.map(|v| v.to_vec()),
             ctime_ns: self.now_ns(),
         });
-        self.commit(&inode, &mut d, vec![entry], Fresh::none())
+        self.commit(&inode, &mut d, vec![entry], Fresh::none(), Change::Meta)
     }
 }
