@@ -45,7 +45,7 @@ pub fn clock_at(sec: i64) -> Arc<ManualClock> {
 }
 
 pub fn mount_options(clock: &Arc<ManualClock>, threads: usize) -> MountOptions {
-    MountOptions { clock: clock.clone(), recovery_threads: threads }
+    MountOptions { clock: clock.clone(), recovery_threads: threads, ..Default::default() }
 }
 
 pub fn format_options(geo: Geometry, clock: &Arc<ManualClock>) -> FormatOptions {

@@ -95,7 +95,8 @@ impl Ferrite {
         fresh: Fresh,
         change: Change,
     ) -> FsResult<()> {
-        let pending = change == Change::Data && inode.kind == FileType::Regular && d.attrs.mode == FileMode::FsyncAtomic;
+        let pending =
+            change == Change::Data && inode.kind == FileType::Regular && d.attrs.mode == FileMode::FsyncAtomic;
         if !pending {
             self.seal_pending(inode, d);
         }

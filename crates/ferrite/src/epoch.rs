@@ -74,8 +74,12 @@ impl Ferrite {
         }
         let reserve = p.reserve.take().expect("an epoch with unlogged attributes keeps a page in reserve");
         let a = d.attrs;
-        let entry =
-            Entry::Truncate(TruncateEntry { size: a.size, mtime_ns: a.mtime_ns, ctime_ns: a.ctime_ns, size_only: true });
+        let entry = Entry::Truncate(TruncateEntry {
+            size: a.size,
+            mtime_ns: a.mtime_ns,
+            ctime_ns: a.ctime_ns,
+            size_only: true,
+        });
         let (staged, unused) =
             d.stage_reserved(&self.media, &self.pages, inode.ino, inode.generation, vec![entry], reserve);
         let mut released = Vec::new();

@@ -983,7 +983,9 @@ impl Entry {
             }
             k if k == EntryKind::Inline as u8 => {
                 let n = u16::from_le_bytes([e[40], e[41]]) as usize;
-                if n == 0 || INLINE_DATA_AT + n > len || (INLINE_DATA_AT + n).div_ceil(LOG_UNIT as usize) != units as usize
+                if n == 0
+                    || INLINE_DATA_AT + n > len
+                    || (INLINE_DATA_AT + n).div_ceil(LOG_UNIT as usize) != units as usize
                 {
                     return Err(corrupt!("inline entry length {n} invalid"));
                 }

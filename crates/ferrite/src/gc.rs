@@ -5,8 +5,8 @@
 
 use crate::alloc::PageAllocator;
 use crate::format::{
-    self, DentryEntry, Entry, InlineEntry, PageNo, PoolOffset, TruncateEntry, WriteEntry, XattrEntry, INODE_TAIL_OFFSET,
-    LOG_NEXT_OFFSET,
+    self, DentryEntry, Entry, InlineEntry, PageNo, PoolOffset, TruncateEntry, WriteEntry, XattrEntry,
+    INODE_TAIL_OFFSET, LOG_NEXT_OFFSET,
 };
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Body, Inode, InodeData};

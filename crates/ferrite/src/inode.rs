@@ -14,8 +14,8 @@ pub use crate::log::{Liveness, Log, Staged};
 use crate::types::{FileMode, FileType, InodeNo, Stat, TimeSpec};
 use crate::Map;
 use parking_lot::RwLock;
-use std::sync::atomic::AtomicU32;
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU32;
 
 /// Attributes of an inode, as the log gives them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -37,8 +37,18 @@ pub struct Attrs {
 
 impl Attrs {
     /// Before the first Attr entry is applied (replay, checkpoint rebuild).
-    pub const UNSET: Attrs =
-        Attrs { perm: 0, uid: 0, gid: 0, nlink: 0, atime_ns: 0, mtime_ns: 0, ctime_ns: 0, size: 0, parent: InodeNo(0), mode: FileMode::Strict };
+    pub const UNSET: Attrs = Attrs {
+        perm: 0,
+        uid: 0,
+        gid: 0,
+        nlink: 0,
+        atime_ns: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+        size: 0,
+        parent: InodeNo(0),
+        mode: FileMode::Strict,
+    };
 
     pub fn to_entry(self) -> AttrEntry {
         AttrEntry {

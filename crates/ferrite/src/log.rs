@@ -298,7 +298,8 @@ pub(crate) fn write_log_entries(
     let from_reserve = if need_pages > 0 { reserve } else { None };
     let to_alloc = need_pages - from_reserve.is_some() as u64;
     let runs = if to_alloc > 0 { alloc.alloc(to_alloc)? } else { crate::alloc::Runs::new() };
-    let mut fresh = from_reserve.into_iter().chain(runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| s.plus(i))));
+    let mut fresh =
+        from_reserve.into_iter().chain(runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| s.plus(i))));
     let mut prev_page = if pos == format::NO_LOG { None } else { Some(format::tail_page(pos)) };
     for ((e, &needs_new), &seq) in entries.iter().zip(&plan).zip(&seqs) {
         let len = e.size_bytes() as u64;

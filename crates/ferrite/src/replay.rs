@@ -9,8 +9,8 @@ use crate::format::{
 };
 use crate::inode::{Attrs, Body, Dentry, InodeData, PageRef};
 use crate::log::{page_of, Liveness, NO_PAGE};
-use crate::pagemap::Delta;
 use crate::media::Media;
+use crate::pagemap::Delta;
 use crate::types::{FileType, InodeNo};
 
 impl InodeData {

@@ -65,7 +65,7 @@ fn put_u32(b: &mut [u8], at: usize, v: u32) {
 }
 
 fn mount_opts() -> MountOptions {
-    MountOptions { clock: manual_clock(9_000_000), recovery_threads: 2 }
+    MountOptions { clock: manual_clock(9_000_000), recovery_threads: 2, ..Default::default() }
 }
 
 // ---------------------------------------------------------------------------

@@ -47,7 +47,7 @@ impl Pair {
 }
 
 fn mount_opts(clock: &Arc<ManualClock>) -> MountOptions {
-    MountOptions { clock: clock.clone(), recovery_threads: 2 }
+    MountOptions { clock: clock.clone(), recovery_threads: 2, ..Default::default() }
 }
 
 fn remount(p: &mut Pair, crash: bool) {

@@ -855,7 +855,7 @@ fn log_gc_churn_survives_remounts() {
     let seed = seed_from_env("FERRITE_SEED", "log_gc_churn_survives_remounts", 0x5EED_0003);
     let n: usize = std::env::var("FERRITE_CHURN_OPS").ok().and_then(|s| s.parse().ok()).unwrap_or(6000);
     let clock = ferrite_tests::manual_clock(1_000_000);
-    let opts = MountOptions { clock: clock.clone(), recovery_threads: 2 };
+    let opts = MountOptions { clock: clock.clone(), recovery_threads: 2, ..Default::default() };
     let mut fs =
         Session::format(Pmem::heap(1024 * 4096), &FormatOptions { lanes: 1, inodes: Some(256), clock: clock.clone() })
             .expect("format");
