@@ -15,7 +15,6 @@
 use crate::crash::{Caps, PointKind, Sim};
 use crate::exec::{record, start, GEOMETRY};
 use crate::harness::{allowed, describe_point, mismatch};
-use crate::pcheck;
 use crate::quiet;
 use crate::verify::{verify, VerifyOpts};
 use crate::workload::{Call, StartKind, Workload, SLOTS};
@@ -264,7 +263,7 @@ pub fn check_ops(data: &[u8]) -> Result<(), String> {
     if let Some(d) = rec.divergences.first() {
         return Err(format!("{}: engine and model disagree: {d}", w.id));
     }
-    let report = pcheck::check(&rec.base, &rec.events, &rec.layout);
+    let report = rec.pcheck();
     if let Some(v) = report.violations.first() {
         return Err(format!("{}: persistence checker: {v}", w.id));
     }
@@ -298,7 +297,7 @@ pub fn check_ops(data: &[u8]) -> Result<(), String> {
                 Err(f) if crate::verify::ignored_failure(&f.message) => {}
                 Err(f) => return Err(format!("{}: {}", where_(), f.message)),
                 Ok(v) => {
-                    if !allow.iter().any(|&i| rec.state_keys[i] == v.tree_key) {
+                    if !allow.iter().any(|&i| rec.expected_key(i) == v.tree_key) {
                         return Err(format!("{}: {}", where_(), mismatch(&rec, &allow, &v.tree)));
                     }
                 }
