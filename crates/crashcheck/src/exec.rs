@@ -624,7 +624,8 @@ fn remount(fs: Session, clock: &Arc<ManualClock>) -> Result<(Session, Vec<Event>
 
 /// Apply one call to the model given what the engine returned for it
 /// (ENOSPC from the engine is accepted when the model would have
-/// succeeded: nothing is applied). Err when the results disagree.
+/// succeeded: nothing is applied). Err when the results disagree; Ok(true)
+/// when the call succeeded and the model kept its effect.
 pub fn record_model_call(
     model: &ModelFs,
     clock: &ManualClock,
@@ -632,17 +633,17 @@ pub fn record_model_call(
     call: &Call,
     t: TimeSpec,
     engine: &CallResult,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     clock.set(t);
     let before = (model.snapshot(), slots.clone());
     let m = run_call(model, slots, call);
     if *engine == Err(Errno::ENOSPC) && m != Err(Errno::ENOSPC) {
         model.restore(before.0);
         *slots = before.1;
-        return Ok(());
+        return Ok(false);
     }
     if same_result(call, engine, &m) {
-        Ok(())
+        Ok(m.is_ok())
     } else {
         Err(format!("engine returned {engine:?}, the model {m:?}"))
     }

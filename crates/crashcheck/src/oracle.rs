@@ -83,9 +83,6 @@ pub struct Allowed {
     pub key: u64,
     /// What it is, for failure messages.
     pub name: String,
-    /// Does the model's state after the call (rather than before it) hold
-    /// its names? (The process-crash test continues from that side.)
-    pub after: bool,
 }
 
 /// The oracle of a recorded workload (see the module comment).
@@ -94,8 +91,10 @@ pub struct Oracle {
     pub trees: Vec<Allowed>,
     /// `D` before the first recorded call.
     pub initial: usize,
-    /// For each call: the states allowed inside it.
-    pub inside: Vec<Vec<usize>>,
+    /// For each call: the states allowed inside it, each with whether its
+    /// names are those after the call (the process-crash test continues
+    /// the model from that side).
+    pub inside: Vec<Vec<(usize, bool)>>,
     /// For each call: the state once it returned (`D(i)`).
     pub after: Vec<usize>,
     /// For each call: what it does to the fsync-atomic files.
@@ -280,27 +279,27 @@ impl Tracker {
         p
     }
 
-    fn intern(&mut self, tree: Arc<Tree>, key: u64, name: String, after: bool) -> usize {
+    fn intern(&mut self, tree: Arc<Tree>, key: u64, name: String) -> usize {
         if let Some(&i) = self.keys.get(&key) {
             return i;
         }
         let i = self.oracle.trees.len();
-        self.oracle.trees.push(Allowed { tree, key, name, after });
+        self.oracle.trees.push(Allowed { tree, key, name });
         self.keys.insert(key, i);
         i
     }
 
-    fn intern_tree(&mut self, tree: Tree, name: String, after: bool) -> usize {
+    fn intern_tree(&mut self, tree: Tree, name: String) -> usize {
         let key = tree_key(&tree);
-        self.intern(Arc::new(tree), key, name, after)
+        self.intern(Arc::new(tree), key, name)
     }
 
     /// The durable state of `tree` (whose key is `key`).
-    fn durable(&mut self, tree: &Arc<Tree>, key: u64, map: &InoMap, name: String, after: bool) -> usize {
+    fn durable(&mut self, tree: &Arc<Tree>, key: u64, map: &InoMap, name: String) -> usize {
         if self.committed.is_empty() {
-            return self.intern(tree.clone(), key, name, after);
+            return self.intern(tree.clone(), key, name);
         }
-        self.intern_tree(substitute(tree, map, &self.committed), name, after)
+        self.intern_tree(substitute(tree, map, &self.committed), name)
     }
 
     /// The map of `tree` once the tracker is in use (empty before).
@@ -328,9 +327,25 @@ impl Tracker {
     pub fn begin(&mut self, model: &ModelFs, slots: &Slots, tree: &Arc<Tree>, key: u64) {
         self.used |= slots.any_atomic();
         let map = self.map(model, tree);
-        let i = self.durable(tree, key, &map, "the durable state before the first call".into(), false);
+        let i = self.durable(tree, key, &map, "the durable state before the first call".into());
         self.oracle.initial = i;
         self.now = Some((tree.clone(), map, i));
+    }
+
+    /// Start again from the model's state now, with every file committed
+    /// (after a clean unmount, or once a crash's losses were put back).
+    pub fn restart(&mut self, model: &ModelFs, slots: &Slots) {
+        self.used |= slots.any_atomic();
+        self.committed.clear();
+        let tree = Arc::new(model.tree());
+        let key = tree_key(&tree);
+        let map = self.map(model, &tree);
+        self.advance(slots, &Plan::default(), true, &tree, &map);
+        self.oracle = Oracle::default();
+        self.keys.clear();
+        let i = self.intern(tree.clone(), key, "the state at the start".into());
+        self.oracle.initial = i;
+        self.now = Some((tree, map, i));
     }
 
     /// The committed views after a call that ran with `plan` and either
@@ -369,8 +384,8 @@ impl Tracker {
         let extends = plan.data.filter(|f| plan.atomic.contains(f));
         self.advance(slots, &plan, ok, tree, &map);
         let n = self.oracle.after.len();
-        let after_d = self.durable(tree, key, &map, format!("the durable state after call {n}"), true);
-        let mut inside = vec![before_d, after_d];
+        let after_d = self.durable(tree, key, &map, format!("the durable state after call {n}"));
+        let mut inside = vec![(before_d, false), (after_d, true)];
         let mut mode = CallMode { extends, ..CallMode::default() };
         if ok {
             // A file's committed view before the call (its live view if it
@@ -402,17 +417,16 @@ impl Tracker {
                     views.insert(f, new_view(f).expect("a changed file has a new view"));
                 }
                 let t = substitute(&before_tree, &before_map, &views);
-                let i = self.intern_tree(t, format!("call {n} in flight, {} committed", names.join(", ")), false);
-                inside.push(i);
+                let i = self.intern_tree(t, format!("call {n} in flight, {} committed", names.join(", ")));
+                inside.push((i, false));
                 // The names after the call, these files not yet committed.
                 let mut views = new.clone();
                 for &f in &s {
                     views.insert(f, old_view(f).expect("a changed file has an old view"));
                 }
                 let t = substitute(tree, &map, &views);
-                let i =
-                    self.intern_tree(t, format!("call {n} in flight, {} not yet committed", names.join(", ")), true);
-                inside.push(i);
+                let i = self.intern_tree(t, format!("call {n} in flight, {} not yet committed", names.join(", ")));
+                inside.push((i, true));
             }
             // Commit points that change names: the names follow the call,
             // and the pending data may commit before them.
@@ -434,14 +448,16 @@ impl Tracker {
                 }
                 let t = substitute(&before_tree, &before_map, &views);
                 let what = format!("call {n} in flight, the pending data of {} committed first", names.join(", "));
-                let i = self.intern_tree(t, what, false);
-                inside.push(i);
+                let i = self.intern_tree(t, what);
+                inside.push((i, false));
             }
             mode.commits.sort_unstable();
             mode.commits.dedup();
         }
+        // One entry per state; a state on both sides counts as before the
+        // call (the call may not have happened).
         inside.sort_unstable();
-        inside.dedup();
+        inside.dedup_by_key(|x| x.0);
         self.oracle.inside.push(inside);
         self.oracle.after.push(after_d);
         self.oracle.modes.push(mode);
@@ -459,9 +475,14 @@ impl Tracker {
         &self.oracle.trees[*d]
     }
 
-    /// The states allowed for a crash inside the last call given.
-    pub fn last_inside(&self) -> Vec<&Allowed> {
-        self.oracle.inside.last().map(|v| v.iter().map(|&i| &self.oracle.trees[i]).collect()).unwrap_or_default()
+    /// The states allowed for a crash inside the last call given, each
+    /// with whether its names are those after the call.
+    pub fn last_inside(&self) -> Vec<(&Allowed, bool)> {
+        self.oracle
+            .inside
+            .last()
+            .map(|v| v.iter().map(|&(i, after)| (&self.oracle.trees[i], after)).collect())
+            .unwrap_or_default()
     }
 
     /// Forget every state but the durable state now (a long run that
@@ -471,7 +492,7 @@ impl Tracker {
         let keep = self.oracle.trees[d].clone();
         self.oracle = Oracle::default();
         self.keys.clear();
-        let i = self.intern(keep.tree, keep.key, keep.name, keep.after);
+        let i = self.intern(keep.tree, keep.key, keep.name);
         self.oracle.initial = i;
         self.now = Some((tree, map, i));
     }
