@@ -208,7 +208,7 @@ fn allowed_atomic(rec: &Recording, o: &crate::oracle::Oracle, at: usize, kind: P
         }
         PointKind::End => vec![after(o.after.len().checked_sub(1))],
         PointKind::Fence => match rec.call_at(at) {
-            Some((i, false)) => o.inside[i].iter().map(|&(k, _)| k).collect(),
+            Some((i, false)) => o.inside[i].clone(),
             Some((i, true)) => vec![after(Some(i))],
             None => {
                 vec![if rec.spans.first().is_none_or(|s| at <= s.0) {

@@ -91,10 +91,8 @@ pub struct Oracle {
     pub trees: Vec<Allowed>,
     /// `D` before the first recorded call.
     pub initial: usize,
-    /// For each call: the states allowed inside it, each with whether its
-    /// names are those after the call (the process-crash test continues
-    /// the model from that side).
-    pub inside: Vec<Vec<(usize, bool)>>,
+    /// For each call: the states allowed inside it.
+    pub inside: Vec<Vec<usize>>,
     /// For each call: the state once it returned (`D(i)`).
     pub after: Vec<usize>,
     /// For each call: what it does to the fsync-atomic files.
@@ -385,7 +383,7 @@ impl Tracker {
         self.advance(slots, &plan, ok, tree, &map);
         let n = self.oracle.after.len();
         let after_d = self.durable(tree, key, &map, format!("the durable state after call {n}"));
-        let mut inside = vec![(before_d, false), (after_d, true)];
+        let mut inside = vec![before_d, after_d];
         let mut mode = CallMode { extends, ..CallMode::default() };
         if ok {
             // A file's committed view before the call (its live view if it
@@ -418,7 +416,7 @@ impl Tracker {
                 }
                 let t = substitute(&before_tree, &before_map, &views);
                 let i = self.intern_tree(t, format!("call {n} in flight, {} committed", names.join(", ")));
-                inside.push((i, false));
+                inside.push(i);
                 // The names after the call, these files not yet committed.
                 let mut views = new.clone();
                 for &f in &s {
@@ -426,7 +424,7 @@ impl Tracker {
                 }
                 let t = substitute(tree, &map, &views);
                 let i = self.intern_tree(t, format!("call {n} in flight, {} not yet committed", names.join(", ")));
-                inside.push((i, true));
+                inside.push(i);
             }
             // Commit points that change names: the names follow the call,
             // and the pending data may commit before them.
@@ -449,15 +447,13 @@ impl Tracker {
                 let t = substitute(&before_tree, &before_map, &views);
                 let what = format!("call {n} in flight, the pending data of {} committed first", names.join(", "));
                 let i = self.intern_tree(t, what);
-                inside.push((i, false));
+                inside.push(i);
             }
             mode.commits.sort_unstable();
             mode.commits.dedup();
         }
-        // One entry per state; a state on both sides counts as before the
-        // call (the call may not have happened).
         inside.sort_unstable();
-        inside.dedup_by_key(|x| x.0);
+        inside.dedup();
         self.oracle.inside.push(inside);
         self.oracle.after.push(after_d);
         self.oracle.modes.push(mode);
@@ -475,14 +471,9 @@ impl Tracker {
         &self.oracle.trees[*d]
     }
 
-    /// The states allowed for a crash inside the last call given, each
-    /// with whether its names are those after the call.
-    pub fn last_inside(&self) -> Vec<(&Allowed, bool)> {
-        self.oracle
-            .inside
-            .last()
-            .map(|v| v.iter().map(|&(i, after)| (&self.oracle.trees[i], after)).collect())
-            .unwrap_or_default()
+    /// The states allowed for a crash inside the last call given.
+    pub fn last_inside(&self) -> Vec<&Allowed> {
+        self.oracle.inside.last().map(|v| v.iter().map(|&i| &self.oracle.trees[i]).collect()).unwrap_or_default()
     }
 
     /// Forget every state but the durable state now (a long run that
