@@ -220,6 +220,13 @@ impl Call {
         }
     }
 
+    /// Is this a pure commit point, which never fails for lack of space
+    /// (docs/DESIGN.md: the epoch set aside what its commit needs)? ENOSPC
+    /// from it is a failure, not an accepted difference from the model.
+    pub fn never_enospc(&self) -> bool {
+        matches!(self, Call::Fsync { .. } | Call::Fdatasync { .. } | Call::Sync)
+    }
+
     /// Shift every slot by `by` (to concatenate operations).
     pub fn shift_slots(&mut self, by: u8) {
         match self {

@@ -356,3 +356,36 @@ fn atomic_oracle_tells_pending_from_committed() {
         f.iter().map(|f| f.to_string()).collect::<String>()
     );
 }
+
+/// The oracle's rule for commit points that change names: after a pending
+/// write to /A/bar, `rename(/A/bar, /foo)` may leave the old names (with
+/// or without the data committed first) or the new names with the new
+/// data, never the new names over the data of the last commit point (the
+/// zero-length-file bug of rename-over, which ext4's auto_da_alloc avoids).
+#[test]
+fn atomic_oracle_rename_never_shows_new_names_over_old_data() {
+    let st = start(StartKind::Empty);
+    let w = workload_by_id("a2.fa_write_into_hole+fa_rename_over_atomic").expect("workload");
+    let rec = record(&st, &w);
+    assert!(rec.divergences.is_empty(), "{:?}", rec.divergences);
+    let o = rec.oracle.clone().expect("oracle");
+    let key = |t: &ferrite_model::Tree| ferrite_crashcheck::hash::tree_key(t);
+    let inside: Vec<u64> = o.inside[1].iter().map(|&i| o.trees[i].key).collect();
+    let old_bar = o.trees[o.initial].tree.get(b"/A/bar".as_slice()).expect("/A/bar").clone();
+    let new_bar = rec.states[1].get(b"/A/bar".as_slice()).expect("/A/bar").clone();
+    assert_ne!(old_bar.content, new_bar.content);
+    // New names, new data: allowed (it is the state after the call).
+    let after = o.trees[o.after[1]].tree.as_ref().clone();
+    assert_eq!(after.get(b"/foo".as_slice()).expect("/foo").content, new_bar.content);
+    assert!(inside.contains(&key(&after)));
+    // New names over the old data: never.
+    let mut bad = after.clone();
+    let foo = bad.get_mut(b"/foo".as_slice()).expect("/foo");
+    *foo = ferrite_model::NodeView { link_group: foo.link_group, ..old_bar.clone() };
+    assert!(!inside.contains(&key(&bad)), "the new name over the old data must not be allowed");
+    // Old names with the pending data committed first: allowed.
+    let mut first = o.trees[o.after[0]].tree.as_ref().clone();
+    let bar = first.get_mut(b"/A/bar".as_slice()).expect("/A/bar");
+    *bar = ferrite_model::NodeView { link_group: bar.link_group, ..new_bar };
+    assert!(inside.contains(&key(&first)), "the data may commit before the rename");
+}
