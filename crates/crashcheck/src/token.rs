@@ -2,9 +2,11 @@
 //!
 //! `cc1:SEED:START:WORKLOAD:POINT`
 //! - SEED: the run's seed (hex), which seeds the random line subsets;
-//! - START: `empty`, `aged` or `full`;
-//! - WORKLOAD: `s1.OP`, `s2.OP+OP`, `s3.OP+OP+OP` (catalogue names) or
-//!   `rnd.SEED.LEN` (the random generator);
+//! - START: `empty`, `aged`, `full` or `logedge`;
+//! - WORKLOAD: `s1.OP`, `s2.OP+OP`, `s3.OP+OP+OP` (catalogue names),
+//!   `a1.OP`, `a2.OP+OP` (the fsync-atomic catalogue), `rnd.SEED.LEN` and
+//!   `rndm.SEED.LEN` (the random generator, without and with the modes) or
+//!   `sc.NAME` (a scenario);
 //! - POINT: `live` (engine and model disagree without a crash), `pcheck`
 //!   (the persistence checker), or `eN:LABEL` (the crash point before event
 //!   N of the workload's trace, and the candidate image's label, see
