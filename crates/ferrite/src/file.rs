@@ -144,8 +144,9 @@ impl Ferrite {
     }
 
     /// Count an operation for the fold policy, halving both counts now and
-    /// then so that the mix follows the file's recent use.
-    fn count_access(inode: &Inode, write: bool) {
+    /// then so that the mix follows the file's recent use. Every read path
+    /// calls it (`read_ino`, and the session's read and pread).
+    pub(crate) fn count_access(inode: &Inode, write: bool) {
         let c = if write { &inode.writes } else { &inode.reads };
         if c.fetch_add(1, Ordering::Relaxed) >= 1 << 12 {
             inode.reads.store(inode.reads.load(Ordering::Relaxed) / 2, Ordering::Relaxed);

@@ -618,6 +618,7 @@ impl PathFs for Session {
 
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize> {
         let f = self.readable(fd)?;
+        Ferrite::count_access(&f.inode, false);
         let d = f.inode.data.read();
         Ok(self.fs.read_locked(&d, offset, buf))
     }
@@ -629,6 +630,7 @@ impl PathFs for Session {
 
     fn read(&self, fd: Fd, buf: &mut [u8]) -> FsResult<usize> {
         let f = self.readable(fd)?;
+        Ferrite::count_access(&f.inode, false);
         let mut pos = f.pos.lock();
         let d = f.inode.data.read();
         let n = self.fs.read_locked(&d, *pos, buf);
