@@ -509,6 +509,39 @@ fn enospc_in_an_fsync_atomic_epoch() {
     let crashed = crash_copy(&fs);
     assert_eq!(get(&crashed, b"/f").unwrap(), pending.bytes, "crash after the fsync");
     drop(crashed);
+    // A second epoch filled up with small writes, then a chmod: a commit
+    // point whose Attr entry needs log room. It either succeeds and commits
+    // the epoch, or fails with ENOSPC and commits nothing.
+    let mut k = 0u64;
+    loop {
+        let off = (k * 4099) % (pending.bytes.len() as u64 - 200);
+        match fs.pwrite(fd, &pattern(3000 + k, 150), off) {
+            Ok(_) => pending.write(off as usize, &pattern(3000 + k, 150)),
+            Err(Errno::ENOSPC) => break,
+            Err(e) => panic!("small write {k}: {e:?}"),
+        }
+        k += 1;
+        assert!(k < 100_000, "small writes never ran out of space");
+    }
+    let ino = fs.fstat(fd).unwrap().ino;
+    let r = fs.fchmod(fd, 0o600);
+    eprintln!("enospc_in_an_fsync_atomic_epoch: {k} small writes to ENOSPC, then chmod: {r:?}");
+    let crashed = crash_copy(&fs);
+    match r {
+        Ok(()) => {
+            assert_eq!(fs.pending_file_count(), 0, "chmod did not commit the epoch");
+            assert_eq!(get(&crashed, b"/f").unwrap(), pending.bytes, "crash after the chmod");
+        }
+        Err(Errno::ENOSPC) => {
+            assert_eq!(fs.pending_file_count(), 1, "a failed chmod committed the epoch");
+            assert_eq!(fs.getattr(ino).unwrap().perm, 0o644);
+            assert_ne!(get(&crashed, b"/f").unwrap(), pending.bytes, "a failed chmod committed the epoch");
+            fs.fsync(fd).unwrap();
+        }
+        Err(e) => panic!("chmod in the full pool: {e:?}"),
+    }
+    drop(crashed);
+    assert_eq!(get(&fs, b"/f").unwrap(), pending.bytes);
     // The pool works on: a write to the strict file, then the big file
     // goes and its space comes back.
     fs.pwrite(strict, b"still works", 0).unwrap();
