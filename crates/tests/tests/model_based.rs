@@ -1328,7 +1328,7 @@ fn run_small_seed(seed: u64, steps: usize) -> Counters {
             let desc = format!("remount crash={crash}");
             history.push(desc.clone());
             // (Counting Inline entries dumps every file: every 8th remount.)
-            let count_inline = (p.counters.crash_remounts + p.counters.clean_remounts) % 8 == 0;
+            let count_inline = (p.counters.crash_remounts + p.counters.clean_remounts).is_multiple_of(8);
             if let Err(why) = remount(&mut p, crash, count_inline) {
                 fail(TEST, seed, i, &desc, &why, &history);
             }
