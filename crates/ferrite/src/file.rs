@@ -260,7 +260,11 @@ impl Ferrite {
             }
         }
         let mut entries = write_entries(first, &pairs, size_after, now);
-        entries.extend(inline);
+        if entries.is_empty() {
+            entries = inline;
+        } else {
+            entries.extend(inline);
+        }
         let logged = !entries.is_empty();
         if logged {
             self.commit(inode, d, entries, Fresh::runs(runs), Change::Data)?;

@@ -23,7 +23,11 @@ use crate::inode::InodeData;
 use crate::media::Media;
 use crate::types::{FsResult, InodeNo};
 use crate::Map;
+use smallvec::SmallVec;
 use std::collections::BTreeSet;
+
+/// Sequence numbers of entries being staged, one per entry.
+pub(crate) type Seqs = SmallVec<[u64; 4]>;
 
 /// What DRAM keeps about one log page: its place in the chain and the
 /// reference counts of its entries (indexed by 64-byte unit).
@@ -219,9 +223,9 @@ impl Log {
 /// Entries written after the tail but not yet committed.
 pub struct Staged {
     pub new_tail: PoolOffset,
-    pub new_pages: Vec<PageNo>,
+    pub new_pages: SmallVec<[PageNo; 2]>,
     /// (location, sequence number) of each entry, in order.
-    pub locs: Vec<(PoolOffset, u64)>,
+    pub locs: SmallVec<[(PoolOffset, u64); 4]>,
     pub entries: Vec<Entry>,
 }
 
@@ -238,7 +242,7 @@ impl InodeData {
         generation: u32,
         entries: Vec<Entry>,
     ) -> FsResult<Staged> {
-        let seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
+        let seqs: Seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
         write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, None)
     }
 
@@ -254,7 +258,7 @@ impl InodeData {
         entries: Vec<Entry>,
         reserve: PageNo,
     ) -> (Staged, Option<PageNo>) {
-        let seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
+        let seqs: Seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
         let staged = write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, Some(reserve))
             .expect("staging into a reserved page needs no allocation");
         let unused = (!staged.new_pages.contains(&reserve)).then_some(reserve);
@@ -274,13 +278,14 @@ pub(crate) fn write_log_entries(
     generation: u32,
     pos: PoolOffset,
     entries: Vec<Entry>,
-    seqs: Vec<u64>,
+    seqs: Seqs,
     reserve: Option<PageNo>,
 ) -> FsResult<Staged> {
     let mut pos = pos;
-    let mut new_pages = Vec::new();
-    let mut locs = Vec::with_capacity(entries.len());
-    let mut buf = Vec::with_capacity(LOG_UNIT as usize);
+    let mut new_pages = SmallVec::new();
+    let mut locs = SmallVec::with_capacity(entries.len());
+    // Room for the largest entry, so that encoding never reallocates.
+    let mut buf = Vec::with_capacity(format::ENTRY_UNITS_MAX as usize * LOG_UNIT as usize);
     // Plan first so that allocation failure changes nothing: which
     // entries open a fresh page.
     let mut plan: smallvec::SmallVec<[bool; 8]> = smallvec::SmallVec::new();
