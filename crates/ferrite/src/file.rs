@@ -93,6 +93,12 @@ impl Ferrite {
         }
     }
 
+    /// A read of a file's data by a front end: counted for the fold policy.
+    pub(crate) fn read_file(&self, inode: &Inode, d: &InodeData, offset: u64, buf: &mut [u8]) -> usize {
+        Self::count_access(inode, false);
+        self.read_locked(d, offset, buf)
+    }
+
     pub(crate) fn read_locked(&self, d: &InodeData, offset: u64, buf: &mut [u8]) -> usize {
         let size = d.attrs.size;
         if offset >= size || buf.is_empty() {
@@ -144,9 +150,8 @@ impl Ferrite {
     }
 
     /// Count an operation for the fold policy, halving both counts now and
-    /// then so that the mix follows the file's recent use. Every read path
-    /// calls it (`read_ino`, and the session's read and pread).
-    pub(crate) fn count_access(inode: &Inode, write: bool) {
+    /// then so that the mix follows the file's recent use.
+    fn count_access(inode: &Inode, write: bool) {
         let c = if write { &inode.writes } else { &inode.reads };
         if c.fetch_add(1, Ordering::Relaxed) >= 1 << 12 {
             inode.reads.store(inode.reads.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
@@ -255,7 +260,11 @@ impl Ferrite {
             }
         }
         let mut entries = write_entries(first, &pairs, size_after, now);
-        entries.extend(inline);
+        if entries.is_empty() {
+            entries = inline;
+        } else {
+            entries.extend(inline);
+        }
         let logged = !entries.is_empty();
         if logged {
             self.commit(inode, d, entries, Fresh::runs(runs), Change::Data)?;
@@ -478,9 +487,8 @@ impl Ferrite {
         if inode.kind == FileType::Directory {
             return Err(Errno::EISDIR);
         }
-        Self::count_access(&inode, false);
         let d = inode.data.read();
-        Ok(self.read_locked(&d, offset, buf))
+        Ok(self.read_file(&inode, &d, offset, buf))
     }
 
     pub fn write_ino(&self, ino: InodeNo, offset: u64, data: &[u8]) -> FsResult<usize> {

@@ -618,9 +618,8 @@ impl PathFs for Session {
 
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize> {
         let f = self.readable(fd)?;
-        Ferrite::count_access(&f.inode, false);
         let d = f.inode.data.read();
-        Ok(self.fs.read_locked(&d, offset, buf))
+        Ok(self.fs.read_file(&f.inode, &d, offset, buf))
     }
 
     fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> FsResult<usize> {
@@ -630,10 +629,9 @@ impl PathFs for Session {
 
     fn read(&self, fd: Fd, buf: &mut [u8]) -> FsResult<usize> {
         let f = self.readable(fd)?;
-        Ferrite::count_access(&f.inode, false);
         let mut pos = f.pos.lock();
         let d = f.inode.data.read();
-        let n = self.fs.read_locked(&d, *pos, buf);
+        let n = self.fs.read_file(&f.inode, &d, *pos, buf);
         *pos += n as u64;
         Ok(n)
     }
