@@ -334,7 +334,8 @@ impl Session {
         };
         // O_SYNC and O_DSYNC writes are a commit point of the engine's
         // durability entry point (a no-op beyond msync in strict mode).
-        if f.flags.sync || f.flags.dsync {
+        // A write of nothing syncs nothing, as in Linux.
+        if (f.flags.sync || f.flags.dsync) && n.0 > 0 {
             self.fs.fsync_inode(&f.inode, !f.flags.sync)?;
         }
         Ok(n)

@@ -1008,9 +1008,7 @@ impl ModelState {
         }
         let sync = of.flags.sync || of.flags.dsync;
         if data.is_empty() {
-            if sync {
-                self.commit_point(of.ino);
-            }
+            // A write of nothing syncs nothing (as Linux and the engine).
             return Ok(offset.unwrap_or(of.pos));
         }
         let ino = of.ino;
