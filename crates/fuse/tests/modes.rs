@@ -13,8 +13,8 @@
 //!   O_SYNC or O_DSYNC descriptor, msync(MS_SYNC) of a shared mapping,
 //!   chmod, setxattr or rename, the daemon is killed (SIGKILL: no clean
 //!   unmount) and the next mount finds each file as it was after the write;
-//!   writes followed only by close, or by nothing, and a truncate without a
-//!   sync, are gone (the file is as at its previous fsync), while a strict
+//!   writes followed only by close, or by nothing, and a truncate (by
+//!   descriptor or by path) without a sync, are gone (the file is as at its previous fsync), while a strict
 //!   file keeps every write. Before the kill, every reader saw the new
 //!   contents at once. What sync(2) and syncfs(2) did is printed, not
 //!   asserted: the kernel does not send them to a /dev/fuse daemon (only
@@ -160,6 +160,7 @@ fn commit_points_through_the_kernel_survive_a_killed_daemon() {
         "close",
         "none",
         "truncate",
+        "truncate-path",
         "strict",
     ];
     for n in names {
@@ -206,6 +207,10 @@ fn commit_points_through_the_kernel_survive_a_killed_daemon() {
     pwrite(&open_with(&m.path("close"), 0), SECOND, 0);
     pwrite(&open_with(&strict, 0), SECOND, 0);
     open_with(&m.path("truncate"), 0).set_len(3).unwrap();
+    // truncate(2) by path reaches the daemon as a setattr of the size
+    // alone (no times), a data change as ftruncate is.
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::truncate(c(&m.path("truncate-path")).as_ptr(), 3) }, 0);
     // Left open, never synced: the daemon dies under it.
     let pending = open_with(&m.path("none"), 0);
     pwrite(&pending, SECOND, 0);
@@ -217,6 +222,7 @@ fn commit_points_through_the_kernel_survive_a_killed_daemon() {
     }
     assert_eq!(fs::read(m.path("renamed")).unwrap(), SECOND);
     assert_eq!(fs::read(m.path("truncate")).unwrap(), &FIRST[..3]);
+    assert_eq!(fs::read(m.path("truncate-path")).unwrap(), &FIRST[..3]);
 
     m.kill();
     drop(pending);
@@ -226,7 +232,7 @@ fn commit_points_through_the_kernel_survive_a_killed_daemon() {
     for n in ["fsync", "fdatasync", "osync", "odsync", "msync", "chmod", "setxattr", "renamed", "strict"] {
         assert_eq!(read(n), SECOND, "{n}: a commit point through the mount did not reach the engine");
     }
-    for n in ["close", "none", "truncate"] {
+    for n in ["close", "none", "truncate", "truncate-path"] {
         assert_eq!(read(n), FIRST, "{n}: not a commit point, yet the write survived the crash");
     }
     for n in ["sync", "syncfs"] {
