@@ -56,7 +56,11 @@ fn write_entries(first: u64, pool: &[(u64, PageNo)], size_after: u64, now: i64) 
 
 /// The most bytes of one page a write puts in the log (Inline entries of at
 /// most `INLINE_DATA_MAX` bytes each) instead of copying the page.
-const INLINE_PIECE_MAX: usize = 2048;
+const INLINE_PIECE_MAX: usize = 1024;
+
+/// Pieces up to this size may fill a page's fold limit with deltas; larger
+/// ones fold at half of it.
+const INLINE_SMALL_MAX: usize = 256;
 
 /// How a write treats one file page it touches.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -191,6 +195,9 @@ impl Ferrite {
                 Some(_) if hi - lo <= INLINE_PIECE_MAX => {
                     let deltas = d.pages().deltas(p);
                     let bytes: usize = deltas.iter().map(|x| x.len as usize).sum();
+                    // Larger pieces fold sooner: their deltas would fill the
+                    // log (and every compaction's copy) with a page's worth.
+                    let fold_bytes = if hi - lo > INLINE_SMALL_MAX { fold_bytes / 2 } else { fold_bytes };
                     if deltas.len() < fold_count && bytes + (hi - lo) <= fold_bytes {
                         PieceAction::Inline
                     } else {

@@ -1041,7 +1041,7 @@ macro_rules! agree {
 }
 
 /// The length of a small write: mostly 1..128 and 128..600 bytes, some up
-/// to a little past the engine's 2048-byte inline limit.
+/// to past the engine's 1024-byte inline limit.
 fn small_len(rng: &mut ChaCha8Rng) -> usize {
     match rng.gen_range(0..10) {
         0..=5 => rng.gen_range(1..128),
