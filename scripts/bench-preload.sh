@@ -180,15 +180,16 @@ if [[ " $PARTS " == *" fio "* ]]; then
     rm -f "$OUT/fio-last.json"
 fi
 
-# ---- sqlite
-if [[ " $PARTS " == *" sqlite "* ]]; then
-    for mode in WAL DELETE; do
-        python3 - "$mode" "$SQL_N" >"$OUT/sqlite-$mode.sql" <<'EOF'
+# The SQL of one sqlite run in journal mode $1 (NOSYNC: journal_mode=OFF
+# with synchronous=OFF), written to $OUT/sqlite-$1.sql: $SQL_N single-row
+# INSERTs then $SQL_N single-row UPDATEs, each its own transaction.
+gen_sql() {
+    python3 - "$1" "$SQL_N" >"$OUT/sqlite-$1.sql" <<'EOF'
 import random, sys
 mode, n = sys.argv[1], int(sys.argv[2])
 ts = "SELECT printf('%.3f', (julianday('now') - 2440587.5) * 86400.0);"
-print(f"PRAGMA journal_mode={mode};")
-print("PRAGMA synchronous=FULL;")
+print(f"PRAGMA journal_mode={'OFF' if mode == 'NOSYNC' else mode};")
+print(f"PRAGMA synchronous={'OFF' if mode == 'NOSYNC' else 'FULL'};")
 print("CREATE TABLE t(id INTEGER PRIMARY KEY, n INTEGER, v TEXT);")
 print(ts)
 v = "x" * 100
@@ -202,7 +203,11 @@ print(ts)
 print("SELECT count(*), sum(n) FROM t;")
 print("PRAGMA integrity_check;")
 EOF
-    done
+}
+
+# ---- sqlite
+if [[ " $PARTS " == *" sqlite "* ]]; then
+    for mode in WAL DELETE; do gen_sql "$mode"; done
     echo "round,target,mode,phase,tx_per_s" >"$OUT/sqlite.csv"
     for ((r = 0; r < ROUNDS; r++)); do
         for t in $(rotated "$r" "${sql_targets[@]}"); do
@@ -229,27 +234,7 @@ fi
 
 # ---- sqlite-atomic: journal_mode=OFF on an fsync-atomic file against WAL
 if [[ " $PARTS " == *" sqlite-atomic "* ]]; then
-    for mode in WAL OFF NOSYNC; do
-        python3 - "$mode" "$SQL_N" >"$OUT/sqlite-$mode.sql" <<'EOF'
-import random, sys
-mode, n = sys.argv[1], int(sys.argv[2])
-ts = "SELECT printf('%.3f', (julianday('now') - 2440587.5) * 86400.0);"
-print(f"PRAGMA journal_mode={'OFF' if mode == 'NOSYNC' else mode};")
-print(f"PRAGMA synchronous={'OFF' if mode == 'NOSYNC' else 'FULL'};")
-print("CREATE TABLE t(id INTEGER PRIMARY KEY, n INTEGER, v TEXT);")
-print(ts)
-v = "x" * 100
-for _ in range(n):
-    print(f"BEGIN; INSERT INTO t(n, v) VALUES (0, '{v}'); COMMIT;")
-print(ts)
-rng = random.Random(42)
-for _ in range(n):
-    print(f"BEGIN; UPDATE t SET n = n + 1 WHERE id = {rng.randint(1, n)}; COMMIT;")
-print(ts)
-print("SELECT count(*), sum(n) FROM t;")
-print("PRAGMA integrity_check;")
-EOF
-    done
+    for mode in WAL OFF NOSYNC; do gen_sql "$mode"; done
     # (target:journal mode) runs, the subject first.
     atomic_runs=(preload-atomic:OFF preload:WAL tmpfs:WAL tmpfs:NOSYNC)
     [ -n "${DIR[ext4]:-}" ] && atomic_runs+=(ext4:WAL)
