@@ -3,6 +3,7 @@
 //! after every call (the oracle).
 
 use crate::hash::tree_key;
+use crate::oracle::{Oracle, Tracker};
 use crate::workload::{age, build_fileset, run_call, Call, CallResult, Slots, StartKind, Workload};
 use ferrite::format::Layout;
 use ferrite::{Errno, FormatOptions, ManualClock, MountOptions, OpenFlags, PathFs, Session, TimeSpec};
@@ -315,6 +316,11 @@ pub struct CallOutcome {
     /// scenarios check with these that they exercise GC.
     pub gc_pages: u64,
     pub compactions: u64,
+    /// fsync-atomic epochs the engine committed during the call
+    /// (`Ferrite::epoch_commits`), and files left with a pending epoch
+    /// after it (`Ferrite::pending_file_count`).
+    pub epoch_commits: u64,
+    pub pending_files: usize,
 }
 
 /// A workload run on the engine (recorded) and on the model.
@@ -335,6 +341,9 @@ pub struct Recording {
     /// Differences between engine and model while running (a failure).
     pub divergences: Vec<String>,
     pub layout: Layout,
+    /// The fsync-atomic oracle (`crate::oracle`), when a file of the
+    /// workload was ever fsync-atomic; None: the strict rule (`states`).
+    pub oracle: Option<Arc<Oracle>>,
 }
 
 impl Recording {
@@ -352,6 +361,61 @@ impl Recording {
             spans.push((find(begin_mark(i)), find(end_mark(i))));
         }
         Recording { events, spans, ..self.clone() }
+    }
+
+    /// The key of allowed state `i` (an index into `states`, or into the
+    /// oracle's states when there is an oracle; see `harness::allowed`).
+    pub fn expected_key(&self, i: usize) -> u64 {
+        match &self.oracle {
+            Some(o) => o.trees[i].key,
+            None => self.state_keys[i],
+        }
+    }
+
+    /// Allowed state `i` (see `expected_key`).
+    pub fn expected_tree(&self, i: usize) -> &Arc<Tree> {
+        match &self.oracle {
+            Some(o) => &o.trees[i].tree,
+            None => &self.states[i],
+        }
+    }
+
+    /// What allowed state `i` is, for messages.
+    pub fn expected_name(&self, i: usize) -> String {
+        match &self.oracle {
+            Some(o) => o.trees[i].name.clone(),
+            None if i == 0 => "the state before the first call".into(),
+            None => format!("the state after call {} `{}`", i - 1, self.workload.calls[i - 1]),
+        }
+    }
+
+    /// The persistence checker's report on this recording (with the
+    /// fsync-atomic rules when there is an oracle).
+    pub fn pcheck(&self) -> crate::pcheck::Report {
+        match &self.oracle {
+            Some(o) => crate::pcheck::check_modes(&self.base, &self.events, &self.layout, &o.modes),
+            None => crate::pcheck::check(&self.base, &self.events, &self.layout),
+        }
+    }
+
+    /// The log entries call `i` staged, decoded from its trace (each entry
+    /// is written by one cached store at a 64-byte boundary), with the pool
+    /// offset of each.
+    pub fn staged_entries(&self, i: usize) -> Vec<(u64, ferrite::format::Entry)> {
+        let (b, e) = self.spans[i];
+        let mut out = Vec::new();
+        for ev in &self.events[b..e] {
+            if let Event::Store { offset, data } = ev {
+                if offset % 64 == 0 && data.len() >= 64 && data.len() % 64 == 0 {
+                    if let Ok((entry, _, len)) = ferrite::format::Entry::decode(data) {
+                        if len == data.len() {
+                            out.push((*offset, entry));
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The calls whose span contains event index `at` (strictly inside) or
@@ -389,10 +453,13 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
     let mut es = Slots::default();
     let mut ms = Slots::default();
     let mut divergences = Vec::new();
+    let mut tracker = Tracker::new();
     for (i, c) in w.prepare.iter().enumerate() {
         clock.set(TimeSpec { sec: T_CALL - 8, nsec: i as u32 });
         let e = run_call(&engine, &mut es, c);
+        let plan = tracker.plan(&model, &ms, c);
         let m = run_call(&model, &mut ms, c);
+        tracker.settle(&model, &ms, plan, m.is_ok());
         if !same_result(c, &e, &m) {
             divergences.push(format!("preparing call {i} {c}: engine {e:?}, model {m:?}"));
         }
@@ -400,7 +467,9 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
     for (i, c) in w.setup.iter().enumerate() {
         clock.set(TimeSpec { sec: T_CALL - 5, nsec: i as u32 });
         let e = run_call(&engine, &mut es, c);
+        let plan = tracker.plan(&model, &ms, c);
         let m = run_call(&model, &mut ms, c);
+        tracker.settle(&model, &ms, plan, m.is_ok());
         if !same_result(c, &e, &m) || c.may_modify() {
             divergences
                 .push(format!("setup call {c}: engine {e:?}, model {m:?} (setup calls must open existing files)"));
@@ -412,6 +481,7 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
     let first = Arc::new(model.tree());
     let mut states = vec![first.clone()];
     let mut state_keys = vec![tree_key(&first)];
+    tracker.begin(&model, &ms, &first, state_keys[0]);
     let mut spans = Vec::with_capacity(w.calls.len());
     let mut outcomes = Vec::with_capacity(w.calls.len());
     let mut count = 0usize;
@@ -431,12 +501,12 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
                     carried = ev;
                     engine = fs;
                     pmem = engine.pmem().clone();
-                    es = Slots::default();
+                    es.reopen();
                 }
                 Err(m) => panic!("remount in workload {}: {m}", w.id),
             }
         }
-        let gc_before = (engine.gc_pages_collected(), engine.log_compactions());
+        let gc_before = (engine.gc_pages_collected(), engine.log_compactions(), engine.epoch_commits());
         let e = match crate::quiet::catch(|| run_call(&engine, &mut es, c)) {
             Ok(r) => r,
             Err(p) => {
@@ -452,14 +522,19 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
         }
         let gc_pages = engine.gc_pages_collected().saturating_sub(gc_before.0);
         let compactions = engine.log_compactions().saturating_sub(gc_before.1);
+        let epoch_commits = engine.epoch_commits().saturating_sub(gc_before.2);
+        let pending_files = engine.pending_file_count();
         let before_model = (model.snapshot(), ms.clone());
+        let plan = tracker.plan(&model, &ms, c);
         let m = run_call(&model, &mut ms, c);
         if *c == Call::Remount {
             model.close_all();
-            ms = Slots::default();
+            ms.reopen();
         }
         let mut enospc_accepted = false;
-        if e == Err(Errno::ENOSPC) && m != Err(Errno::ENOSPC) {
+        if e == Err(Errno::ENOSPC) && m != Err(Errno::ENOSPC) && c.never_enospc() {
+            divergences.push(format!("call {i} {c}: ENOSPC from a commit point, which never fails for lack of space"));
+        } else if e == Err(Errno::ENOSPC) && m != Err(Errno::ENOSPC) {
             model.restore(before_model.0);
             ms = before_model.1;
             enospc_accepted = true;
@@ -502,9 +577,18 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
         spans.push((count + b, count + en));
         count += chunk.len();
         events.append(&mut chunk);
+        tracker.call(&model, &ms, plan, m.is_ok() && !enospc_accepted, &mt, mk);
         states.push(mt);
         state_keys.push(mk);
-        outcomes.push(CallOutcome { engine: e, model: m, enospc_accepted, gc_pages, compactions });
+        outcomes.push(CallOutcome {
+            engine: e,
+            model: m,
+            enospc_accepted,
+            gc_pages,
+            compactions,
+            epoch_commits,
+            pending_files,
+        });
         if panicked.is_some() {
             break;
         }
@@ -513,7 +597,20 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
     drop(engine);
     let mut workload = w.clone();
     workload.calls.truncate(spans.len());
-    Recording { workload, start: start.clone(), base, events, spans, states, state_keys, outcomes, divergences, layout }
+    let oracle = tracker.finish().map(Arc::new);
+    Recording {
+        workload,
+        start: start.clone(),
+        base,
+        events,
+        spans,
+        states,
+        state_keys,
+        outcomes,
+        divergences,
+        layout,
+        oracle,
+    }
 }
 
 /// Unmount cleanly (recorded), then mount the resulting image on a new
@@ -529,7 +626,8 @@ fn remount(fs: Session, clock: &Arc<ManualClock>) -> Result<(Session, Vec<Event>
 
 /// Apply one call to the model given what the engine returned for it
 /// (ENOSPC from the engine is accepted when the model would have
-/// succeeded: nothing is applied). Err when the results disagree.
+/// succeeded: nothing is applied). Err when the results disagree; Ok(true)
+/// when the call succeeded and the model kept its effect.
 pub fn record_model_call(
     model: &ModelFs,
     clock: &ManualClock,
@@ -537,17 +635,17 @@ pub fn record_model_call(
     call: &Call,
     t: TimeSpec,
     engine: &CallResult,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     clock.set(t);
     let before = (model.snapshot(), slots.clone());
     let m = run_call(model, slots, call);
-    if *engine == Err(Errno::ENOSPC) && m != Err(Errno::ENOSPC) {
+    if *engine == Err(Errno::ENOSPC) && m != Err(Errno::ENOSPC) && !call.never_enospc() {
         model.restore(before.0);
         *slots = before.1;
-        return Ok(());
+        return Ok(false);
     }
     if same_result(call, engine, &m) {
-        Ok(())
+        Ok(m.is_ok())
     } else {
         Err(format!("engine returned {engine:?}, the model {m:?}"))
     }

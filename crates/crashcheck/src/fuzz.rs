@@ -10,16 +10,18 @@
 //! - [`fuzz_ops`]: a sequence of calls decoded from the input runs on a
 //!   start image beside the model; the persistence checker must pass, and
 //!   crash images at points the input picks must recover to an allowed
-//!   state and pass the checks of [`crate::verify`].
+//!   state and pass the checks of [`crate::verify`]. The input may make
+//!   the file set's files fsync-atomic first, and its calls include mode
+//!   changes, the default mode, sync, fdatasync and O_SYNC/O_DSYNC opens
+//!   (the fsync-atomic oracle and checker rules then apply).
 
 use crate::crash::{Caps, PointKind, Sim};
 use crate::exec::{record, start, GEOMETRY};
 use crate::harness::{allowed, describe_point, mismatch};
-use crate::pcheck;
 use crate::quiet;
 use crate::verify::{verify, VerifyOpts};
-use crate::workload::{Call, StartKind, Workload, SLOTS};
-use ferrite::{FallocateMode, FileType, OpenFlags, PathFs, RenameFlags, TimeSet, TimeSpec};
+use crate::workload::{atomic_prepare, Call, StartKind, Workload, SLOTS};
+use ferrite::{FallocateMode, FileMode, FileType, OpenFlags, PathFs, RenameFlags, TimeSet, TimeSpec};
 use ferrite_pmem::Pmem;
 use std::sync::OnceLock;
 
@@ -171,7 +173,11 @@ pub fn workload_from_input(data: &[u8]) -> (StartKind, Workload) {
     ];
     let mut it = data.iter().copied();
     let mut next = move || it.next();
-    let start = match next().unwrap_or(0) % 4 {
+    // First byte: the start image (low two bits); bit 2: the files of
+    // `ATOMIC_FILES` fsync-atomic first.
+    let first = next().unwrap_or(0);
+    let atomic = first & 4 != 0;
+    let start = match first % 4 {
         0 => StartKind::Empty,
         1 => StartKind::Aged,
         2 => StartKind::Full,
@@ -185,7 +191,7 @@ pub fn workload_from_input(data: &[u8]) -> (StartKind, Workload) {
         let b = next();
         let n = u64::from(next().unwrap_or(0)) << 8 | u64::from(next().unwrap_or(0));
         let slot = a.unwrap_or(0) % (SLOTS as u8 / 2);
-        let c = match op % 20 {
+        let c = match op % 25 {
             0 => Call::Open {
                 slot,
                 path: path(b),
@@ -196,6 +202,8 @@ pub fn workload_from_input(data: &[u8]) -> (StartKind, Workload) {
                     excl: n & 4 != 0,
                     trunc: n & 8 != 0,
                     append: n & 16 != 0,
+                    sync: n & 32 != 0,
+                    dsync: n & 64 != 0,
                     ..OpenFlags::RDONLY
                 },
                 perm: 0o644,
@@ -234,13 +242,18 @@ pub fn workload_from_input(data: &[u8]) -> (StartKind, Workload) {
                 mtime: TimeSet::Now,
             },
             18 => Call::Fsync { slot },
-            _ => Call::Open { slot, path: path(b), flags: OpenFlags::RDWR, perm: 0o644 },
+            19 => Call::Open { slot, path: path(b), flags: OpenFlags::RDWR, perm: 0o644 },
+            20 => Call::SetMode { slot, mode: FileMode::FsyncAtomic },
+            21 => Call::SetMode { slot, mode: FileMode::Strict },
+            22 => Call::Sync,
+            23 => Call::SetDefaultMode { mode: if n & 1 == 0 { FileMode::FsyncAtomic } else { FileMode::Strict } },
+            _ => Call::Fdatasync { slot },
         };
         calls.push(c);
     }
     let w = Workload {
         id: format!("fuzz.{}", hex(&data[..data.len().min(32)])),
-        prepare: Vec::new(),
+        prepare: if atomic { atomic_prepare() } else { Vec::new() },
         setup: Vec::new(),
         calls,
     };
@@ -264,7 +277,7 @@ pub fn check_ops(data: &[u8]) -> Result<(), String> {
     if let Some(d) = rec.divergences.first() {
         return Err(format!("{}: engine and model disagree: {d}", w.id));
     }
-    let report = pcheck::check(&rec.base, &rec.events, &rec.layout);
+    let report = rec.pcheck();
     if let Some(v) = report.violations.first() {
         return Err(format!("{}: persistence checker: {v}", w.id));
     }
@@ -298,7 +311,7 @@ pub fn check_ops(data: &[u8]) -> Result<(), String> {
                 Err(f) if crate::verify::ignored_failure(&f.message) => {}
                 Err(f) => return Err(format!("{}: {}", where_(), f.message)),
                 Ok(v) => {
-                    if !allow.iter().any(|&i| rec.state_keys[i] == v.tree_key) {
+                    if !allow.iter().any(|&i| rec.expected_key(i) == v.tree_key) {
                         return Err(format!("{}: {}", where_(), mismatch(&rec, &allow, &v.tree)));
                     }
                 }

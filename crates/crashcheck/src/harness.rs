@@ -7,7 +7,6 @@
 use crate::crash::{Caps, PointKind, Sim};
 use crate::exec::{end_mark, record, start, Recording};
 use crate::hash::{mix, str_seed};
-use crate::pcheck;
 use crate::token::Token;
 use crate::verify::{verify, VerifyFailure, VerifyOpts};
 use crate::workload::{StartKind, Workload};
@@ -165,10 +164,14 @@ pub fn point_seed(seed: u64, workload: &str, at: usize) -> u64 {
     mix(seed ^ str_seed(workload) ^ (at as u64).wrapping_mul(0x9E37_79B9))
 }
 
-/// Which states a crash point allows (indices into `Recording::states`):
-/// inside call i, the states before and after it; once call i returned,
-/// only the state after it.
+/// Which states a crash point allows (indices for
+/// `Recording::expected_key`): inside call i, the states before and after
+/// it; once call i returned, only the state after it. With fsync-atomic
+/// files the oracle's durable states instead (`crate::oracle`).
 pub fn allowed(rec: &Recording, at: usize, kind: PointKind) -> Vec<usize> {
+    if let Some(o) = &rec.oracle {
+        return allowed_atomic(rec, o, at, kind);
+    }
     let last = rec.states.len() - 1;
     match kind {
         PointKind::Mark(l) => {
@@ -190,6 +193,34 @@ pub fn allowed(rec: &Recording, at: usize, kind: PointKind) -> Vec<usize> {
     }
 }
 
+/// `allowed` when the workload has fsync-atomic files: the durable state
+/// after the last call returned, or the oracle's states inside a call.
+fn allowed_atomic(rec: &Recording, o: &crate::oracle::Oracle, at: usize, kind: PointKind) -> Vec<usize> {
+    let after = |i: Option<usize>| i.map_or(o.initial, |i| o.after[i]);
+    match kind {
+        PointKind::Mark(l) => {
+            let i = (l / 2) as usize;
+            if l == end_mark(i) {
+                vec![after(Some(i))]
+            } else {
+                vec![after(i.checked_sub(1))]
+            }
+        }
+        PointKind::End => vec![after(o.after.len().checked_sub(1))],
+        PointKind::Fence => match rec.call_at(at) {
+            Some((i, false)) => o.inside[i].clone(),
+            Some((i, true)) => vec![after(Some(i))],
+            None => {
+                vec![if rec.spans.first().is_none_or(|s| at <= s.0) {
+                    o.initial
+                } else {
+                    after(o.after.len().checked_sub(1))
+                }]
+            }
+        },
+    }
+}
+
 /// Where a point lies, for messages.
 pub fn describe_point(rec: &Recording, at: usize, kind: PointKind) -> String {
     let call = |i: usize| format!("call {i} `{}`", rec.workload.calls[i]);
@@ -203,20 +234,12 @@ pub fn describe_point(rec: &Recording, at: usize, kind: PointKind) -> String {
     }
 }
 
-fn state_name(rec: &Recording, i: usize) -> String {
-    if i == 0 {
-        "the state before the first call".into()
-    } else {
-        format!("the state after call {} `{}`", i - 1, rec.workload.calls[i - 1])
-    }
-}
-
 /// The text of a state mismatch: the diff from each allowed state.
 pub fn mismatch(rec: &Recording, allowed: &[usize], got: &Tree) -> String {
     let mut s = String::from("the recovered state is none of the states allowed here\n");
     for &i in allowed {
-        s += &format!("  --- expected {} (- expected, + recovered):\n", state_name(rec, i));
-        for l in diff_trees(&rec.states[i], got).lines() {
+        s += &format!("  --- expected {} (- expected, + recovered):\n", rec.expected_name(i));
+        for l in diff_trees(rec.expected_tree(i), got).lines() {
             s += &format!("    {l}\n");
         }
     }
@@ -257,7 +280,7 @@ pub fn check_recording(kind: StartKind, rec: &Recording, cfg: &Config) -> (Figur
             message: format!("the engine and the model disagree while running (no crash involved):\n{d}"),
         });
     }
-    let report = pcheck::check(&rec.base, events, &rec.layout);
+    let report = rec.pcheck();
     fig.pcheck_guarded = report.guarded.values().sum();
     fig.redundant_flushes = report.redundant_flushes;
     if !report.violations.is_empty() {
@@ -308,7 +331,7 @@ pub fn check_recording(kind: StartKind, rec: &Recording, cfg: &Config) -> (Figur
             };
             let problem = match &outcome {
                 Cached::Ok(k, t) => {
-                    if allow.iter().any(|&i| rec.state_keys[i] == *k) {
+                    if allow.iter().any(|&i| rec.expected_key(i) == *k) {
                         None
                     } else {
                         Some((String::new(), mismatch(rec, &allow, t)))

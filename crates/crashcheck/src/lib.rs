@@ -23,6 +23,7 @@ pub mod exec;
 pub mod fuzz;
 pub mod harness;
 pub mod hash;
+pub mod oracle;
 pub mod pcheck;
 pub mod proc_crash;
 pub mod quiet;

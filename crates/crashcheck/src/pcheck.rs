@@ -27,8 +27,23 @@
 //!
 //! Redundant flushes (of lines with nothing unflushed) are counted as a
 //! performance note, not a failure.
+//!
+//! With fsync-atomic files ([`check_modes`]) durability is demanded where
+//! the mode promises it, not at the end of every operation. The oracle
+//! says of each call which file's pending epoch it extends and which files
+//! it commits ([`CallMode`]). The lines a call that extends file F leaves
+//! unflushed or unfenced are *carried* (owned by F) instead of reported;
+//! every other call is strict as above. When a call that commits F
+//! returns, every line F's epoch left must be flushed and fenced
+//! (`store-never-flushed` and `flush-never-fenced` at the commit point).
+//! And one more kind:
+//! - `epoch-line-reused`: a line F's epoch left unfenced (a streaming
+//!   store, or a flushed store) stored to by a call that neither extends nor
+//!   commits F: F's page was freed and handed to another operation (another
+//!   thread, in a real run) while F's stores to it were still in flight.
 
 use crate::exec::{begin_mark, end_mark};
+use crate::oracle::{CallMode, FileId};
 use ferrite::format::{self, InodeSlot, Layout, PageNo, INODE_SLOT_SIZE, LOG_NEXT_OFFSET, LOG_PAGE_MAGIC, PAGE_SIZE};
 use ferrite::InodeNo;
 use ferrite_pmem::Event;
@@ -76,6 +91,11 @@ struct LineState {
     awaiting_fence: Option<usize>,
     /// A store after the line's flush, before the fence.
     redirtied: Option<usize>,
+    /// The last call that stored to the line.
+    call: usize,
+    /// The fsync-atomic file whose pending epoch left the line not durable
+    /// at the end of an earlier call (fsync-atomic rules only).
+    owner: Option<FileId>,
 }
 
 /// What kind of commit word lies at an offset.
@@ -136,6 +156,8 @@ struct Checker<'a> {
     log_pages: BTreeSet<u64>,
     call: usize,
     report: Report,
+    /// The fsync-atomic rules: what each call does to the pending epochs.
+    modes: Option<&'a [CallMode]>,
 }
 
 impl Checker<'_> {
@@ -225,8 +247,35 @@ impl Checker<'_> {
         }
     }
 
+    fn mode(&self) -> Option<&CallMode> {
+        self.modes.and_then(|m| m.get(self.call))
+    }
+
     fn store(&mut self, ev: usize, offset: u64, data: &[u8], nt: bool, atomic: bool) {
         self.report.stores += 1;
+        if let Some(m) = self.mode().cloned() {
+            let end = offset + data.len() as u64;
+            let mut reused = Vec::new();
+            for (&line, st) in self.lines.range(offset / 64..end.div_ceil(64)) {
+                if let Some(f) = st.owner {
+                    if let Some(at) = st.awaiting_fence.or(st.unflushed) {
+                        if st.call != self.call && m.extends != Some(f) && !m.commits_file(f) {
+                            reused.push((line, f, at));
+                        }
+                    }
+                }
+            }
+            for (line, f, at) in reused {
+                self.violation(
+                    "epoch-line-reused",
+                    ev,
+                    line * 64,
+                    format!(
+                        "a line that the pending epoch of fsync-atomic file {f} stored to at event {at} and never fenced is stored to by another operation (its page freed and reused before a fence)"
+                    ),
+                );
+            }
+        }
         // A page that starts with a log page magic written by this store
         // becomes a log page (its own next pointer is part of the
         // initialization and not yet a commit word).
@@ -256,6 +305,7 @@ impl Checker<'_> {
         let mut line = offset / 64;
         while line * 64 < end {
             let st = self.lines.entry(line).or_default();
+            st.call = self.call;
             if nt {
                 st.awaiting_fence.get_or_insert(ev);
             } else {
@@ -309,6 +359,9 @@ impl Checker<'_> {
     }
 
     fn end_of_call(&mut self) {
+        if let Some(m) = self.mode().cloned() {
+            return self.end_of_call_modes(&m);
+        }
         let lines = std::mem::take(&mut self.lines);
         for (line, st) in lines {
             if let Some(ev) = st.unflushed {
@@ -331,9 +384,66 @@ impl Checker<'_> {
     }
 }
 
+impl Checker<'_> {
+    /// The end of a call under the fsync-atomic rules (module comment).
+    fn end_of_call_modes(&mut self, m: &CallMode) {
+        let lines = std::mem::take(&mut self.lines);
+        for (line, mut st) in lines {
+            let touched = st.call == self.call;
+            let owner = if touched { m.extends } else { st.owner };
+            let carry = match owner {
+                // This call's own stores to a file whose epoch it extends.
+                Some(_) if touched => true,
+                // An earlier epoch's stores: due when the call commits it.
+                Some(f) => !m.commits_file(f),
+                None => false,
+            };
+            if carry {
+                st.owner = owner;
+                self.lines.insert(line, st);
+                continue;
+            }
+            let at_commit = match owner {
+                Some(f) if !touched => {
+                    format!(" (a store of the pending epoch of fsync-atomic file {f}, at its commit point)")
+                }
+                _ => String::new(),
+            };
+            if let Some(ev) = st.unflushed {
+                self.violation(
+                    "store-never-flushed",
+                    ev,
+                    line * 64,
+                    format!("a store to this line is not flushed when the operation returns{at_commit}"),
+                );
+            }
+            if let Some(ev) = st.awaiting_fence {
+                self.violation(
+                    "flush-never-fenced",
+                    ev,
+                    line * 64,
+                    format!(
+                        "a flush (or non-temporal store) of this line has no fence before the operation returns{at_commit}"
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// Check every call of a recorded workload. `base` is the pool image when
 /// recording started.
 pub fn check(base: &[u8], events: &[Event], layout: &Layout) -> Report {
+    check_inner(base, events, layout, None)
+}
+
+/// `check` under the fsync-atomic rules (module comment): `modes` says what
+/// each call does to the pending epochs (the oracle's classification).
+pub fn check_modes(base: &[u8], events: &[Event], layout: &Layout, modes: &[CallMode]) -> Report {
+    check_inner(base, events, layout, Some(modes))
+}
+
+fn check_inner(base: &[u8], events: &[Event], layout: &Layout, modes: Option<&[CallMode]>) -> Report {
     let mut c = Checker {
         layout,
         img: base.to_vec(),
@@ -341,6 +451,7 @@ pub fn check(base: &[u8], events: &[Event], layout: &Layout) -> Report {
         log_pages: BTreeSet::new(),
         call: 0,
         report: Report::default(),
+        modes,
     };
     for (i, ev) in events.iter().enumerate() {
         match ev {
@@ -348,7 +459,9 @@ pub fn check(base: &[u8], events: &[Event], layout: &Layout) -> Report {
                 let call = (*label / 2) as usize;
                 if *label == begin_mark(call) {
                     c.call = call;
-                    c.lines.clear();
+                    if modes.is_none() {
+                        c.lines.clear();
+                    }
                     c.log_pages = live_log_pages(&c.img, layout);
                 } else if *label == end_mark(call) {
                     c.end_of_call();

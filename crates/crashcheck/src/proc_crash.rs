@@ -11,19 +11,34 @@
 //! crash, not a power failure: stores in the CPU caches survive it, so this
 //! checks the engine's ordering of its own writes and recovery, not the
 //! flushes).
+//!
+//! With the consistency modes mixed (`modes`): `/foo`, `/A/foo` and
+//! `/A/bar` start fsync-atomic, and the workload also changes modes, the
+//! default mode and syncs ([`crate::workload::random_call_modes`]). The
+//! recovered state must then be one the fsync-atomic oracle allows
+//! ([`crate::oracle`]): the durable state after k calls, or one allowed
+//! inside call k. A crash loses the pending changes of fsync-atomic files,
+//! which the model (it has no modes) still shows; before the next child
+//! starts, the parent puts them back on the recovered pool through the
+//! engine (content, allocated pages, times; ctime from the clock) and
+//! unmounts it cleanly, and checks that the pool then equals the model.
+//! Pages preallocated past the end of a file could not be put back at
+//! their places, so this workload's fallocate never keeps the size.
 
 use crate::exec::{build_start, clock_at, mount_options, record_model_call, Geometry, T_CALL};
-use crate::hash::mix;
+use crate::hash::{mix, tree_key};
+use crate::oracle::Tracker;
 use crate::verify::fsck_clean;
-use crate::workload::{random_call, run_call, Call, CallResult, Slots, StartKind};
-use ferrite::{Errno, Session, TimeSpec};
-use ferrite_model::{diff_trees, tree_of, ModelFs};
+use crate::workload::{atomic_prepare, random_call, random_call_modes, run_call, Call, CallResult, Slots, StartKind};
+use ferrite::{Errno, FallocateMode, FileType, ManualClock, OpenFlags, PathFs, Session, TimeSet, TimeSpec, Whence};
+use ferrite_model::{diff_trees, tree_of, ModelFs, Tree};
 use ferrite_pmem::Pmem;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Geometry of the process-crash pool: bigger than the in-process one, with
@@ -49,12 +64,17 @@ fn decode_result(s: &str) -> Option<CallResult> {
     }
 }
 
-/// `child POOL SEED FROM PROGRESS`: mount the pool, run calls FROM.. of the
-/// random workload of SEED, appending "i result" to PROGRESS after each.
+/// `child POOL SEED FROM PROGRESS [modes]`: mount the pool, run calls
+/// FROM.. of the random workload of SEED (mixing the consistency modes with
+/// `modes`), appending "i result" to PROGRESS after each.
 pub fn child_main(args: &[String]) -> i32 {
-    let [pool, seed, from, progress] = args else {
-        eprintln!("usage: child POOL SEED FROM PROGRESS");
-        return 2;
+    let (pool, seed, from, progress, modes) = match args {
+        [pool, seed, from, progress] => (pool, seed, from, progress, false),
+        [pool, seed, from, progress, m] if m == "modes" => (pool, seed, from, progress, true),
+        _ => {
+            eprintln!("usage: child POOL SEED FROM PROGRESS [modes]");
+            return 2;
+        }
     };
     let (Some(seed), Ok(from)) = (crate::workload::parse_u64(seed), from.parse::<usize>()) else {
         eprintln!("child: bad SEED or FROM");
@@ -84,7 +104,7 @@ pub fn child_main(args: &[String]) -> i32 {
     };
     let mut slots = Slots::default();
     for i in from..PROC_CALLS {
-        let c = &proc_call(seed, i);
+        let c = &proc_call(seed, i, modes);
         clock.set(call_time(i));
         let r = run_call(&fs, &mut slots, c);
         // One write(2) per line: a kill leaves whole lines only.
@@ -100,13 +120,23 @@ fn call_time(i: usize) -> TimeSpec {
     TimeSpec { sec: T_CALL + i as i64, nsec: 77 }
 }
 
-/// Call `i` of the process-crash workload of `seed`: the random generator,
-/// each call drawn from its own seed (so that a child can start anywhere
-/// without replaying the generator), with every slot guessed free.
-pub fn proc_call(seed: u64, i: usize) -> Call {
+/// Call `i` of the process-crash workload of `seed`: the random generator
+/// (mixing the modes with `modes`), each call drawn from its own seed (so
+/// that a child can start anywhere without replaying the generator), with
+/// every slot guessed free.
+pub fn proc_call(seed: u64, i: usize, modes: bool) -> Call {
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
     let open = [i.is_multiple_of(3); crate::workload::SLOTS];
-    random_call(&mut rng, &open)
+    if !modes {
+        return random_call(&mut rng, &open);
+    }
+    match random_call_modes(&mut rng, &open) {
+        // See the module comment: no pages past the end of a file.
+        Call::Fallocate { slot, mode: FallocateMode::KeepSize, off, len } => {
+            Call::Fallocate { slot, mode: FallocateMode::Default, off, len }
+        }
+        c => c,
+    }
 }
 
 /// What a process-crash run found.
@@ -119,18 +149,22 @@ pub struct ProcReport {
     /// Recovered states equal to the model after k + 1 calls (the call in
     /// flight had completed but was not reported yet).
     pub matched_next: usize,
+    /// Recoveries (modes) that lost pending changes of fsync-atomic files,
+    /// which the parent put back.
+    pub restored: usize,
     pub failures: Vec<String>,
     pub elapsed: Duration,
 }
 
-/// Run `kills` kill-and-recover rounds with the child binary `exe`.
-pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration) -> ProcReport {
+/// Run `kills` kill-and-recover rounds with the child binary `exe` (mixing
+/// the consistency modes with `modes`).
+pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, modes: bool) -> ProcReport {
     let t0 = Instant::now();
     let mut rep = ProcReport::default();
     let dir = std::env::temp_dir();
     let shm = Path::new("/dev/shm");
     let base = if shm.is_dir() { shm } else { dir.as_path() };
-    let tag = format!("ferrite-crashcheck-{}-{seed:x}", std::process::id());
+    let tag = format!("ferrite-crashcheck-{}-{seed:x}{}", std::process::id(), if modes { "-modes" } else { "" });
     let pool: PathBuf = base.join(format!("{tag}.pool"));
     let progress: PathBuf = base.join(format!("{tag}.progress"));
     let start = match build_start(StartKind::Empty, PROC_GEOMETRY) {
@@ -140,25 +174,42 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration) -> ProcRepor
             return rep;
         }
     };
-    if let Err(e) = std::fs::write(&pool, start.image.as_slice()) {
-        rep.failures.push(format!("writing {}: {e}", pool.display()));
-        return rep;
-    }
     let clock = clock_at(T_CALL - 1);
     let model = ModelFs::from_state(start.model.clone(), clock.clone());
     let mut mslots = Slots::default();
+    let mut image = start.image.to_vec();
+    // With the modes: the fsync-atomic files of the file set, and the
+    // oracle's tracker (which keeps only its last call).
+    let mut tracker = modes.then(Tracker::new);
+    if let Some(t) = tracker.as_mut() {
+        match prepare_modes(&image, &clock, &model, &mut mslots, t) {
+            Ok(i) => image = i,
+            Err(e) => {
+                rep.failures.push(format!("preparing the modes: {e}"));
+                return rep;
+            }
+        }
+    }
+    if let Err(e) = std::fs::write(&pool, &image) {
+        rep.failures.push(format!("writing {}: {e}", pool.display()));
+        return rep;
+    }
     let mut done = 0usize; // calls applied to the model
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x1C11));
     for round in 0..kills {
         let _ = std::fs::remove_file(&progress);
+        let mut args = vec![
+            "child".to_string(),
+            pool.to_string_lossy().into_owned(),
+            format!("{seed:#x}"),
+            done.to_string(),
+            progress.to_string_lossy().into_owned(),
+        ];
+        if modes {
+            args.push("modes".into());
+        }
         let mut child = match Command::new(exe)
-            .args([
-                "child",
-                &pool.to_string_lossy(),
-                &format!("{seed:#x}"),
-                &done.to_string(),
-                &progress.to_string_lossy(),
-            ])
+            .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -220,10 +271,20 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration) -> ProcRepor
                 fail = Some(format!("round {round}: the child reported call {i}, expected {done}"));
                 break;
             }
-            let m = record_model_call(&model, &clock, &mut mslots, &proc_call(seed, *i), call_time(*i), r);
-            if let Err(msg) = m {
-                fail = Some(format!("round {round}: call {i} `{}`: {msg}", proc_call(seed, *i)));
-                break;
+            let c = proc_call(seed, *i, modes);
+            let plan = tracker.as_ref().map(|t| t.plan(&model, &mslots, &c));
+            let m = record_model_call(&model, &clock, &mut mslots, &c, call_time(*i), r);
+            let applied = match m {
+                Ok(a) => a,
+                Err(msg) => {
+                    fail = Some(format!("round {round}: call {i} `{c}`: {msg}"));
+                    break;
+                }
+            };
+            if let (Some(t), Some(plan)) = (tracker.as_mut(), plan) {
+                let tree = Arc::new(model.tree());
+                t.call(&model, &mslots, plan, applied, &tree, tree_key(&tree));
+                t.prune();
             }
             done += 1;
         }
@@ -263,16 +324,52 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration) -> ProcRepor
                 break;
             }
         };
+        if let Some(t) = tracker.as_mut() {
+            match continue_modes(
+                Modes { seed, done, round, model: &model, mslots: &mut mslots, clock: &clock, tracker: t },
+                &image,
+                &got,
+            ) {
+                Ok(c) => {
+                    if c.matched_next {
+                        rep.matched_next += 1;
+                        done += 1;
+                    }
+                    if let Some(fixed) = c.restored {
+                        rep.restored += 1;
+                        if let Err(e) = std::fs::write(&pool, &fixed) {
+                            rep.failures.push(format!("writing {}: {e}", pool.display()));
+                            break;
+                        }
+                    }
+                }
+                Err(m) => {
+                    rep.failures.push(format!(
+                        "round {round} (seed {seed:#x}, modes): killed after {done} reported calls: {m}\n{}",
+                        saved()
+                    ));
+                    break;
+                }
+            }
+            if done >= PROC_CALLS {
+                break;
+            }
+            continue;
+        }
         // The states after k and k + 1 calls, as a crash leaves them (every
         // descriptor closed); call k runs with the descriptors the child had.
-        let snap = (model.snapshot(), std::mem::take(&mut mslots));
+        let snap = (model.snapshot(), {
+            let s = mslots.clone();
+            mslots.reopen();
+            s
+        });
         model.close_all();
         let after_k = model.tree();
         if got != after_k {
             model.restore(snap.0.clone());
             let mut s2 = snap.1.clone();
             clock.set(call_time(done));
-            let _ = run_call(&model, &mut s2, &proc_call(seed, done));
+            let _ = run_call(&model, &mut s2, &proc_call(seed, done, false));
             model.close_all();
             let after_k1 = model.tree();
             if got == after_k1 {
@@ -282,7 +379,7 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration) -> ProcRepor
                 rep.failures.push(format!(
                     "round {round} (seed {seed:#x}): killed after {done} reported calls; the recovered state is neither the model's after {done} calls nor after {} (call {done} is `{}`)\n  --- after {done} calls:\n{}  --- after {} calls:\n{}{}",
                     done + 1,
-                    proc_call(seed, done),
+                    proc_call(seed, done, false),
                     diff_trees(&after_k, &got),
                     done + 1,
                     diff_trees(&after_k1, &got),
@@ -300,4 +397,189 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration) -> ProcRepor
     let _ = std::fs::remove_file(&progress);
     rep.elapsed = t0.elapsed();
     rep
+}
+
+/// Set the files of `ATOMIC_FILES` fsync-atomic on the pool `image` (a
+/// mount, the preparing calls on both sides, a clean unmount) and start the
+/// tracker there. Returns the new image.
+fn prepare_modes(
+    image: &[u8],
+    clock: &Arc<ManualClock>,
+    model: &ModelFs,
+    mslots: &mut Slots,
+    tracker: &mut Tracker,
+) -> Result<Vec<u8>, String> {
+    let fs = Session::mount(Pmem::from_image(image), &mount_options(clock, 1)).map_err(|e| format!("mount: {e}"))?;
+    let mut es = Slots::default();
+    for c in atomic_prepare() {
+        let e = run_call(&fs, &mut es, &c);
+        let m = run_call(model, mslots, &c);
+        if e.is_err() || m.is_err() {
+            return Err(format!("{c}: engine {e:?}, model {m:?}"));
+        }
+    }
+    let pmem = fs.pmem().clone();
+    fs.unmount().map_err(|e| format!("unmount: {e:?}"))?;
+    tracker.restart(model, mslots);
+    Ok(pmem.image())
+}
+
+/// What the parent needs to continue after a kill with the modes mixed.
+struct Modes<'a> {
+    seed: u64,
+    done: usize,
+    round: usize,
+    model: &'a ModelFs,
+    mslots: &'a mut Slots,
+    clock: &'a Arc<ManualClock>,
+    tracker: &'a mut Tracker,
+}
+
+struct Continued {
+    /// The recovered state has the names after call `done` (it completed).
+    matched_next: bool,
+    /// The pool image with the lost pending changes put back, if any were.
+    restored: Option<Vec<u8>>,
+}
+
+/// After a kill with the modes mixed: the recovered tree `got` must be a
+/// state the oracle allows after `done` reported calls (the durable state,
+/// or one allowed inside the next call); the model continues from the side
+/// of that call the state shows, and what the crash lost is put back on
+/// the pool (`crashed`: the pool as the kill left it).
+fn continue_modes(m: Modes<'_>, crashed: &[u8], got: &Tree) -> Result<Continued, String> {
+    let Modes { seed, done, round, model, mslots, clock, tracker } = m;
+    let before = (model.snapshot(), mslots.clone(), tracker.clone());
+    // The next call, on the model, for the states allowed inside it.
+    let c = proc_call(seed, done, true);
+    let durable_before = tracker.durable_now().clone();
+    clock.set(call_time(done));
+    let plan = tracker.plan(model, mslots, &c);
+    let r = run_call(model, mslots, &c);
+    let tree = Arc::new(model.tree());
+    tracker.call(model, mslots, plan, r.is_ok(), &tree, tree_key(&tree));
+    let key = tree_key(got);
+    if !tracker.last_inside().iter().any(|a| a.key == key) {
+        return Err(format!(
+            "the recovered state is none the oracle allows (call {done} is `{c}`)\n  --- {} (- expected, + recovered):\n{}  --- {}:\n{}",
+            durable_before.name,
+            diff_trees(&durable_before.tree, got),
+            tracker.durable_now().name,
+            diff_trees(&tracker.durable_now().tree, got)
+        ));
+    }
+    // Continue from the side of call `done` whose names and attributes the
+    // recovered state shows (before it when both do: the call is run
+    // again); only fsync-atomic data may differ, and is put back below.
+    let after = (model.snapshot(), mslots.clone(), tracker.clone());
+    model.close_all();
+    let live_after = model.tree();
+    model.restore(before.0.clone());
+    model.close_all();
+    let live_before = model.tree();
+    let matched_next = if same_but_data(&live_before, got) {
+        model.restore(before.0);
+        *mslots = before.1;
+        *tracker = before.2;
+        false
+    } else if same_but_data(&live_after, got) {
+        model.restore(after.0);
+        *mslots = after.1;
+        *tracker = after.2;
+        true
+    } else {
+        return Err(format!(
+            "the recovered state is allowed, but differs from the model before and after call {done} in more than file data (a harness problem)\n  --- before:\n{}  --- after:\n{}",
+            diff_trees(&live_before, got),
+            diff_trees(&live_after, got)
+        ));
+    };
+    // The crash closed every descriptor; the default mode is a mount
+    // option.
+    model.close_all();
+    mslots.reopen();
+    let live = model.tree();
+    let restored = if live == *got {
+        None
+    } else {
+        let img = restore_losses(crashed, model, &live, got, round)?;
+        Some(img)
+    };
+    tracker.restart(model, mslots);
+    tracker.prune();
+    Ok(Continued { matched_next, restored })
+}
+
+/// Do two trees differ at most in the data of regular files (content, size,
+/// blocks, mtime, ctime)?
+fn same_but_data(a: &Tree, b: &Tree) -> bool {
+    let strip = |t: &Tree| -> Tree {
+        t.iter()
+            .map(|(p, n)| {
+                let mut n = n.clone();
+                if n.kind == FileType::Regular {
+                    n.content.clear();
+                    n.size = 0;
+                    n.blocks = None;
+                    n.mtime = TimeSpec::default();
+                    n.ctime = TimeSpec::default();
+                }
+                (p.clone(), n)
+            })
+            .collect()
+    };
+    strip(a) == strip(b)
+}
+
+/// Put back on the crashed pool what the crash lost: each regular file
+/// whose recovered node differs from the model's is rewritten through the
+/// engine (size, allocated pages and their bytes, times; ctime from the
+/// clock), then the pool is unmounted cleanly and must hold the model's
+/// tree. Returns the new image.
+fn restore_losses(crashed: &[u8], model: &ModelFs, live: &Tree, got: &Tree, round: usize) -> Result<Vec<u8>, String> {
+    let e = |what: String| move |err: Errno| format!("putting back round {round}'s losses: {what}: {err:?}");
+    let clock = clock_at(T_CALL);
+    let fs = Session::mount(Pmem::from_image(crashed), &mount_options(&clock, 1))
+        .map_err(|err| format!("putting back round {round}'s losses: mount: {err}"))?;
+    let mut seen = std::collections::HashSet::new();
+    for (path, want) in live {
+        if got.get(path) == Some(want) || want.kind != FileType::Regular {
+            continue;
+        }
+        let ino = model.lstat(path).map_err(e(format!("model lstat {}", path.escape_ascii())))?.ino;
+        if !seen.insert(ino) {
+            continue;
+        }
+        clock.set(want.ctime);
+        let fd = fs.open(path, OpenFlags::RDWR, 0).map_err(e(format!("open {}", path.escape_ascii())))?;
+        // Empty it and commit (its pages are freed), then rebuild it.
+        fs.ftruncate(fd, 0).map_err(e("ftruncate".into()))?;
+        fs.fsync(fd).map_err(e("fsync".into()))?;
+        fs.ftruncate(fd, want.size).map_err(e("ftruncate".into()))?;
+        let mfd = model.open(path, OpenFlags::RDONLY, 0).map_err(e("model open".into()))?;
+        let mut at = 0u64;
+        while at < want.size {
+            let Ok(data) = model.lseek(mfd, at as i64, Whence::Data) else { break };
+            let hole = model.lseek(mfd, data as i64, Whence::Hole).map_err(e("model SEEK_HOLE".into()))?;
+            fs.fallocate(fd, FallocateMode::Default, data, hole - data).map_err(e("fallocate".into()))?;
+            let end = hole.min(want.size);
+            fs.pwrite(fd, &want.content[data as usize..end as usize], data).map_err(e("pwrite".into()))?;
+            at = hole;
+        }
+        model.close(mfd).map_err(e("model close".into()))?;
+        fs.futimens(fd, TimeSet::At(want.atime), TimeSet::At(want.mtime)).map_err(e("futimens".into()))?;
+        fs.close(fd).map_err(e("close".into()))?;
+    }
+    let pmem = fs.pmem().clone();
+    fs.unmount().map_err(e("unmount".into()))?;
+    let img = pmem.image();
+    let fs = crate::verify::mount(Pmem::from_image(&img), 1)?;
+    let back = tree_of(&fs).map_err(e("tree".into()))?;
+    if back != *live {
+        return Err(format!(
+            "putting back round {round}'s losses did not give the model's state (a harness problem):\n{}",
+            diff_trees(live, &back)
+        ));
+    }
+    Ok(img)
 }

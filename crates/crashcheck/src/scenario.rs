@@ -15,13 +15,21 @@
 //! data pages of the nearly full image; ENOENT on both sides elsewhere) so
 //! that the full image has room for a compaction's copy.
 //!
+//! And the paths of sub-page (inline) writes and of the fsync-atomic mode
+//! that need state built by many calls: a small write that folds a page's
+//! inline deltas into a copy of the page (strict, and fsync-atomic with the
+//! deltas pending or committed), a commit whose closing entry goes into the
+//! page the epoch set aside, log GC at an fsync-atomic file's commit point,
+//! and the compaction of a log that holds live inline deltas.
+//!
 //! Each scenario says what its first recorded call must do ([`Expect`]);
 //! the CI test (`tests/scenarios.rs`) checks it on every start image from
 //! the engine's counters, so the coverage cannot silently disappear.
 
 use crate::exec::{clock_at, format_options, log_room_units, GEOMETRY, T_BUILD};
 use crate::workload::{run_call, Call, Slots, Workload};
-use ferrite::{FallocateMode, OpenFlags, RenameFlags, Session};
+use ferrite::format::{Entry, LOG_PAGE_HEADER_SIZE, PAGE_SIZE};
+use ferrite::{FallocateMode, FileMode, OpenFlags, RenameFlags, Session};
 use ferrite_pmem::Pmem;
 use std::sync::OnceLock;
 
@@ -34,6 +42,48 @@ pub enum Expect {
     FastGc,
     /// Thorough GC: a log compacted.
     Compaction,
+    /// A small write that folds: it stages a Write entry (a copy of the
+    /// merged page) and no Inline entry.
+    Fold,
+    /// A commit point of an fsync-atomic file whose closing size-only
+    /// Truncate entry opens a log page (the page the epoch set aside).
+    SealInReserve,
+}
+
+impl Expect {
+    /// Whether the first recorded call of `rec` did what `self` says;
+    /// Err with what it did instead.
+    pub fn check(self, rec: &crate::exec::Recording) -> Result<(), String> {
+        let o = &rec.outcomes[0];
+        let entries = rec.staged_entries(0);
+        let count = |f: fn(&Entry) -> bool| entries.iter().filter(|(_, e)| f(e)).count();
+        let writes = count(|e| matches!(e, Entry::Write(_)));
+        let inline = count(|e| matches!(e, Entry::Inline(_)));
+        let ok = match self {
+            Expect::Nothing => true,
+            Expect::FastGc => o.gc_pages > 0 && o.compactions == 0,
+            Expect::Compaction => o.compactions > 0,
+            Expect::Fold => writes > 0 && inline == 0 && o.engine.is_ok(),
+            Expect::SealInReserve => {
+                o.epoch_commits > 0
+                    && entries.iter().any(|(off, e)| {
+                        matches!(e, Entry::Truncate(t) if t.size_only) && off % PAGE_SIZE == LOG_PAGE_HEADER_SIZE
+                    })
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "must {self:?}; it collected {} log pages, compacted {} logs, committed {} epochs, staged {writes} Write and {inline} Inline entries of {} (engine {:?})",
+                o.gc_pages,
+                o.compactions,
+                o.epoch_commits,
+                entries.len(),
+                o.engine
+            ))
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -239,6 +289,103 @@ fn truncate_pin() -> Vec<Call> {
     v
 }
 
+/// Small writes at distinct offsets of file page 0 of the file in slot 0:
+/// with no reads counted the fold limit is 32 deltas (docs/DESIGN.md), so
+/// 32 of them leave the page's deltas full and the next small write folds.
+fn deltas_to_the_limit(pr: &mut Prep, fsync_each: bool) {
+    for k in 0..32u32 {
+        pr.run(pw(0, u64::from(k) * 120, 100, 4000 + k));
+        if fsync_each {
+            pr.run(Call::Fsync { slot: 0 });
+        }
+    }
+}
+
+/// `/fold`: a strict file whose page 0 holds 32 inline deltas.
+fn fold_strict() -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(open(0, "/fold", OpenFlags::RDWR.create()));
+    pr.run(pw(0, 0, 4096, 3999));
+    deltas_to_the_limit(&mut pr, false);
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    v
+}
+
+/// `/folda`: an fsync-atomic file whose page 0 is committed and holds 32
+/// inline deltas, pending (`committed` false) or committed.
+fn fold_atomic(committed: bool) -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(Call::SetDefaultMode { mode: FileMode::FsyncAtomic });
+    pr.run(open(0, "/folda", OpenFlags::RDWR.create()));
+    pr.run(pw(0, 0, 4096, 3999));
+    pr.run(Call::Fsync { slot: 0 });
+    deltas_to_the_limit(&mut pr, false);
+    if committed {
+        pr.run(Call::Fsync { slot: 0 });
+    }
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    v
+}
+
+/// `/fr`: an fsync-atomic file whose log's tail page has room for one
+/// unit, then (pending) a page written by copy on write (its Write entry
+/// takes that unit) and a write in place into that page of the epoch (no
+/// entry: the epoch sets a page aside for its closing entry).
+fn seal_reserve() -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(Call::SetDefaultMode { mode: FileMode::FsyncAtomic });
+    pr.run(open(0, "/fr", OpenFlags::RDWR.create()));
+    pr.fill_while("/fr", 1, |i| vec![chmod("/fr", 0o600 | (i % 0o100))]);
+    assert_eq!(pr.room("/fr"), 1, "scenario preparation: /fr's log has not exactly one unit of room");
+    pr.run(pw(0, 0, 4096, 70));
+    pr.run(pw(0, 100, 50, 71));
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    v
+}
+
+/// `/gcfa`: an fsync-atomic file whose first log page holds the Write of
+/// its file page 0 (kept alive by it) among entries that die (inline
+/// deltas over that page covered by later ones, an Attr superseded by a
+/// chmod), and whose later pages are full of committed small writes; then
+/// (pending) a write of the whole page 0, whose Write kills the first log
+/// page in DRAM. Log GC waits for the commit point: the epoch's commit
+/// collects the page.
+fn gc_atomic_commit() -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(Call::SetDefaultMode { mode: FileMode::FsyncAtomic });
+    pr.run(open(0, "/gcfa", OpenFlags::RDWR.create()));
+    pr.run(pw(0, 0, 4096, 80));
+    pr.run(Call::Fsync { slot: 0 });
+    pr.fill_while("/gcfa", 0, |i| vec![pw(0, 200, 100, 1000 + i), Call::Fsync { slot: 0 }]);
+    pr.run(chmod("/gcfa", 0o640));
+    pr.fill_while("/gcfa", 0, |i| vec![pw(0, 200, 100, 2000 + i), Call::Fsync { slot: 0 }]);
+    pr.full("/gcfa");
+    pr.run(pw(0, 0, 4096, 81));
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    v
+}
+
+/// `/gcci`: as `/gcc` (three full log pages, each kept alive by one file
+/// page's Write), each page also holding a live inline delta over its file
+/// page: the compaction copies the deltas too.
+fn compact_file_inline() -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(open(0, "/gcci", OpenFlags::RDWR.create()));
+    for k in 0..3u64 {
+        pr.run(pw(0, k * 4096, 4096, 3100 + k as u32));
+        pr.run(pw(0, k * 4096 + 10, 100, 3200 + k as u32));
+        pr.chmod_to_full("/gcci", 0o600);
+    }
+    pr.full("/gcci");
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    v
+}
+
 impl Prep {
     /// chmod `path` until at most `keep` units are left.
     fn chmod_to_full_keep(&mut self, path: &str, keep: u64) {
@@ -289,6 +436,40 @@ fn build() -> Vec<Scenario> {
         // its other names and gets an Attr with the lower link count) that
         // makes the directory due: compaction inside the unlink.
         sc("gc_compact_dir_unlink", Compaction, compact_dir, vec![], vec![Call::Unlink { path: p("/gcdc/j2") }]),
+        // ---- sub-page writes and the fsync-atomic mode ----
+        // A small write past the fold limit of a strict file: the merged
+        // page copied on write; then a small write into the new page.
+        sc("fold_strict", Fold, fold_strict(), vec![], vec![pw(0, 3900, 100, 90), pw(0, 10, 100, 91)]),
+        // The same in an fsync-atomic file with the deltas pending, then
+        // its fsync (a crash inside the commit of a fold).
+        sc(
+            "fold_atomic_pending",
+            Fold,
+            fold_atomic(false),
+            vec![],
+            vec![pw(0, 3900, 100, 92), Call::Fsync { slot: 0 }],
+        ),
+        // With the deltas committed.
+        sc(
+            "fold_atomic_committed",
+            Fold,
+            fold_atomic(true),
+            vec![],
+            vec![pw(0, 3900, 100, 93), pw(0, 3950, 10, 94), Call::Fsync { slot: 0 }],
+        ),
+        // A commit whose closing entry opens the page the epoch set aside.
+        sc("seal_into_reserve", SealInReserve, seal_reserve(), vec![], vec![Call::Fsync { slot: 0 }, Call::Remount]),
+        // Log GC of an fsync-atomic file at its commit point.
+        sc("gc_fast_atomic_commit", FastGc, gc_atomic_commit(), vec![], vec![Call::Fsync { slot: 0 }]),
+        // A compaction that copies live inline deltas; then a clean
+        // unmount and mount.
+        sc(
+            "gc_compact_file_inline",
+            Compaction,
+            compact_file_inline(),
+            vec![],
+            vec![chmod("/gcci", 0o644), Call::Remount],
+        ),
         // ---- crash_smoke's operations that the catalogue lacks ----
         // rmdir of an empty directory (the catalogue's /B and /A are not
         // empty: ENOTEMPTY).

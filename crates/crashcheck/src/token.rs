@@ -17,7 +17,6 @@ use crate::crash::Sim;
 use crate::exec::{record, start};
 use crate::harness::{allowed, describe_point, mismatch, point_seed, Config};
 use crate::hash::tree_key;
-use crate::pcheck;
 use crate::verify::{crash_recovery, fsck_clean, mount, verify};
 use crate::workload::{parse_u64, workload_by_id, StartKind};
 use ferrite_model::tree_of;
@@ -104,7 +103,7 @@ pub fn replay(token: &str) -> Result<(String, bool), String> {
         return Ok((out, !rec.divergences.is_empty()));
     }
     if t.point == "pcheck" {
-        let r = pcheck::check(&rec.base, &rec.events, &rec.layout);
+        let r = rec.pcheck();
         let _ = writeln!(
             out,
             "persistence checker: guarded writes {:?}, {} redundant flushes",
@@ -196,7 +195,7 @@ pub fn replay(token: &str) -> Result<(String, bool), String> {
             Ok((out, true))
         }
         Ok(v) => {
-            if allow.iter().any(|&i| rec.state_keys[i] == v.tree_key) {
+            if allow.iter().any(|&i| rec.expected_key(i) == v.tree_key) {
                 let _ = writeln!(out, "PASS: the recovered state is an allowed one (and every check passed)");
                 Ok((out, false))
             } else {

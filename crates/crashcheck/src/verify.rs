@@ -10,7 +10,11 @@
 //! 5. usability: in every directory a file with a 255-byte name (the
 //!    largest directory entry, so that a log left mid-extension is extended)
 //!    is created, written, read back, renamed, read, deleted, and a
-//!    directory made and removed; then everything is deleted, and the free
+//!    directory made and removed; every regular file that holds data gets
+//!    a small write of the bytes it already has (an inline entry appended
+//!    where recovery left the log's tail, over whatever an interrupted
+//!    operation or an uncommitted fsync-atomic epoch staged past it) and an
+//!    fsync; then everything is deleted, and the free
 //!    pages and inodes must come back to the figures of a freshly formatted
 //!    pool of the same geometry (less any extra log pages the root
 //!    directory keeps); a clean unmount, fsck, and a clean remount must
@@ -21,7 +25,7 @@ use crate::exec::{clock_at, empty_figures, mount_options, EmptyFigures, Geometry
 use crate::hash::tree_key;
 use crate::quiet;
 use crate::workload::{long_name, pattern};
-use ferrite::{Errno, FileType, OpenFlags, PathFs, RenameFlags, Session};
+use ferrite::{Errno, FileType, OpenFlags, PathFs, RenameFlags, Session, Whence};
 use ferrite_model::{diff_trees, tree_of, Tree};
 use ferrite_pmem::{Event, Pmem};
 use std::collections::HashSet;
@@ -327,6 +331,31 @@ pub fn usability(fs: Session, t: &Tree, figs: EmptyFigures) -> Result<(), String
         fs.mkdir(&sub, 0o700).map_err(e(format!("mkdir {}", show(&sub))))?;
         fs.rmdir(&sub).map_err(e(format!("rmdir {}", show(&sub))))?;
     }
+    // Every regular file that holds data: its first bytes written again
+    // (the same bytes: content, size and pages unchanged), then fsync. The
+    // entry lands at the tail recovery found, over anything staged past it
+    // (an uncommitted fsync-atomic epoch, an interrupted operation).
+    let mut files = HashSet::new();
+    for (p, n) in t {
+        if n.kind != FileType::Regular || deleted.contains(p) || n.size == 0 {
+            continue;
+        }
+        let ino = fs.lstat(p).map_err(e(format!("lstat {}", show(p))))?.ino;
+        if !files.insert(ino) {
+            continue;
+        }
+        let fd = fs.open(p, OpenFlags::RDWR, 0).map_err(e(format!("open {}", show(p))))?;
+        if let Ok(at) = fs.lseek(fd, 0, Whence::Data) {
+            if at < n.size {
+                let len = (n.size - at).min(100) as usize;
+                let mut same = vec![0u8; len];
+                fs.pread(fd, &mut same, at).map_err(e(format!("read {}", show(p))))?;
+                fs.pwrite(fd, &same, at).map_err(e(format!("rewrite {}", show(p))))?;
+                fs.fsync(fd).map_err(e(format!("fsync {}", show(p))))?;
+            }
+        }
+        fs.close(fd).map_err(e("close".into()))?;
+    }
     // A clean unmount, fsck and clean remount: every log the pass extended
     // is replayed from media (lazily, at first access) and checked by fsck,
     // and the tree must be what recovery gave (less what was deleted to
@@ -339,13 +368,14 @@ pub fn usability(fs: Session, t: &Tree, figs: EmptyFigures) -> Result<(), String
     let fs =
         mount(Pmem::from_image(&img), 1).map_err(|m| format!("clean remount after the per-directory pass: {m}"))?;
     let back = tree_of(&fs).map_err(e("tree after the per-directory pass and a remount".into()))?;
-    // Directory times changed (entries came and went): compare the rest.
+    // Directory times changed (entries came and went), and file times (the
+    // rewrites): compare the rest.
     let strip = |t: &Tree, skip: &HashSet<&Vec<u8>>| -> Tree {
         t.iter()
             .filter(|(p, _)| !skip.contains(p))
             .map(|(p, n)| {
                 let mut n = n.clone();
-                if n.kind == FileType::Directory {
+                if n.kind == FileType::Directory || n.kind == FileType::Regular {
                     n.mtime = Default::default();
                     n.ctime = Default::default();
                 }

@@ -4,9 +4,14 @@
 //! (empty, aged, nearly full) they run on.
 
 use crate::hash::{mix, str_seed};
-use ferrite::{Errno, FallocateMode, Fd, OpenFlags, PathFs, RenameFlags, TimeSet, TimeSpec};
+use ferrite::{
+    Errno, FallocateMode, Fd, Ferrite, FileMode, FileType, OpenFlags, PathFs, RenameFlags, Session, TimeSet, TimeSpec,
+    XattrSetMode,
+};
+use ferrite_model::ModelFs;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
 
 /// Descriptor slots a workload can hold at once.
 pub const SLOTS: usize = 16;
@@ -104,6 +109,21 @@ pub enum Call {
     /// closed). Only the recorded runs know how (`exec::record`);
     /// elsewhere it is a no-op that returns 0.
     Remount,
+    /// sync(2) (`Ferrite::sync_all`): a commit point of every fsync-atomic
+    /// file. Nothing on the model.
+    Sync,
+    /// Set the consistency mode of the file open in `slot` through the
+    /// extended attribute `user.ferrite.mode` (a commit point of the file,
+    /// even when the mode does not change).
+    SetMode {
+        slot: u8,
+        mode: FileMode,
+    },
+    /// The mode of regular files created from now on (a mount option: a
+    /// remount goes back to strict). Changes nothing on media.
+    SetDefaultMode {
+        mode: FileMode,
+    },
 }
 
 fn show_path(p: &[u8]) -> String {
@@ -127,6 +147,8 @@ fn show_flags(f: &OpenFlags) -> String {
         (f.append, "APPEND"),
         (f.directory, "DIRECTORY"),
         (f.nofollow, "NOFOLLOW"),
+        (f.sync, "SYNC"),
+        (f.dsync && !f.sync, "DSYNC"),
     ] {
         if on {
             s.push('|');
@@ -174,6 +196,11 @@ impl std::fmt::Display for Call {
                 write!(f, "utimens({}, {atime:?}, {mtime:?})", show_path(path))
             }
             Call::Remount => write!(f, "unmount + mount"),
+            Call::Sync => write!(f, "sync()"),
+            Call::SetMode { slot, mode } => {
+                write!(f, "fsetxattr(fd{slot}, user.ferrite.mode, {})", mode.as_str())
+            }
+            Call::SetDefaultMode { mode } => write!(f, "default mode {}", mode.as_str()),
         }
     }
 }
@@ -185,9 +212,19 @@ impl Call {
     pub fn may_modify(&self) -> bool {
         match self {
             Call::Open { flags, .. } => flags.create || flags.trunc,
-            Call::Fsync { .. } | Call::Fdatasync { .. } => false,
+            // fsync changes nothing in strict mode, and commits a pending
+            // epoch in fsync-atomic mode.
+            Call::Fsync { .. } | Call::Fdatasync { .. } | Call::Sync => true,
+            Call::SetDefaultMode { .. } => false,
             _ => true,
         }
+    }
+
+    /// Is this a pure commit point, which never fails for lack of space
+    /// (docs/DESIGN.md: the epoch set aside what its commit needs)? ENOSPC
+    /// from it is a failure, not an accepted difference from the model.
+    pub fn never_enospc(&self) -> bool {
+        matches!(self, Call::Fsync { .. } | Call::Fdatasync { .. } | Call::Sync)
     }
 
     /// Shift every slot by `by` (to concatenate operations).
@@ -200,7 +237,8 @@ impl Call {
             | Call::Ftruncate { slot, .. }
             | Call::Fallocate { slot, .. }
             | Call::Fsync { slot }
-            | Call::Fdatasync { slot } => *slot += by,
+            | Call::Fdatasync { slot }
+            | Call::SetMode { slot, .. } => *slot += by,
             _ => {}
         }
     }
@@ -218,10 +256,57 @@ pub fn pattern(tag: u64, len: usize) -> Vec<u8> {
     out
 }
 
-/// Descriptors of one side (engine or model) by slot.
+/// Descriptors of one side (engine or model) by slot, and what the model
+/// side needs to know of the consistency modes (the model has none: the
+/// harness keeps them here, and the fsync-atomic oracle reads them).
 #[derive(Clone, Debug, Default)]
 pub struct Slots {
     pub fds: [Option<Fd>; SLOTS],
+    /// Descriptors opened with O_SYNC or O_DSYNC (each write is a commit
+    /// point of the file).
+    pub sync: [bool; SLOTS],
+    /// Model side: the mode of each regular file that is not strict, by the
+    /// model's inode number (which the model never reuses).
+    pub modes: BTreeMap<u64, FileMode>,
+    /// Model side: the mode new regular files get.
+    pub default_mode: FileMode,
+}
+
+impl Slots {
+    /// A crash or a remount: every descriptor closed, the default mode
+    /// back to strict (it is a mount option); the files keep their modes.
+    pub fn reopen(&mut self) {
+        *self = Slots { modes: std::mem::take(&mut self.modes), ..Slots::default() };
+    }
+
+    /// Model side: the mode of the file with model inode `ino`.
+    pub fn mode_of(&self, ino: u64) -> FileMode {
+        self.modes.get(&ino).copied().unwrap_or_default()
+    }
+
+    /// Is any file, or the default for new ones, fsync-atomic?
+    pub fn any_atomic(&self) -> bool {
+        self.default_mode == FileMode::FsyncAtomic || !self.modes.is_empty()
+    }
+}
+
+/// Where a call runs: the engine or the model. The calls beyond `PathFs`
+/// (sync, the consistency modes) differ between the two.
+pub trait Target: PathFs {
+    /// The engine behind this side, None for the model.
+    fn engine_fs(&self) -> Option<&Ferrite>;
+}
+
+impl Target for Session {
+    fn engine_fs(&self) -> Option<&Ferrite> {
+        Some(self.engine())
+    }
+}
+
+impl Target for ModelFs {
+    fn engine_fs(&self) -> Option<&Ferrite> {
+        None
+    }
 }
 
 /// The outcome of a call: a value (bytes written; 0 for calls without one)
@@ -231,21 +316,33 @@ pub type CallResult = Result<u64, Errno>;
 /// Run one call on any `PathFs`. A call on an empty slot, or an open into a
 /// busy one, fails with EBADF without calling anything (the same on both
 /// sides, so workloads stay comparable after a crash closed everything).
-pub fn run_call(fs: &dyn PathFs, slots: &mut Slots, call: &Call) -> CallResult {
+pub fn run_call(fs: &dyn Target, slots: &mut Slots, call: &Call) -> CallResult {
     let fd = |slot: u8| -> Result<Fd, Errno> { slots.fds.get(slot as usize).copied().flatten().ok_or(Errno::EBADF) };
+    // The model side keeps the modes of files it creates (the engine gives
+    // new regular files its default mode).
+    let model_atomic_default = fs.engine_fs().is_none() && slots.default_mode != FileMode::Strict;
     match call {
         Call::Open { slot, path, flags, perm } => {
             let s = *slot as usize;
             if s >= SLOTS || slots.fds[s].is_some() {
                 return Err(Errno::EBADF);
             }
+            let existed = model_atomic_default && fs.stat(path).is_ok();
             let f = fs.open(path, *flags, *perm)?;
             slots.fds[s] = Some(f);
+            slots.sync[s] = flags.sync || flags.dsync;
+            if model_atomic_default && !existed {
+                let st = fs.fstat(f)?;
+                if st.kind == FileType::Regular {
+                    slots.modes.insert(st.ino.0, slots.default_mode);
+                }
+            }
             Ok(0)
         }
         Call::Close { slot } => {
             let f = fd(*slot)?;
             slots.fds[*slot as usize] = None;
+            slots.sync[*slot as usize] = false;
             fs.close(f).map(|_| 0)
         }
         Call::Pwrite { slot, off, len, tag } => {
@@ -269,11 +366,52 @@ pub fn run_call(fs: &dyn PathFs, slots: &mut Slots, call: &Call) -> CallResult {
         Call::Rename { from, to, flags } => fs.rename(from, to, *flags).map(|_| 0),
         Call::Link { from, to } => fs.link(from, to).map(|_| 0),
         Call::Symlink { target, path } => fs.symlink(target, path).map(|_| 0),
-        Call::Mknod { path, mode, rdev } => fs.mknod(path, *mode, *rdev).map(|_| 0),
+        Call::Mknod { path, mode, rdev } => {
+            fs.mknod(path, *mode, *rdev)?;
+            let regular = *mode & libc::S_IFMT == 0 || *mode & libc::S_IFMT == libc::S_IFREG;
+            if model_atomic_default && regular {
+                let ino = fs.lstat(path)?.ino.0;
+                slots.modes.insert(ino, slots.default_mode);
+            }
+            Ok(0)
+        }
         Call::Chmod { path, perm } => fs.chmod(path, *perm).map(|_| 0),
         Call::Chown { path, uid, gid } => fs.chown(path, *uid, *gid).map(|_| 0),
         Call::Utimens { path, atime, mtime } => fs.utimens(path, *atime, *mtime).map(|_| 0),
         Call::Remount => Ok(0),
+        Call::Sync => match fs.engine_fs() {
+            Some(e) => e.sync_all().map(|_| 0),
+            None => Ok(0),
+        },
+        Call::SetMode { slot, mode } => {
+            let f = fd(*slot)?;
+            if fs.engine_fs().is_some() {
+                return fs.fsetxattr(f, FileMode::XATTR, mode.as_str().as_bytes(), XattrSetMode::Any).map(|_| 0);
+            }
+            // The model: what the engine does (EINVAL for anything but a
+            // regular file; a new ctime when the mode changes, as a chown
+            // that changes nothing gives).
+            let st = fs.fstat(f)?;
+            if st.kind != FileType::Regular {
+                return Err(Errno::EINVAL);
+            }
+            if slots.mode_of(st.ino.0) != *mode {
+                fs.fchown(f, None, None)?;
+            }
+            if *mode == FileMode::Strict {
+                slots.modes.remove(&st.ino.0);
+            } else {
+                slots.modes.insert(st.ino.0, *mode);
+            }
+            Ok(0)
+        }
+        Call::SetDefaultMode { mode } => {
+            match fs.engine_fs() {
+                Some(e) => e.set_default_mode(*mode),
+                None => slots.default_mode = *mode,
+            }
+            Ok(0)
+        }
     }
 }
 
@@ -472,6 +610,170 @@ pub fn sequence(ops: &[&OpDef]) -> Workload {
     Workload { id, prepare: Vec::new(), setup, calls }
 }
 
+// ---------------------------------------------------------------------------
+// The fsync-atomic catalogue.
+
+/// The files of the file set that are fsync-atomic in every workload of the
+/// fsync-atomic catalogue; `/bar` and `/A/C/foo` stay strict.
+pub const ATOMIC_FILES: [&str; 3] = ["/foo", "/A/foo", "/A/bar"];
+
+/// The preparing calls of the fsync-atomic workloads: the files of
+/// [`ATOMIC_FILES`] set fsync-atomic (through the extended attribute, on a
+/// descriptor in slot 15).
+pub fn atomic_prepare() -> Vec<Call> {
+    let mut v = Vec::new();
+    for f in ATOMIC_FILES {
+        v.push(open(15, f, OpenFlags::RDONLY));
+        v.push(Call::SetMode { slot: 15, mode: FileMode::FsyncAtomic });
+        v.push(Call::Close { slot: 15 });
+    }
+    v
+}
+
+/// The fsync-atomic catalogue (`a1.NAME`, `a2.A+B`): over the file set of
+/// [`catalogue`] with `/foo` (5000 bytes), `/A/foo` (8 KiB, also `/B/bar`)
+/// and `/A/bar` (pages 0 and 3) fsync-atomic, and `/bar` (100 bytes) and
+/// `/A/C/foo` (empty) strict:
+/// - data changes of fsync-atomic files, which stay pending: small writes
+///   that go inline (one page, two pages, appending), page writes (copy on
+///   write into a page of the epoch), writes into a hole, past the end and
+///   large ones, writes into a page of the epoch (in place, no log entry),
+///   truncates, O_TRUNC, fallocate (filling holes, keeping the size), a
+///   punched hole, a page of the epoch freed by a truncate and reused by a
+///   strict write, writes to an unlinked open file;
+/// - commit points: fsync, fdatasync, sync, writes through O_SYNC and
+///   O_DSYNC descriptors, mode changes (to the same mode, to strict, and a
+///   strict file made fsync-atomic), chmod, chown, utimens, rename of a
+///   file and over one, unlink (the last name and a hard link), link, a
+///   clean unmount, and a new file created fsync-atomic and written;
+/// - small (inline) writes to a strict file: alone, beside a copy on write,
+///   and of the largest inline size.
+///
+/// In seq-2, each data change followed by each commit point gives a crash
+/// inside the commit of that change.
+pub fn atomic_catalogue() -> Vec<OpDef> {
+    use RenameFlags::*;
+    let rdwr = OpenFlags::RDWR;
+    let pw = |slot: u8, off: u64, len: u32, tag: u32| Call::Pwrite { slot, off, len, tag };
+    let fmode = |mode: FileMode| Call::SetMode { slot: 0, mode };
+    let fa = FileMode::FsyncAtomic;
+    vec![
+        // ---- data changes of fsync-atomic files (pending) ----
+        on_fd("fa_write_inline", "/foo", rdwr, pw(0, 1000, 100, 41)),
+        on_fd("fa_write_inline_two_pages", "/foo", rdwr, pw(0, 3900, 300, 42)),
+        on_fd("fa_write_page", "/A/foo", rdwr, pw(0, 0, 4096, 43)),
+        on_fd("fa_write_append", "/foo", OpenFlags::WRONLY.append(), Call::Write { slot: 0, len: 300, tag: 44 }),
+        on_fd("fa_write_extend", "/foo", rdwr, pw(0, 7000, 6000, 45)),
+        on_fd("fa_write_into_hole", "/A/bar", rdwr, pw(0, 4196, 2000, 46)),
+        on_fd("fa_write_large", "/A/bar", rdwr, pw(0, 0, 20000, 47)),
+        // A page of the epoch (copied on write), then written in place:
+        // once inside the size, once extending it.
+        op("fa_write_in_place", vec![open(0, "/foo", rdwr)], vec![pw(0, 8192, 4000, 48), pw(0, 8300, 100, 49)]),
+        op("fa_write_in_place_extend", vec![open(0, "/foo", rdwr)], vec![pw(0, 8192, 4000, 50), pw(0, 12192, 90, 51)]),
+        // A page of the epoch freed by a truncate (at once: no durable
+        // state knows it), then a strict copy on write that may reuse it.
+        op(
+            "fa_epoch_page_freed",
+            vec![open(0, "/foo", rdwr), open(1, "/bar", rdwr)],
+            vec![pw(0, 8192, 4096, 52), Call::Ftruncate { slot: 0, size: 5000 }, pw(1, 0, 4096, 53)],
+        ),
+        one("fa_truncate_shrink", Call::Truncate { path: p("/A/foo"), size: 5000 }),
+        one("fa_truncate_grow", Call::Truncate { path: p("/foo"), size: 20000 }),
+        on_fd("fa_ftruncate_zero", "/foo", rdwr, Call::Ftruncate { slot: 0, size: 0 }),
+        on_fd(
+            "fa_fallocate_fill_holes",
+            "/A/bar",
+            rdwr,
+            Call::Fallocate { slot: 0, mode: FallocateMode::Default, off: 4096, len: 8192 },
+        ),
+        on_fd(
+            "fa_fallocate_keep_size",
+            "/foo",
+            rdwr,
+            Call::Fallocate { slot: 0, mode: FallocateMode::KeepSize, off: 8192, len: 8192 },
+        ),
+        on_fd(
+            "fa_punch_hole",
+            "/A/foo",
+            rdwr,
+            Call::Fallocate { slot: 0, mode: FallocateMode::PunchHole, off: 1000, len: 7192 },
+        ),
+        one("fa_open_trunc", open(0, "/A/bar", OpenFlags::WRONLY.trunc())),
+        // Writes to an unlinked open file (pending until it is freed).
+        op(
+            "fa_write_unlinked_open",
+            vec![open(0, "/A/bar", rdwr)],
+            vec![Call::Unlink { path: p("/A/bar") }, pw(0, 100, 9000, 54), Call::Close { slot: 0 }],
+        ),
+        // ---- commit points ----
+        on_fd("fa_fsync", "/foo", rdwr, Call::Fsync { slot: 0 }),
+        on_fd("fa_fdatasync", "/A/foo", rdwr, Call::Fdatasync { slot: 0 }),
+        one("sync", Call::Sync),
+        on_fd("fa_osync_write", "/foo", rdwr.sync(), pw(0, 2000, 100, 55)),
+        on_fd("fa_dsync_write_page", "/A/foo", OpenFlags { dsync: true, ..rdwr }, pw(0, 4096, 4096, 56)),
+        on_fd("fa_set_mode_same", "/foo", OpenFlags::RDONLY, fmode(fa)),
+        on_fd("fa_set_mode_strict", "/A/foo", OpenFlags::RDONLY, fmode(FileMode::Strict)),
+        on_fd("set_mode_atomic", "/bar", OpenFlags::RDONLY, fmode(fa)),
+        one("fa_chmod", Call::Chmod { path: p("/foo"), perm: 0o600 }),
+        one("fa_chown", Call::Chown { path: p("/A/bar"), uid: Some(1000), gid: None }),
+        one(
+            "fa_utimens",
+            Call::Utimens {
+                path: p("/A/foo"),
+                atime: TimeSet::At(TimeSpec { sec: 12345, nsec: 678 }),
+                mtime: TimeSet::Now,
+            },
+        ),
+        rename("fa_rename", "/foo", "/B/foo2", Replace),
+        rename("fa_rename_over_atomic", "/A/bar", "/foo", Replace),
+        rename("rename_over_atomic", "/bar", "/A/bar", Replace),
+        rename("fa_rename_exchange", "/foo", "/bar", Exchange),
+        one("fa_unlink", Call::Unlink { path: p("/foo") }),
+        one("fa_unlink_hard_link", Call::Unlink { path: p("/B/bar") }),
+        one("fa_link", Call::Link { from: p("/A/bar"), to: p("/B/baz") }),
+        one("remount", Call::Remount),
+        op(
+            "fa_create_write",
+            vec![],
+            vec![
+                Call::SetDefaultMode { mode: fa },
+                open(0, "/A/C/new", rdwr.create()),
+                pw(0, 0, 100, 57),
+                pw(0, 50, 20, 58),
+            ],
+        ),
+        // ---- small writes to a strict file (inline entries) ----
+        on_fd("write_inline", "/bar", rdwr, pw(0, 10, 50, 59)),
+        on_fd("write_inline_and_page", "/bar", rdwr, pw(0, 4000, 200, 60)),
+        on_fd("write_inline_largest", "/bar", rdwr, pw(0, 0, 2048, 61)),
+    ]
+}
+
+/// Concatenate operations of the fsync-atomic catalogue into a workload
+/// (as [`sequence`], with [`atomic_prepare`]).
+pub fn atomic_sequence(ops: &[&OpDef]) -> Workload {
+    let w = sequence(ops);
+    Workload { id: format!("a{}", &w.id[1..]), prepare: atomic_prepare(), ..w }
+}
+
+/// Every fsync-atomic operation alone.
+pub fn atomic_seq1() -> Vec<Workload> {
+    let cat = atomic_catalogue();
+    cat.iter().map(|o| atomic_sequence(&[o])).collect()
+}
+
+/// Every ordered pair of fsync-atomic operations.
+pub fn atomic_seq2() -> Vec<Workload> {
+    let cat = atomic_catalogue();
+    let mut out = Vec::with_capacity(cat.len() * cat.len());
+    for a in &cat {
+        for b in &cat {
+            out.push(atomic_sequence(&[a, b]));
+        }
+    }
+    out
+}
+
 /// Every operation alone.
 pub fn seq1() -> Vec<Workload> {
     let cat = catalogue();
@@ -517,13 +819,20 @@ pub fn workload_by_id(id: &str) -> Result<Workload, String> {
             .map(|s| s.workload)
             .ok_or_else(|| format!("no scenario {name:?} (crate::scenario::scenarios)"));
     }
-    let (_, names) = id.split_once('.').ok_or_else(|| format!("bad workload id {id:?}"))?;
-    let cat = catalogue();
+    if let Some(rest) = id.strip_prefix("rndm.") {
+        let (seed, len) = rest.split_once('.').ok_or_else(|| format!("bad random workload id {id:?}"))?;
+        let seed = parse_u64(seed).ok_or_else(|| format!("bad seed in {id:?}"))?;
+        let len: usize = len.parse().map_err(|_| format!("bad length in {id:?}"))?;
+        return Ok(random_workload_modes(seed, len));
+    }
+    let (kind, names) = id.split_once('.').ok_or_else(|| format!("bad workload id {id:?}"))?;
+    let atomic = kind.starts_with('a');
+    let cat = if atomic { atomic_catalogue() } else { catalogue() };
     let mut ops = Vec::new();
     for n in names.split('+') {
         ops.push(cat.iter().find(|o| o.name == n).ok_or_else(|| format!("no operation {n:?} in the catalogue"))?);
     }
-    let w = sequence(&ops);
+    let w = if atomic { atomic_sequence(&ops) } else { sequence(&ops) };
     if w.id != id {
         return Err(format!("workload id {id:?} is not canonical (expected {})", w.id));
     }
@@ -678,6 +987,71 @@ pub fn random_workload(seed: u64, len: usize) -> Workload {
 
 fn open_call(slot: u8, path: &str, flags: OpenFlags) -> Call {
     open(slot, path, flags)
+}
+
+/// One random call of a workload that mixes the consistency modes: the
+/// calls of [`random_call`], plus mode changes, sync, a changing default
+/// mode for new files, descriptors opened O_SYNC or O_DSYNC, fdatasync, and
+/// more small writes (inline pieces, which fold once a page has enough).
+pub fn random_call_modes(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
+    let used: Vec<u8> = (0..SLOTS as u8).filter(|&s| open[s as usize]).collect();
+    let slot = |rng: &mut ChaCha8Rng| -> u8 {
+        if !used.is_empty() && rng.gen_bool(0.9) {
+            used[rng.gen_range(0..used.len())]
+        } else {
+            rng.gen_range(0..8)
+        }
+    };
+    match rng.gen_range(0..100) {
+        0..=4 => Call::SetMode { slot: slot(rng), mode: FileMode::FsyncAtomic },
+        5 => Call::SetMode { slot: slot(rng), mode: FileMode::Strict },
+        6..=7 => Call::Sync,
+        8 => Call::SetDefaultMode { mode: if rng.gen_bool(0.7) { FileMode::FsyncAtomic } else { FileMode::Strict } },
+        9..=10 => {
+            let free: Vec<u8> = (0..8u8).filter(|&s| !open[s as usize]).collect();
+            let s = if free.is_empty() { rng.gen_range(0..8) } else { free[rng.gen_range(0..free.len())] };
+            let mut f = OpenFlags::RDWR;
+            if rng.gen_bool(0.5) {
+                f.sync = true;
+            }
+            f.dsync = true;
+            f.create = rng.gen_bool(0.3);
+            Call::Open { slot: s, path: rpath(rng), flags: f, perm: 0o644 }
+        }
+        11 => Call::Fdatasync { slot: slot(rng) },
+        12..=21 => Call::Pwrite {
+            slot: slot(rng),
+            off: rng.gen_range(0..3) * 4096 + rng.gen_range(0..4000),
+            len: rng.gen_range(1..300),
+            tag: rng.gen::<u32>() & 0xFFFF,
+        },
+        _ => random_call(rng, open),
+    }
+}
+
+/// A seeded random workload of `len` calls mixing the modes (`rndm.SEED.LEN`):
+/// the files of [`ATOMIC_FILES`] fsync-atomic ([`atomic_prepare`]), then
+/// [`random_call_modes`], with the descriptors of [`random_workload`].
+pub fn random_workload_modes(seed: u64, len: usize) -> Workload {
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x00AD_0001));
+    let w = random_workload(seed, 0);
+    let mut open = [false; SLOTS];
+    for c in &w.setup {
+        if let Call::Open { slot, .. } = c {
+            open[*slot as usize] = true;
+        }
+    }
+    let mut calls = Vec::with_capacity(len);
+    for _ in 0..len {
+        let c = random_call_modes(&mut rng, &open);
+        match &c {
+            Call::Open { slot, .. } => open[*slot as usize] = true,
+            Call::Close { slot } => open[*slot as usize] = false,
+            _ => {}
+        }
+        calls.push(c);
+    }
+    Workload { id: format!("rndm.{seed:#x}.{len}"), prepare: atomic_prepare(), setup: w.setup, calls }
 }
 
 /// A seed for anything derived from a workload id.

@@ -83,6 +83,13 @@ fn fuzz_ops_corpus_and_random_inputs() {
         inputs.push(vec![start, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0x10, 0, 12, 3, 0, 0x11]);
         inputs.push(vec![start, 12, 0, 5, 1, 0, 9, 0, 13, 0, 0, 7, 0, 1, 0x30, 0]);
         inputs.push(vec![start, 14, 0, 12, 0x0B, 0xB8, 11, 0, 0, 0, 0, 13, 5, 9, 0, 0]);
+        // The file set's files fsync-atomic: open /foo, small writes, a
+        // page write, fsync; a new fsync-atomic file written, sync; a
+        // write through an O_SYNC descriptor; a mode change and a rename.
+        let a = start | 4;
+        inputs.push(vec![a, 19, 0, 0, 0, 0, 2, 0, 1, 0, 0x64, 2, 0, 0, 0x10, 0x20, 3, 0, 2, 0, 0, 18, 0, 0, 0, 0]);
+        inputs.push(vec![a, 23, 0, 0, 0, 0, 0, 1, 10, 0, 2, 2, 1, 1, 0, 9, 22, 0, 0, 0, 0, 4, 1, 0, 0, 0x30]);
+        inputs.push(vec![a, 0, 2, 6, 0, 0x20, 2, 2, 0, 0, 7, 21, 2, 0, 0, 0, 12, 0, 5, 0, 0, 20, 2, 0, 0, 0]);
     }
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed() ^ 0x0b5));
     for _ in 0..n(120) {

@@ -54,30 +54,14 @@ fn run_on(kind: StartKind) {
         let rec = record(&st, &s.workload);
         let o = &rec.outcomes[0];
         let what = format!("{} on {}: first call {}", s.workload.id, kind.name(), rec.workload.calls[0]);
-        match s.expect {
-            Expect::Nothing => {}
-            Expect::FastGc => {
-                if o.gc_pages == 0 || o.compactions != 0 {
-                    problems.push(format!(
-                        "{what} must collect log pages by fast GC without compacting; it collected {} pages, {} compactions (engine {:?})",
-                        o.gc_pages, o.compactions, o.engine
-                    ));
-                }
-            }
-            Expect::Compaction => {
-                if o.compactions == 0 {
-                    problems.push(format!(
-                        "{what} must compact a log; it compacted none ({} pages collected, engine {:?})",
-                        o.gc_pages, o.engine
-                    ));
-                }
-            }
+        if let Err(m) = s.expect.check(&rec) {
+            problems.push(format!("{what}: {m}"));
         }
         let (fig, failures) = check_recording(kind, &rec, &cfg);
         if s.expect != Expect::Nothing {
             gc_lines.push(format!(
-                "{name}: {}: {} log pages collected, {} compactions, {} crash points, {} states, {} crash images of recovery",
-                s.workload.id, o.gc_pages, o.compactions, fig.points, fig.states, fig.recovery_images
+                "{name}: {}: {} log pages collected, {} compactions, {} epochs committed, {} crash points, {} states, {} crash images of recovery",
+                s.workload.id, o.gc_pages, o.compactions, o.epoch_commits, fig.points, fig.states, fig.recovery_images
             ));
         }
         if s.expect == Expect::Compaction && fig.recovery_images == 0 {

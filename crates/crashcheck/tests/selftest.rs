@@ -1,6 +1,8 @@
 //! Self-tests of the harness: the persistence model, the persistence
-//! checker on hand-made traces, tokens, and determinism (a token replays
-//! only if recording a workload twice gives the same trace).
+//! checker on hand-made traces (strict and fsync-atomic rules), tokens,
+//! determinism (a token replays only if recording a workload twice gives
+//! the same trace), and the fsync-atomic oracle (it tells a committed
+//! write from a pending one, both ways).
 
 use ferrite::format::Layout;
 use ferrite_crashcheck::crash::{Caps, PointKind, Sim};
@@ -238,4 +240,152 @@ fn recovery_trace_is_checked() {
     let e = ferrite_crashcheck::verify::check_recovery_trace(&crashed, &broken, &layout)
         .expect_err("an unflushed recovery store must be caught");
     assert!(e.contains("store-never-flushed"), "{e}");
+}
+
+/// The checker's fsync-atomic rules on hand-made traces: a call that
+/// extends a file's epoch may leave its stores unfenced (or unflushed);
+/// the file's commit point must find them durable; another operation
+/// storing to such a line is a page reused too early.
+#[test]
+fn persistence_checker_atomic_rules() {
+    use ferrite_crashcheck::oracle::CallMode;
+    let l = layout();
+    let base = start(StartKind::Empty).image.to_vec();
+    let d = (l.data_start.offset() + 60 * 4096).0;
+    let extends = CallMode { extends: Some(7), ..CallMode::default() };
+    let commits = CallMode { commits: vec![7], ..CallMode::default() };
+    let other = CallMode::default();
+    let call = |i: usize, inner: Vec<Event>| -> Vec<Event> {
+        let mut v = vec![Event::Mark { label: begin_mark(i) }];
+        v.extend(inner);
+        v.push(Event::Mark { label: end_mark(i) });
+        v
+    };
+    let nt = |off: u64| Event::NtStore { offset: off, data: vec![1; 64] };
+    // An epoch's streaming store, fenced by its commit point: clean.
+    let mut ev = call(0, vec![nt(d)]);
+    ev.extend(call(1, vec![Event::Fence]));
+    let r = pcheck::check_modes(&base, &ev, &l, &[extends.clone(), commits.clone()]);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    // The same under the strict rules: never fenced when the call returns.
+    assert_eq!(kinds(&pcheck::check(&base, &ev, &l)), ["flush-never-fenced"]);
+    // The commit point without a fence.
+    let mut ev = call(0, vec![nt(d)]);
+    ev.extend(call(1, vec![]));
+    let r = pcheck::check_modes(&base, &ev, &l, &[extends.clone(), commits.clone()]);
+    assert_eq!(kinds(&r), ["flush-never-fenced"]);
+    assert!(r.violations[0].detail.contains("commit point"), "{}", r.violations[0].detail);
+    // An epoch's store never flushed: its commit point's fence does not
+    // make it durable.
+    let mut ev = call(0, vec![store(d, 1, 64)]);
+    ev.extend(call(1, vec![Event::Fence]));
+    let r = pcheck::check_modes(&base, &ev, &l, &[extends.clone(), commits.clone()]);
+    assert_eq!(kinds(&r), ["store-never-flushed"]);
+    // A call that does not commit the file leaves its lines alone...
+    let mut ev = call(0, vec![nt(d)]);
+    ev.extend(call(1, vec![store(d + 4096, 2, 8), Event::Flush { offset: d + 4096, len: 8 }, Event::Fence]));
+    let r = pcheck::check_modes(&base, &ev, &l, &[extends.clone(), other.clone()]);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    // ... but must not store to one still in flight.
+    let mut ev = call(0, vec![nt(d)]);
+    ev.extend(call(1, vec![nt(d), Event::Fence]));
+    let r = pcheck::check_modes(&base, &ev, &l, &[extends.clone(), other]);
+    assert_eq!(kinds(&r), ["epoch-line-reused"]);
+    // The file's own next data change may (a page of its epoch, in place).
+    let mut ev = call(0, vec![nt(d)]);
+    ev.extend(call(1, vec![nt(d)]));
+    ev.extend(call(2, vec![Event::Fence]));
+    let r = pcheck::check_modes(&base, &ev, &l, &[extends.clone(), extends, commits]);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+}
+
+/// Event index of the tail store (`Commit` into an inode slot's tail word)
+/// inside call `i` of a recording.
+fn tail_store_in(rec: &ferrite_crashcheck::exec::Recording, i: usize) -> usize {
+    let l = &rec.layout;
+    let it = l.inode_table_start.offset().0;
+    let (b, e) = rec.spans[i];
+    (b..e)
+        .find(|&k| {
+            matches!(rec.events[k], Event::Commit { offset, .. }
+                if offset >= it && (offset - it) % ferrite::format::INODE_SLOT_SIZE == ferrite::format::INODE_TAIL_OFFSET)
+        })
+        .unwrap_or_else(|| panic!("no tail store in call {i} of {}", rec.workload.id))
+}
+
+/// The fsync-atomic oracle is not vacuous: after a pending write the
+/// durable state keeps the old bytes and after its fsync it has the new
+/// ones; a trace whose fsync lost its tail store fails (the write is not
+/// durable after fsync returned), and so does one whose pending write
+/// stored the tail (the write became durable before its commit point).
+#[test]
+fn atomic_oracle_tells_pending_from_committed() {
+    use ferrite_crashcheck::harness::check_recording;
+    let st = start(StartKind::Empty);
+    let w = workload_by_id("a2.fa_write_inline+fa_fsync").expect("workload");
+    let rec = record(&st, &w);
+    assert!(rec.divergences.is_empty(), "{:?}", rec.divergences);
+    let o = rec.oracle.clone().expect("an fsync-atomic workload has an oracle");
+    assert!(o.modes[0].extends.is_some(), "the write extends /foo's epoch");
+    assert_eq!(o.modes[1].commits.len(), 1, "fsync commits /foo");
+    let foo = |i: usize| o.trees[i].tree.get(b"/foo".as_slice()).expect("/foo").content.clone();
+    assert_eq!(foo(o.after[0]), foo(o.initial), "a pending write is not durable");
+    assert_ne!(foo(o.after[1]), foo(o.initial), "the write is durable after fsync");
+    assert_eq!(foo(o.after[1]), rec.states[2].get(b"/foo".as_slice()).expect("/foo").content);
+    let mut cfg = ferrite_crashcheck::harness::Config::new(1);
+    cfg.verify.recovery_crash = ferrite_crashcheck::verify::RecoveryCrash::Off;
+    cfg.progress_every = None;
+    let (_, f) = check_recording(StartKind::Empty, &rec, &cfg);
+    assert!(f.is_empty(), "{}", f.iter().map(|f| f.to_string()).collect::<String>());
+    // fsync without its tail store.
+    let t = tail_store_in(&rec, 1);
+    let mut broken = rec.events.clone();
+    broken.remove(t);
+    let (_, f) = check_recording(StartKind::Empty, &rec.with_events(broken), &cfg);
+    assert!(!f.is_empty(), "an fsync that stores no tail must fail");
+    // The tail stored (flushed and fenced) by the pending write already.
+    let mut broken = rec.events.clone();
+    let tail = broken[t].clone();
+    let end0 = rec.spans[0].1;
+    let Event::Commit { offset: tail_at, .. } = tail else { unreachable!("a tail store is a Commit") };
+    broken.splice(end0..end0, [Event::Fence, tail, Event::Flush { offset: tail_at, len: 8 }, Event::Fence]);
+    let (_, f) = check_recording(StartKind::Empty, &rec.with_events(broken), &cfg);
+    assert!(
+        f.iter().any(|f| f.token.contains(":e") && f.message.contains("none of the states allowed")),
+        "a write made durable before its commit point must fail: {}",
+        f.iter().map(|f| f.to_string()).collect::<String>()
+    );
+}
+
+/// The oracle's rule for commit points that change names: after a pending
+/// write to /A/bar, `rename(/A/bar, /foo)` may leave the old names (with
+/// or without the data committed first) or the new names with the new
+/// data, never the new names over the data of the last commit point (the
+/// zero-length-file bug of rename-over, which ext4's auto_da_alloc avoids).
+#[test]
+fn atomic_oracle_rename_never_shows_new_names_over_old_data() {
+    let st = start(StartKind::Empty);
+    let w = workload_by_id("a2.fa_write_into_hole+fa_rename_over_atomic").expect("workload");
+    let rec = record(&st, &w);
+    assert!(rec.divergences.is_empty(), "{:?}", rec.divergences);
+    let o = rec.oracle.clone().expect("oracle");
+    let key = |t: &ferrite_model::Tree| ferrite_crashcheck::hash::tree_key(t);
+    let inside: Vec<u64> = o.inside[1].iter().map(|&i| o.trees[i].key).collect();
+    let old_bar = o.trees[o.initial].tree.get(b"/A/bar".as_slice()).expect("/A/bar").clone();
+    let new_bar = rec.states[1].get(b"/A/bar".as_slice()).expect("/A/bar").clone();
+    assert_ne!(old_bar.content, new_bar.content);
+    // New names, new data: allowed (it is the state after the call).
+    let after = o.trees[o.after[1]].tree.as_ref().clone();
+    assert_eq!(after.get(b"/foo".as_slice()).expect("/foo").content, new_bar.content);
+    assert!(inside.contains(&key(&after)));
+    // New names over the old data: never.
+    let mut bad = after.clone();
+    let foo = bad.get_mut(b"/foo".as_slice()).expect("/foo");
+    *foo = ferrite_model::NodeView { link_group: foo.link_group, ..old_bar.clone() };
+    assert!(!inside.contains(&key(&bad)), "the new name over the old data must not be allowed");
+    // Old names with the pending data committed first: allowed.
+    let mut first = o.trees[o.after[0]].tree.as_ref().clone();
+    let bar = first.get_mut(b"/A/bar".as_slice()).expect("/A/bar");
+    *bar = ferrite_model::NodeView { link_group: bar.link_group, ..new_bar };
+    assert!(inside.contains(&key(&first)), "the data may commit before the rename");
 }

@@ -12,6 +12,8 @@
 //! OPTIONS (run / exhaustive):
 //!   --seq1 --seq2            catalogue workloads (every op alone / every ordered pair)
 //!   --seq3 N                 N sampled ordered triples
+//!   --aseq1 --aseq2          the fsync-atomic catalogue (every op alone / every ordered pair)
+//!   --arandom N              N random workloads mixing the consistency modes (of --len calls)
 //!   --scenarios              the scenarios (GC of files and directories, src/scenario.rs)
 //!   --random N --len L       N random workloads of L calls
 //!   --start LIST             start images: empty,aged,full (default: all)
@@ -29,7 +31,10 @@
 use ferrite_crashcheck::crash::Caps;
 use ferrite_crashcheck::harness::{run_all, Config};
 use ferrite_crashcheck::verify::{RecoveryCrash, VerifyOpts};
-use ferrite_crashcheck::workload::{parse_u64, random_workload, seq1, seq2, seq3_sampled, StartKind, Workload};
+use ferrite_crashcheck::workload::{
+    atomic_seq1, atomic_seq2, parse_u64, random_workload, random_workload_modes, seq1, seq2, seq3_sampled, StartKind,
+    Workload,
+};
 use std::time::Duration;
 
 fn usage() -> ! {
@@ -42,6 +47,9 @@ fn usage() -> ! {
 struct Opts {
     seq1: bool,
     seq2: bool,
+    aseq1: bool,
+    aseq2: bool,
+    arandom: usize,
     seq3: usize,
     scenarios: bool,
     random: usize,
@@ -57,6 +65,9 @@ fn parse(args: &[String], exhaustive: bool) -> Opts {
     let mut o = Opts {
         seq1: exhaustive,
         seq2: exhaustive,
+        aseq1: exhaustive,
+        aseq2: exhaustive,
+        arandom: if exhaustive { 400 } else { 0 },
         seq3: if exhaustive { 2000 } else { 0 },
         scenarios: exhaustive,
         random: if exhaustive { 400 } else { 0 },
@@ -84,6 +95,9 @@ fn parse(args: &[String], exhaustive: bool) -> Opts {
         match args[i].as_str() {
             "--seq1" => o.seq1 = true,
             "--seq2" => o.seq2 = true,
+            "--aseq1" => o.aseq1 = true,
+            "--aseq2" => o.aseq2 = true,
+            "--arandom" => o.arandom = num(&mut i) as usize,
             "--scenarios" => o.scenarios = true,
             "--seq3" => o.seq3 = num(&mut i) as usize,
             "--random" => o.random = num(&mut i) as usize,
@@ -120,6 +134,12 @@ fn run(o: Opts) -> i32 {
     if o.seq2 {
         workloads.extend(seq2());
     }
+    if o.aseq1 {
+        workloads.extend(atomic_seq1());
+    }
+    if o.aseq2 {
+        workloads.extend(atomic_seq2());
+    }
     if o.seq3 > 0 {
         workloads.extend(seq3_sampled(o.cfg.seed, o.seq3));
     }
@@ -128,6 +148,9 @@ fn run(o: Opts) -> i32 {
     }
     for n in 0..o.random {
         workloads.push(random_workload(ferrite_crashcheck::hash::mix(o.cfg.seed ^ n as u64), o.len));
+    }
+    for n in 0..o.arandom {
+        workloads.push(random_workload_modes(ferrite_crashcheck::hash::mix(o.cfg.seed ^ 0xA70 ^ n as u64), o.len));
     }
     if let Some(id) = &o.only {
         workloads = match ferrite_crashcheck::workload::workload_by_id(id) {
