@@ -11,6 +11,14 @@
 #           (BEGIN; ...; COMMIT;), journal_mode WAL and DELETE,
 #           synchronous=FULL, on: sqlite3 under the preload, Ferrite's FUSE
 #           mount (`ferrite mount`), tmpfs, ext4 on a RAM loop device.
+#   sqlite-atomic  (issue 10) the same transactions with journal_mode=OFF on
+#           an fsync-atomic database (sqlite3 under the preload with
+#           FERRITE_ATOMIC='*.db': each COMMIT's fsync commits the
+#           transaction's page writes at once), against journal_mode=WAL
+#           on the preload in strict mode, on tmpfs and on ext4, and the
+#           ceiling of any file system for this program: journal_mode=OFF
+#           with synchronous=OFF on tmpfs (no journal, no sync, nothing
+#           durable); not part of the default parts.
 #
 # Every round runs every target once, in an order rotated per round; the
 # summary gives medians over rounds and per-round ratios (median, min–max).
@@ -20,6 +28,8 @@
 #   scripts/bench-preload.sh               # both parts, 3 rounds (about 6 minutes)
 #   scripts/bench-preload.sh fio           # one part
 #   ROUNDS=5 RUNTIME=10 FIO_SIZE=256M SQL_N=10000 scripts/bench-preload.sh
+#
+#   scripts/bench-preload.sh sqlite-atomic # issue 10's SQLite comparison
 #
 # As root (loop device for ext4, /dev/fuse for the FUSE mount); without
 # root the ext4 and FUSE targets are skipped. Writes fio.csv, sqlite.csv,
@@ -126,6 +136,8 @@ as_target() {
     shift
     if [ "$t" = preload ]; then
         LD_PRELOAD=$LIB FERRITE_POOL=$POOL FERRITE_ROOT=$PROOT FERRITE_MOUNT=0 "$@"
+    elif [ "$t" = preload-atomic ]; then
+        LD_PRELOAD=$LIB FERRITE_POOL=$POOL FERRITE_ROOT=$PROOT FERRITE_MOUNT=0 FERRITE_ATOMIC='*.db' "$@"
     else
         "$@"
     fi
@@ -168,15 +180,16 @@ if [[ " $PARTS " == *" fio "* ]]; then
     rm -f "$OUT/fio-last.json"
 fi
 
-# ---- sqlite
-if [[ " $PARTS " == *" sqlite "* ]]; then
-    for mode in WAL DELETE; do
-        python3 - "$mode" "$SQL_N" >"$OUT/sqlite-$mode.sql" <<'EOF'
+# The SQL of one sqlite run in journal mode $1 (NOSYNC: journal_mode=OFF
+# with synchronous=OFF), written to $OUT/sqlite-$1.sql: $SQL_N single-row
+# INSERTs then $SQL_N single-row UPDATEs, each its own transaction.
+gen_sql() {
+    python3 - "$1" "$SQL_N" >"$OUT/sqlite-$1.sql" <<'EOF'
 import random, sys
 mode, n = sys.argv[1], int(sys.argv[2])
 ts = "SELECT printf('%.3f', (julianday('now') - 2440587.5) * 86400.0);"
-print(f"PRAGMA journal_mode={mode};")
-print("PRAGMA synchronous=FULL;")
+print(f"PRAGMA journal_mode={'OFF' if mode == 'NOSYNC' else mode};")
+print(f"PRAGMA synchronous={'OFF' if mode == 'NOSYNC' else 'FULL'};")
 print("CREATE TABLE t(id INTEGER PRIMARY KEY, n INTEGER, v TEXT);")
 print(ts)
 v = "x" * 100
@@ -190,7 +203,11 @@ print(ts)
 print("SELECT count(*), sum(n) FROM t;")
 print("PRAGMA integrity_check;")
 EOF
-    done
+}
+
+# ---- sqlite
+if [[ " $PARTS " == *" sqlite "* ]]; then
+    for mode in WAL DELETE; do gen_sql "$mode"; done
     echo "round,target,mode,phase,tx_per_s" >"$OUT/sqlite.csv"
     for ((r = 0; r < ROUNDS; r++)); do
         for t in $(rotated "$r" "${sql_targets[@]}"); do
@@ -211,6 +228,40 @@ EOF
                 echo "$r,$t,$mode,update,$upd" >>"$OUT/sqlite.csv"
                 printf '   sqlite round %d %-8s %-6s insert %9.0f tx/s  update %9.0f tx/s\n' "$r" "$t" "$mode" "$ins" "$upd"
             done
+        done
+    done
+fi
+
+# ---- sqlite-atomic: journal_mode=OFF on an fsync-atomic file against WAL
+if [[ " $PARTS " == *" sqlite-atomic "* ]]; then
+    for mode in WAL OFF NOSYNC; do gen_sql "$mode"; done
+    # (target:journal mode) runs, the subject first.
+    atomic_runs=(preload-atomic:OFF preload:WAL tmpfs:WAL tmpfs:NOSYNC)
+    [ -n "${DIR[ext4]:-}" ] && atomic_runs+=(ext4:WAL)
+    DIR[preload-atomic]=$PROOT
+    echo "round,target,mode,phase,tx_per_s" >"$OUT/sqlite-atomic.csv"
+    for ((r = 0; r < ROUNDS; r++)); do
+        for run in $(rotated "$r" "${atomic_runs[@]}"); do
+            t=${run%%:*}
+            mode=${run##*:}
+            db="${DIR[$t]}/sqa-$r-$t-$mode.db"
+            res=$(as_target "$t" sqlite3 "$db" <"$OUT/sqlite-$mode.sql")
+            read -r -a L <<<"$(echo "$res" | tr '\n' ' ')"
+            want="$SQL_N|$SQL_N"
+            if [ "${#L[@]}" -ne 6 ] || [ "${L[4]}" != "$want" ] || [ "${L[5]}" != ok ] ||
+                [ "${L[0]}" != "$(m=${mode/NOSYNC/OFF}; echo "${m,,}")" ]; then
+                echo "sqlite on $t ($mode) gave unexpected output: $res" >&2
+                exit 1
+            fi
+            if [ "$t" = preload-atomic ]; then
+                got=$(as_target "$t" python3 -c "import os,sys; print(os.getxattr(sys.argv[1], 'user.ferrite.mode').decode())" "$db")
+                [ "$got" = fsync-atomic ] || { echo "$db is not fsync-atomic ($got)" >&2; exit 1; }
+            fi
+            ins=$(python3 -c "print($SQL_N / (${L[2]} - ${L[1]}))")
+            upd=$(python3 -c "print($SQL_N / (${L[3]} - ${L[2]}))")
+            echo "$r,$t,$mode,insert,$ins" >>"$OUT/sqlite-atomic.csv"
+            echo "$r,$t,$mode,update,$upd" >>"$OUT/sqlite-atomic.csv"
+            printf '   sqlite round %d %-15s %-4s insert %9.0f tx/s  update %9.0f tx/s\n' "$r" "$t" "$mode" "$ins" "$upd"
         done
     done
 fi
@@ -262,5 +313,12 @@ if os.path.exists(p):
 p = os.path.join(out, "sqlite.csv")
 if os.path.exists(p):
     table(list(csv.DictReader(open(p))), ["mode", "phase"], "tx_per_s", "sqlite3, one row per transaction", "tx/s")
+p = os.path.join(out, "sqlite-atomic.csv")
+if os.path.exists(p):
+    rows = list(csv.DictReader(open(p)))
+    for row in rows:
+        row["target"] = f"{row['target']} {row['mode']}"
+    table(rows, ["phase"], "tx_per_s", "sqlite3, one row per transaction: journal_mode=OFF on fsync-atomic vs WAL",
+          "tx/s", subject="preload-atomic OFF")
 EOF
 echo "== results in $OUT (summary.md, fio.csv, sqlite.csv, machine.txt)"

@@ -34,8 +34,8 @@ use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, Remount, Wo
 #[command(
     name = "ferrite-bench",
     about = "Benchmark Ferrite against tmpfs, ext4 and the hardware limit, side by side",
-    after_help = "Workload groups: fio, sizes, fsync, mix, threads, meta, filebench, remount (or `all`).\n\
-                  Targets: ferrite, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-direct, preload."
+    after_help = "Workload groups: fio, sizes, fsync, atomic, mix, threads, meta, filebench, remount (or `all`).\n\
+                  Targets: ferrite, ferrite-atomic, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-direct, preload."
 )]
 struct Args {
     /// Short run (CI smoke test): scaled-down counts, 2 rounds, under 2 minutes.
@@ -179,6 +179,14 @@ fn all_workloads(s: &Scale, quick: bool) -> Vec<Box<dyn Workload>> {
     for (k, ops) in [(1, s.fsync1_ops), (10, s.fsync10_ops), (100, n), (1000, n)] {
         v.push(fio(&format!("randwrite-4k-fsync{k}"), "fsync", 4096, true, 0, k, 1, true, ops));
     }
+    // Issue 10: small random writes with fsync every k writes, for
+    // fsync-atomic against strict against the kernel's data=journal.
+    for (size_name, size) in [("128", 128usize), ("1k", 1024), ("4k", 4096)] {
+        for (k, ops) in [(1, s.fsync1_ops), (10, s.fsync10_ops), (100, n)] {
+            let ops = ops.min(by_size(size));
+            v.push(fio(&format!("atomic-{size_name}-fsync{k}"), "atomic", size, true, 0, k, 1, true, ops));
+        }
+    }
     for r in [100, 80, 60, 40, 0] {
         v.push(fio(&format!("mix-{r}-{}", 100 - r), "mix", 4096, true, r, 0, 1, true, n));
     }
@@ -249,7 +257,8 @@ fn run(args: &Args) -> io::Result<()> {
     let mut skipped: Vec<String> = Vec::new();
     for name in &args.targets {
         let t: Box<dyn Target> = match name.as_str() {
-            "ferrite" => Box::new(FerriteLib::new(&args.dir, pool_len)?),
+            "ferrite" => Box::new(FerriteLib::new(&args.dir, pool_len, ferrite::FileMode::Strict)?),
+            "ferrite-atomic" => Box::new(FerriteLib::new(&args.dir, pool_len, ferrite::FileMode::FsyncAtomic)?),
             "tmpfs" => Box::new(PosixDir::new("tmpfs", &args.dir)?),
             "ext4" | "ext4-journal" => {
                 if let Some(why) = ext4::unavailable() {

@@ -14,6 +14,7 @@ use crate::stats::Spread;
 fn color(target: &str, k: usize) -> RGBColor {
     match target {
         "ferrite" => RGBColor(214, 69, 40),
+        "ferrite-atomic" => RGBColor(240, 150, 40),
         "tmpfs" => RGBColor(52, 110, 200),
         "ext4" => RGBColor(70, 160, 70),
         "ext4-journal" => RGBColor(25, 95, 40),

@@ -153,16 +153,20 @@ fn unit_label(unit: &str) -> &str {
 
 /// Targets whose ratios to the others are shown: the engine linked in, and
 /// the engine through the preload library.
-const SUBJECTS: [&str; 2] = ["ferrite", "preload"];
+const SUBJECTS: [&str; 3] = ["ferrite", "ferrite-atomic", "preload"];
 
 /// The (subject, other) pairs that get a ratio column, in the order of the
-/// run: ferrite vs every other target, then preload vs every other target
-/// but ferrite (that one is already there, inverted).
+/// run: ferrite vs every other target, then ferrite-atomic vs every other
+/// target but ferrite, then preload vs every other target but those two
+/// (pairs already there appear once, inverted).
 fn pairs(targets: &[String]) -> Vec<(&str, &str)> {
     let mut v = Vec::new();
     for a in SUBJECTS.iter().filter(|a| targets.iter().any(|t| t == *a)) {
         for b in targets {
-            if b != a && !(*a == "preload" && b == "ferrite") {
+            // Each pair once: a later subject's ratio to an earlier one is
+            // already there, inverted.
+            let earlier = SUBJECTS.iter().take_while(|s| *s != a).any(|s| s == b);
+            if b != a && !earlier {
                 v.push((*a, b.as_str()));
             }
         }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use ferrite::{Fd, FormatOptions, OpenFlags, PathFs, Session};
+use ferrite::{Fd, FileMode, FormatOptions, OpenFlags, PathFs, Session};
 use ferrite_pmem::{Event, Pmem, PoolOffset};
 
 use crate::scratch::{unique_path, Scratch};
@@ -249,9 +249,11 @@ fn add_events(sum: &mut MediaBytes, events: &[Event]) {
 // ---------------------------------------------------------------- Ferrite
 
 /// The Ferrite engine linked into this process, on a pool file in the base
-/// directory (strict mode: every call durable when it returns).
+/// directory: strict mode (every call durable when it returns), or with
+/// every file fsync-atomic (durable, all at once, at fsync).
 pub struct FerriteLib {
     fs: Option<Session>,
+    mode: FileMode,
     pool_len: u64,
     inodes: u64,
     base: PathBuf,
@@ -267,7 +269,7 @@ pub fn inodes_for(pool_len: u64) -> u64 {
 }
 
 impl FerriteLib {
-    pub fn new(base: &Path, pool_len: u64) -> io::Result<FerriteLib> {
+    pub fn new(base: &Path, pool_len: u64, mode: FileMode) -> io::Result<FerriteLib> {
         let pool = Scratch::new(unique_path(base, "ferrite.pool"));
         let pmem = Pmem::create_file(pool.path(), pool_len, 64 * 4096)
             .map_err(|e| io::Error::other(format!("{}: {e}", pool.path().display())))?;
@@ -275,8 +277,10 @@ impl FerriteLib {
         let opts = FormatOptions { inodes: Some(inodes), ..FormatOptions::default() };
         let fs = Session::format(pmem, &opts)
             .map_err(|e| io::Error::other(format!("format {}: {e}", pool.path().display())))?;
+        fs.engine().set_default_mode(mode);
         Ok(FerriteLib {
             fs: Some(fs),
+            mode,
             pool_len,
             inodes,
             base: base.to_path_buf(),
@@ -299,12 +303,16 @@ impl FerriteLib {
 
 impl Target for FerriteLib {
     fn name(&self) -> &str {
-        "ferrite"
+        match self.mode {
+            FileMode::Strict => "ferrite",
+            FileMode::FsyncAtomic => "ferrite-atomic",
+        }
     }
     fn describe(&self) -> String {
         let pmem = self.fs().pmem();
         format!(
-            "Ferrite library (PathFs, strict mode), pool {} of {} MiB with {} inode slots, {}; flush {:?}, copy {:?}",
+            "Ferrite library (PathFs, {} mode), pool {} of {} MiB with {} inode slots, {}; flush {:?}, copy {:?}",
+            self.mode.as_str(),
             self.pool.path().display(),
             self.pool_len >> 20,
             self.inodes,
@@ -314,7 +322,10 @@ impl Target for FerriteLib {
         )
     }
     fn durable(&self) -> &'static str {
-        "yes (strict mode)"
+        match self.mode {
+            FileMode::Strict => "yes (strict mode)",
+            FileMode::FsyncAtomic => "at fsync, all of a file's writes since the last one at once (fsync-atomic mode)",
+        }
     }
     fn prepare(&self, path: &str) -> TPath {
         TPath(path.as_bytes().to_vec())

@@ -25,8 +25,12 @@
  * Threads: a handle may be used from many threads at once. Only
  * ferrite_unmount needs the handle to be otherwise unused.
  *
- * Durability: every call that changed the pool has made its change durable
- * when it returns; fsync is accepted and cheap.
+ * Durability: in the default (strict) mode every call that changed the pool
+ * has made its change durable when it returns, and fsync is cheap. A regular
+ * file in fsync-atomic mode (ferrite_set_default_mode, ferrite_set_file_mode)
+ * makes its data changes durable all together at its next fsync, fdatasync,
+ * ferrite_sync, O_SYNC write or other change to the file, and after a crash
+ * is exactly as at one of those commit points.
  */
 
 
@@ -58,6 +62,25 @@
  * Longest entry name `ferrite_readdir` returns, in bytes, without the NUL.
  */
 #define FERRITE_NAME_MAX 255
+
+/**
+ * Consistency mode of a file: every call that changes it is atomic and
+ * durable when it returns (the default, and the mode of every file that is
+ * not a regular file).
+ */
+#define FERRITE_MODE_STRICT 0
+
+/**
+ * Consistency mode of a regular file: its writes, truncates and
+ * fallocates are seen at once but become durable together at the file's
+ * next commit point: `ferrite_fsync`/`ferrite_fdatasync` of it,
+ * `ferrite_sync`, a write through an O_SYNC/O_DSYNC descriptor, a clean
+ * unmount, or any other change to the file (chmod, chown, utimens, an
+ * xattr, a mode change, link, unlink, rename of it or over it). After a
+ * crash the file is exactly as at its last completed commit point (or the
+ * one in flight): never a mix. Files are independent.
+ */
+#define FERRITE_MODE_FSYNC_ATOMIC 1
 
 /**
  * A mounted pool as the C API sees it: one session (descriptor table,
@@ -169,7 +192,8 @@ ssize_t ferrite_read(struct ferrite_fs *fs, int fd, void *buf, size_t count);
 /**
  * write(2): `count` bytes at the descriptor's offset (at the end with
  * O_APPEND), which advances. Returns the number written, or -1 with errno
- * set. Data is durable when the call returns.
+ * set. Data is durable when the call returns (in a strict file; in an
+ * fsync-atomic one at its next commit point, see FERRITE_MODE_FSYNC_ATOMIC).
  */
 ssize_t ferrite_write(struct ferrite_fs *fs, int fd, const void *buf, size_t count);
 
@@ -200,14 +224,16 @@ int ferrite_ftruncate(struct ferrite_fs *fs, int fd, off_t length);
 int ferrite_truncate(struct ferrite_fs *fs, const char *path, off_t length);
 
 /**
- * fsync(2). Every completed call is already durable on persistent
- * memory; this still orders the descriptor's inode as the engine's
- * O_SYNC path does. Returns 0, or -1 with errno set.
+ * fsync(2). The commit point of an fsync-atomic file: its pending
+ * writes become durable, all together. A strict file is durable already.
+ * Returns 0, or -1 with errno set.
  */
 int ferrite_fsync(struct ferrite_fs *fs, int fd);
 
 /**
- * fdatasync(2). Returns 0, or -1 with errno set.
+ * fdatasync(2): the same commit point as `ferrite_fsync` (an fsync-atomic
+ * file's data and attributes commit as one). Returns 0, or -1 with errno
+ * set.
  */
 int ferrite_fdatasync(struct ferrite_fs *fs, int fd);
 
@@ -448,6 +474,58 @@ ssize_t ferrite_flistxattr(struct ferrite_fs *fs, int fd, char *list, size_t siz
  * fremovexattr(2): ENODATA if there is no such attribute.
  */
 int ferrite_fremovexattr(struct ferrite_fs *fs, int fd, const char *name);
+
+/**
+ * Set the mode of the regular files this handle's pool creates from now on
+ * (by any handle or thread): FERRITE_MODE_STRICT or
+ * FERRITE_MODE_FSYNC_ATOMIC. Files keep the mode they were created with.
+ * The default is not stored in the pool: a mount starts with strict, so
+ * call this right after `ferrite_format` or `ferrite_mount`. Returns 0, or
+ * -1 with errno set (EINVAL: not a mode).
+ */
+int ferrite_set_default_mode(struct ferrite_fs *fs, int mode);
+
+/**
+ * The mode new regular files get (see `ferrite_set_default_mode`), or -1
+ * with errno set.
+ */
+int ferrite_get_default_mode(struct ferrite_fs *fs);
+
+/**
+ * Set the consistency mode of the regular file at `path` (symlinks are
+ * followed). The caller needs write permission on the file, as for an
+ * xattr in the user namespace. A commit point of the file: what was
+ * pending becomes durable first, even when the mode does not change.
+ * Returns 0, or -1 with errno set (EINVAL: not a mode, or not a regular
+ * file; the errors of stat and access).
+ */
+int ferrite_set_file_mode(struct ferrite_fs *fs, const char *path, int mode);
+
+/**
+ * The consistency mode of the file at `path` (symlinks are followed):
+ * FERRITE_MODE_STRICT or FERRITE_MODE_FSYNC_ATOMIC (anything but a
+ * regular file is strict). Needs no permission on the file itself, as
+ * stat. Returns the mode, or -1 with errno set (the errors of stat).
+ */
+int ferrite_get_file_mode(struct ferrite_fs *fs, const char *path);
+
+/**
+ * As `ferrite_set_file_mode`, on the file open at descriptor `fd` (not
+ * an O_PATH one: EBADF). The same as `ferrite_fsetxattr` of
+ * "user.ferrite.mode" with the value "strict" or "fsync-atomic".
+ */
+int ferrite_fset_file_mode(struct ferrite_fs *fs, int fd, int mode);
+
+/**
+ * As `ferrite_get_file_mode`, for the file open at descriptor `fd`.
+ */
+int ferrite_fget_file_mode(struct ferrite_fs *fs, int fd);
+
+/**
+ * sync(2) on the pool: a commit point of every fsync-atomic file (strict
+ * files are durable already). Returns 0, or -1 with errno set.
+ */
+int ferrite_sync(struct ferrite_fs *fs);
 
 #ifdef __cplusplus
 }  // extern "C"

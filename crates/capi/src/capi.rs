@@ -28,7 +28,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
 use engine::{
-    Credentials, Errno, Fd, FormatOptions, MountOptions, OpenFlags, PathFs, PoolError, RenameFlags, Session, AT_FDCWD,
+    Credentials, Errno, Fd, FileMode, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, PoolError, RenameFlags,
+    Session, XattrSetMode, AT_FDCWD,
 };
 use ferrite_pmem::{Pmem, PmemError};
 use libc::{c_char, c_int, c_uint, c_void, dev_t, gid_t, mode_t, off_t, ssize_t, uid_t};
@@ -45,6 +46,21 @@ pub const FERRITE_MIN_POOL_BYTES: u64 = 64 * 4096;
 
 /// Longest entry name `ferrite_readdir` returns, in bytes, without the NUL.
 pub const FERRITE_NAME_MAX: usize = 255;
+
+/// Consistency mode of a file: every call that changes it is atomic and
+/// durable when it returns (the default, and the mode of every file that is
+/// not a regular file).
+pub const FERRITE_MODE_STRICT: c_int = 0;
+
+/// Consistency mode of a regular file: its writes, truncates and
+/// fallocates are seen at once but become durable together at the file's
+/// next commit point: `ferrite_fsync`/`ferrite_fdatasync` of it,
+/// `ferrite_sync`, a write through an O_SYNC/O_DSYNC descriptor, a clean
+/// unmount, or any other change to the file (chmod, chown, utimens, an
+/// xattr, a mode change, link, unlink, rename of it or over it). After a
+/// crash the file is exactly as at its last completed commit point (or the
+/// one in flight): never a mix. Files are independent.
+pub const FERRITE_MODE_FSYNC_ATOMIC: c_int = 1;
 
 /// A mounted pool as the C API sees it: one session (descriptor table,
 /// current directory, credentials) over the engine. Opaque to C; made by
@@ -141,6 +157,24 @@ fn fd_out(s: &Session, fd: Fd) -> Result<c_int, Errno> {
             let _ = s.close(fd);
             Err(Errno::EMFILE)
         }
+    }
+}
+
+/// A mode argument: FERRITE_MODE_STRICT or FERRITE_MODE_FSYNC_ATOMIC,
+/// else EINVAL.
+fn file_mode(mode: c_int) -> Result<FileMode, Errno> {
+    match mode {
+        FERRITE_MODE_STRICT => Ok(FileMode::Strict),
+        FERRITE_MODE_FSYNC_ATOMIC => Ok(FileMode::FsyncAtomic),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// A mode as the C API returns it.
+fn mode_out(mode: FileMode) -> c_int {
+    match mode {
+        FileMode::Strict => FERRITE_MODE_STRICT,
+        FileMode::FsyncAtomic => FERRITE_MODE_FSYNC_ATOMIC,
     }
 }
 
@@ -414,7 +448,8 @@ pub unsafe extern "C" fn ferrite_read(fs: *mut ferrite_fs, fd: c_int, buf: *mut 
 
 /// write(2): `count` bytes at the descriptor's offset (at the end with
 /// O_APPEND), which advances. Returns the number written, or -1 with errno
-/// set. Data is durable when the call returns.
+/// set. Data is durable when the call returns (in a strict file; in an
+/// fsync-atomic one at its next commit point, see FERRITE_MODE_FSYNC_ATOMIC).
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_write(fs: *mut ferrite_fs, fd: c_int, buf: *const c_void, count: usize) -> ssize_t {
     guard(|| {
@@ -488,9 +523,9 @@ pub unsafe extern "C" fn ferrite_truncate(fs: *mut ferrite_fs, path: *const c_ch
     })
 }
 
-/// fsync(2). Every completed call is already durable on persistent
-/// memory; this still orders the descriptor's inode as the engine's
-/// O_SYNC path does. Returns 0, or -1 with errno set.
+/// fsync(2). The commit point of an fsync-atomic file: its pending
+/// writes become durable, all together. A strict file is durable already.
+/// Returns 0, or -1 with errno set.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_fsync(fs: *mut ferrite_fs, fd: c_int) -> c_int {
     guard(|| {
@@ -500,7 +535,9 @@ pub unsafe extern "C" fn ferrite_fsync(fs: *mut ferrite_fs, fd: c_int) -> c_int 
     })
 }
 
-/// fdatasync(2). Returns 0, or -1 with errno set.
+/// fdatasync(2): the same commit point as `ferrite_fsync` (an fsync-atomic
+/// file's data and attributes commit as one). Returns 0, or -1 with errno
+/// set.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_fdatasync(fs: *mut ferrite_fs, fd: c_int) -> c_int {
     guard(|| {
@@ -1113,6 +1150,105 @@ pub unsafe extern "C" fn ferrite_fremovexattr(fs: *mut ferrite_fs, fd: c_int, na
         // SAFETY: `fs` is NULL or a live handle, `name` NULL or a C string.
         let (s, n) = unsafe { (session(fs)?, xname(name)?) };
         s.fremovexattr(self::fd(fd)?, n).map(|()| 0)
+    })
+}
+
+// ---- consistency modes ------------------------------------------------------
+
+/// Set the mode of the regular files this handle's pool creates from now on
+/// (by any handle or thread): FERRITE_MODE_STRICT or
+/// FERRITE_MODE_FSYNC_ATOMIC. Files keep the mode they were created with.
+/// The default is not stored in the pool: a mount starts with strict, so
+/// call this right after `ferrite_format` or `ferrite_mount`. Returns 0, or
+/// -1 with errno set (EINVAL: not a mode).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_set_default_mode(fs: *mut ferrite_fs, mode: c_int) -> c_int {
+    guard(|| {
+        // SAFETY: `fs` is NULL or a live handle.
+        let s = unsafe { session(fs) }?;
+        s.set_default_mode(file_mode(mode)?);
+        Ok(0)
+    })
+}
+
+/// The mode new regular files get (see `ferrite_set_default_mode`), or -1
+/// with errno set.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_get_default_mode(fs: *mut ferrite_fs) -> c_int {
+    guard(|| {
+        // SAFETY: `fs` is NULL or a live handle.
+        let s = unsafe { session(fs) }?;
+        Ok(mode_out(s.default_mode()))
+    })
+}
+
+/// Set the consistency mode of the regular file at `path` (symlinks are
+/// followed). The caller needs write permission on the file, as for an
+/// xattr in the user namespace. A commit point of the file: what was
+/// pending becomes durable first, even when the mode does not change.
+/// Returns 0, or -1 with errno set (EINVAL: not a mode, or not a regular
+/// file; the errors of stat and access).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_set_file_mode(fs: *mut ferrite_fs, path: *const c_char, mode: c_int) -> c_int {
+    guard(|| {
+        // SAFETY: `fs` is NULL or a live handle, `path` NULL or a C string.
+        let (s, p) = unsafe { (session(fs)?, self::path(path)?) };
+        let m = file_mode(mode)?;
+        let st = s.fstatat(AT_FDCWD, p, 0)?;
+        if st.kind != FileType::Regular {
+            return Err(Errno::EINVAL);
+        }
+        s.faccessat(AT_FDCWD, p, libc::W_OK as u32, 0)?;
+        s.set_file_mode_ino(st.ino, m).map(|()| 0)
+    })
+}
+
+/// The consistency mode of the file at `path` (symlinks are followed):
+/// FERRITE_MODE_STRICT or FERRITE_MODE_FSYNC_ATOMIC (anything but a
+/// regular file is strict). Needs no permission on the file itself, as
+/// stat. Returns the mode, or -1 with errno set (the errors of stat).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_get_file_mode(fs: *mut ferrite_fs, path: *const c_char) -> c_int {
+    guard(|| {
+        // SAFETY: `fs` is NULL or a live handle, `path` NULL or a C string.
+        let (s, p) = unsafe { (session(fs)?, self::path(path)?) };
+        let st = s.fstatat(AT_FDCWD, p, 0)?;
+        Ok(mode_out(s.file_mode_ino(st.ino)?))
+    })
+}
+
+/// As `ferrite_set_file_mode`, on the file open at descriptor `fd` (not
+/// an O_PATH one: EBADF). The same as `ferrite_fsetxattr` of
+/// "user.ferrite.mode" with the value "strict" or "fsync-atomic".
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_fset_file_mode(fs: *mut ferrite_fs, fd: c_int, mode: c_int) -> c_int {
+    guard(|| {
+        // SAFETY: `fs` is NULL or a live handle.
+        let s = unsafe { session(fs) }?;
+        let value = file_mode(mode)?.as_str().as_bytes();
+        s.fsetxattr(self::fd(fd)?, FileMode::XATTR, value, XattrSetMode::Any).map(|()| 0)
+    })
+}
+
+/// As `ferrite_get_file_mode`, for the file open at descriptor `fd`.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_fget_file_mode(fs: *mut ferrite_fs, fd: c_int) -> c_int {
+    guard(|| {
+        // SAFETY: `fs` is NULL or a live handle.
+        let s = unsafe { session(fs) }?;
+        let ino = s.fd_inode(self::fd(fd)?)?;
+        Ok(mode_out(s.file_mode_ino(ino)?))
+    })
+}
+
+/// sync(2) on the pool: a commit point of every fsync-atomic file (strict
+/// files are durable already). Returns 0, or -1 with errno set.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_sync(fs: *mut ferrite_fs) -> c_int {
+    guard(|| {
+        // SAFETY: `fs` is NULL or a live handle.
+        let s = unsafe { session(fs) }?;
+        s.sync_all().map(|()| 0)
     })
 }
 

@@ -119,6 +119,7 @@ real! {
     fdatasync(fd: c_int) -> c_int;
     sync_file_range(fd: c_int, off: Off, n: Off, flags: libc::c_uint) -> c_int;
     syncfs(fd: c_int) -> c_int;
+    sync() -> ();
     truncate(path: *const c_char, len: libc::off_t) -> c_int;
     truncate64(path: *const c_char, len: Off) -> c_int;
     ftruncate(fd: c_int, len: libc::off_t) -> c_int;

@@ -1,7 +1,11 @@
 //! Proves that a C program can use Ferrite through `libferrite.so` and the
 //! checked-in `include/ferrite.h` alone: `examples/c/hello.c` (every group
-//! of calls, errno on failures, data surviving an unmount and a mount) and
-//! `examples/c/threads.c` (one handle shared by several pthreads) are
+//! of calls, errno on failures, data surviving an unmount and a mount),
+//! `examples/c/threads.c` (one handle shared by several pthreads) and
+//! `examples/c/modes.c` (consistency modes: the default mode, a file's mode
+//! by path, by descriptor and as the xattr `user.ferrite.mode`, refused
+//! calls, and what fsync-atomic files hold after a process that wrote them
+//! died without unmounting: their last commit point) are
 //! compiled with the system C compiler with warnings as errors, linked
 //! against the library cargo built for this package, run, and their output
 //! compared line by line with `examples/c/*.expected`.
@@ -110,5 +114,12 @@ fn hello_c_transcript() {
 fn threads_c_transcript() {
     if let Some(exe) = compile("threads") {
         run_and_compare("threads", &exe);
+    }
+}
+
+#[test]
+fn modes_c_transcript() {
+    if let Some(exe) = compile("modes") {
+        run_and_compare("modes", &exe);
     }
 }

@@ -9,6 +9,14 @@
 //! POSIX locks between the owner and its children. Each program's
 //! output is diffed against the same steps on tmpfs, and the pool is
 //! checked with fsck afterwards (and is clean: every program unmounted it).
+//!
+//! And the consistency modes under the library (`tests/py/modes.py`):
+//! `FERRITE_ATOMIC` patterns make exactly the matching regular files
+//! fsync-atomic when created or opened for writing, `FERRITE_MODE` sets the
+//! mode of new files, a bad `FERRITE_MODE` turns the library off; and in a
+//! program killed after writing to fsync-atomic files, fsync, fdatasync,
+//! sync, an O_SYNC write, msync(MS_SYNC) and rename were commit points
+//! while close, nothing, a truncate and stores after the msync were not.
 
 mod common;
 
@@ -370,5 +378,58 @@ fn locks_between_descriptions_and_processes_match_tmpfs() {
     let t = run(env.plain("python3").arg(&script).arg(&env.tmpfs));
     let f = run(env.preloaded("python3").arg(&script).arg(&env.root));
     same("locks", &t, &f);
+    assert!(env.fsck(), "the pool was left dirty");
+}
+
+#[test]
+fn modes_from_the_environment_and_their_commit_points() {
+    if !tool("python3") {
+        return;
+    }
+    let env = Env::new("modes", false);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/modes.py");
+    let phase = |name: &str, vars: &[(&str, &str)]| {
+        let mut c = env.preloaded("python3");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.arg(&script).arg(name).arg(&env.root).output().expect("start python3")
+    };
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let ok = |name: &str, o: std::process::Output| {
+        assert!(o.status.success(), "phase {name}: {}\n{}", text(&o), String::from_utf8_lossy(&o.stderr));
+        text(&o)
+    };
+    assert_eq!(ok("plain", phase("plain", &[])), "old.db strict\nro.db strict\na.txt strict\n");
+    assert_eq!(
+        ok("patterns", phase("patterns", &[("FERRITE_ATOMIC", "*.db:/data/*.log")])),
+        "a.db fsync-atomic\nb.txt strict\ndata/x.log fsync-atomic\nother/x.log strict\n\
+         data/sub.db fsync-atomic\nx.db-journal strict\ndata ENODATA\nro.db opened read-only strict\n\
+         old.db opened for writing fsync-atomic\nrel.db by os.open fsync-atomic\n"
+    );
+    assert_eq!(
+        ok("default", phase("default", &[("FERRITE_MODE", "fsync-atomic")])),
+        "new.txt fsync-atomic\na.txt opened for writing strict\ndir ENODATA\n"
+    );
+    let crash = phase("crash", &[("FERRITE_MODE", "fsync-atomic")]);
+    assert_eq!(crash.status.code(), None, "the crash phase kills itself: {}", String::from_utf8_lossy(&crash.stderr));
+    assert_eq!(
+        text(&crash),
+        "before the kill: sync b'second version'\nbefore the kill: mmap b'THIRDd version'\n\
+         before the kill: none b'second version'\nbefore the kill: truncate b'fi'\n"
+    );
+    env.fsck_if_made();
+    assert_eq!(
+        ok("check", phase("check", &[])),
+        "sync fsync-atomic b'second version'\nfsync fsync-atomic b'second version'\n\
+         fdatasync fsync-atomic b'second version'\nosync fsync-atomic b'second version'\n\
+         mmap fsync-atomic b'second version'\nrename fsync-atomic b'second version'\n\
+         close fsync-atomic b'first'\nnone fsync-atomic b'first'\ntruncate fsync-atomic b'first'\n\
+         strict strict b'second version'\n"
+    );
+    // A mode the library does not know turns it off, with a message.
+    let bad = phase("plain", &[("FERRITE_MODE", "atomic")]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("FERRITE_MODE=atomic: not a mode"), "stderr: {err}");
     assert!(env.fsck(), "the pool was left dirty");
 }

@@ -109,8 +109,10 @@ enum Command {
     /// --no-mount is given, that process also serves a FUSE mount at ROOT
     /// from its own threads, so child processes and calls the library does
     /// not intercept reach the same file system through the kernel. Every
-    /// write is durable when it returns (strict mode). At exit the pool is
-    /// unmounted cleanly. See docs/PRELOAD.md.
+    /// write is durable when it returns (strict mode), except in
+    /// fsync-atomic files (--mode, --atomic), whose writes become durable
+    /// together at the file's next fsync. At exit the pool is unmounted
+    /// cleanly. See docs/PRELOAD.md.
     Run {
         #[arg(help = POOL_HELP, long)]
         pool: Option<PathBuf>,
@@ -120,6 +122,14 @@ enum Command {
         /// Do not serve a FUSE mount at ROOT (child processes then do not see the pool)
         #[arg(long)]
         no_mount: bool,
+        /// Consistency mode of the regular files created (FERRITE_MODE)
+        #[arg(long, value_name = "MODE", value_parser = ["strict", "fsync-atomic"])]
+        mode: Option<String>,
+        /// Files made fsync-atomic when the program creates or opens them for writing: glob
+        /// patterns separated by `:` or `,`, matched against the file name, or against the path
+        /// in the pool when the pattern has a `/` (FERRITE_ATOMIC; e.g. '*.db')
+        #[arg(long, value_name = "PATTERNS")]
+        atomic: Option<std::ffi::OsString>,
         /// The program and its arguments
         #[arg(last = true, required = true, value_name = "CMD")]
         cmd: Vec<std::ffi::OsString>,
@@ -161,7 +171,10 @@ fn main() -> ExitCode {
         Command::Fsck { pool } => fsck(&pool_path(pool)),
         Command::Dump { pool, inode } => dump(&pool_path(pool), inode),
         Command::Demo { pool, files, size } => demo::run(&pool_path(pool), files, size),
-        Command::Run { pool, root, no_mount, cmd } => run::run(&pool_path(pool), &root, !no_mount, &cmd),
+        Command::Run { pool, root, no_mount, mode, atomic, cmd } => {
+            let modes = run::Modes { default_mode: mode, atomic };
+            run::run(&pool_path(pool), &root, !no_mount, &modes, &cmd)
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -13,8 +13,12 @@ const MOUNT_LONG: &str = "Mount a pool at a directory through FUSE, so that ever
     POOL is created (size 1G, or -o size=SIZE) and formatted if it does not exist. A pool that was \
     not cleanly unmounted is recovered first. Stays in the foreground until unmounted (Ctrl-C, \
     SIGTERM, `ferrite umount DIR` or umount(8)); --daemon detaches once the mount is usable. \
-    Unmounting leaves the pool marked clean. Every operation is durable when it returns \
-    (strict mode), so fsync costs nothing.\n\n\
+    Unmounting leaves the pool marked clean. By default every operation is durable when it \
+    returns (strict mode), so fsync costs nothing; with -o mode=fsync-atomic the regular files \
+    created through the mount are fsync-atomic: their writes become durable together at the \
+    next fsync, and after a crash each such file is as at one of its fsyncs. The mount's first \
+    line says which mode new files get; `getfattr -n user.ferrite.mode FILE` shows a file's \
+    mode and `setfattr -n user.ferrite.mode -v fsync-atomic FILE` changes it.\n\n\
     As mount(8) helper: `ln -s $(command -v ferrite) /sbin/mount.fuse.ferrite`, then \
     `mount -t fuse.ferrite POOL DIR -o OPTIONS` or the fstab line \
     `POOL DIR fuse.ferrite defaults,allow_other 0 0`.";

@@ -31,8 +31,17 @@ pub fn find_library() -> CliResult<PathBuf> {
     ))
 }
 
+/// The consistency modes asked for (docs/PRELOAD.md, "Modes"): None
+/// leaves the caller's FERRITE_MODE / FERRITE_ATOMIC as they are.
+pub struct Modes {
+    /// FERRITE_MODE: "strict" or "fsync-atomic".
+    pub default_mode: Option<String>,
+    /// FERRITE_ATOMIC: glob patterns of files made fsync-atomic.
+    pub atomic: Option<OsString>,
+}
+
 /// Replace this process with `cmd`, preloaded, owning `pool` at `root`.
-pub fn run(pool: &Path, root: &Path, mount: bool, cmd: &[OsString]) -> CliResult<u8> {
+pub fn run(pool: &Path, root: &Path, mount: bool, modes: &Modes, cmd: &[OsString]) -> CliResult<u8> {
     let Some((prog, args)) = cmd.split_first() else {
         return Err(CliError::new(
             EXIT_ERROR,
@@ -51,12 +60,19 @@ pub fn run(pool: &Path, root: &Path, mount: bool, cmd: &[OsString]) -> CliResult
         preload.push(":");
         preload.push(old);
     }
-    let err = std::process::Command::new(prog)
+    let mut command = std::process::Command::new(prog);
+    command
         .args(args)
         .env("LD_PRELOAD", preload)
         .env("FERRITE_POOL", &pool)
         .env("FERRITE_ROOT", &root)
-        .env("FERRITE_MOUNT", if mount { "1" } else { "0" })
-        .exec();
+        .env("FERRITE_MOUNT", if mount { "1" } else { "0" });
+    if let Some(m) = &modes.default_mode {
+        command.env("FERRITE_MODE", m);
+    }
+    if let Some(a) = &modes.atomic {
+        command.env("FERRITE_ATOMIC", a);
+    }
+    let err = command.exec();
     Err(CliError::new(EXIT_ERROR, format!("cannot run {}: {err}", prog.to_string_lossy())))
 }

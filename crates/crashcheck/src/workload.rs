@@ -745,7 +745,7 @@ pub fn atomic_catalogue() -> Vec<OpDef> {
         // ---- small writes to a strict file (inline entries) ----
         on_fd("write_inline", "/bar", rdwr, pw(0, 10, 50, 59)),
         on_fd("write_inline_and_page", "/bar", rdwr, pw(0, 4000, 200, 60)),
-        on_fd("write_inline_largest", "/bar", rdwr, pw(0, 0, 2048, 61)),
+        on_fd("write_inline_largest", "/bar", rdwr, pw(0, 0, 1024, 61)),
     ]
 }
 

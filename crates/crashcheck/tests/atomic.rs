@@ -240,7 +240,11 @@ fn atomic_catalogue_reaches_its_paths() {
         &|r| kinds(r, 0) == ["inline"] && r.outcomes[0].pending_files == 0,
         "a strict inline entry, committed",
     );
-    check("a1.write_inline_largest", &|r| kinds(r, 0) == ["inline"; 3], "2048 bytes as three inline entries");
+    check(
+        "a1.write_inline_largest",
+        &|r| kinds(r, 0) == ["inline"; 2],
+        "1024 bytes (the largest inline piece) as two inline entries",
+    );
     check(
         "a1.write_inline_and_page",
         &|r| kinds(r, 0) == ["write", "inline"],

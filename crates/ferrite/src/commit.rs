@@ -366,11 +366,11 @@ impl Ferrite {
     /// file (fsync and fdatasync alike: its data and metadata commit as one).
     pub(crate) fn fsync_inode(&self, inode: &Inode, data_only: bool) -> FsResult<()> {
         let _ = data_only;
-        if inode.kind == FileType::Regular {
+        // A strict file (or one with nothing pending) has nothing to
+        // commit: a read lock tells, without queueing behind writers.
+        if inode.kind == FileType::Regular && inode.data.read().pending.is_some() {
             let mut d = inode.data.write();
-            if d.pending.is_some() {
-                self.commit_pending(inode, &mut d);
-            }
+            self.commit_pending(inode, &mut d);
         }
         self.sync_domain()
     }

@@ -56,7 +56,11 @@ fn write_entries(first: u64, pool: &[(u64, PageNo)], size_after: u64, now: i64) 
 
 /// The most bytes of one page a write puts in the log (Inline entries of at
 /// most `INLINE_DATA_MAX` bytes each) instead of copying the page.
-const INLINE_PIECE_MAX: usize = 2048;
+const INLINE_PIECE_MAX: usize = 1024;
+
+/// Pieces up to this size may fill a page's fold limit with deltas; larger
+/// ones fold at half of it.
+const INLINE_SMALL_MAX: usize = 256;
 
 /// How a write treats one file page it touches.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -91,6 +95,12 @@ impl Ferrite {
             Some(r) => self.read_mapped(d, p, r.pool, 0, buf),
             None => buf.fill(0),
         }
+    }
+
+    /// A read of a file's data by a front end: counted for the fold policy.
+    pub(crate) fn read_file(&self, inode: &Inode, d: &InodeData, offset: u64, buf: &mut [u8]) -> usize {
+        Self::count_access(inode, false);
+        self.read_locked(d, offset, buf)
     }
 
     pub(crate) fn read_locked(&self, d: &InodeData, offset: u64, buf: &mut [u8]) -> usize {
@@ -185,6 +195,9 @@ impl Ferrite {
                 Some(_) if hi - lo <= INLINE_PIECE_MAX => {
                     let deltas = d.pages().deltas(p);
                     let bytes: usize = deltas.iter().map(|x| x.len as usize).sum();
+                    // Larger pieces fold sooner: their deltas would fill the
+                    // log (and every compaction's copy) with a page's worth.
+                    let fold_bytes = if hi - lo > INLINE_SMALL_MAX { fold_bytes / 2 } else { fold_bytes };
                     if deltas.len() < fold_count && bytes + (hi - lo) <= fold_bytes {
                         PieceAction::Inline
                     } else {
@@ -254,7 +267,11 @@ impl Ferrite {
             }
         }
         let mut entries = write_entries(first, &pairs, size_after, now);
-        entries.extend(inline);
+        if entries.is_empty() {
+            entries = inline;
+        } else {
+            entries.extend(inline);
+        }
         let logged = !entries.is_empty();
         if logged {
             self.commit(inode, d, entries, Fresh::runs(runs), Change::Data)?;
@@ -477,9 +494,8 @@ impl Ferrite {
         if inode.kind == FileType::Directory {
             return Err(Errno::EISDIR);
         }
-        Self::count_access(&inode, false);
         let d = inode.data.read();
-        Ok(self.read_locked(&d, offset, buf))
+        Ok(self.read_file(&inode, &d, offset, buf))
     }
 
     pub fn write_ino(&self, ino: InodeNo, offset: u64, data: &[u8]) -> FsResult<usize> {

@@ -586,7 +586,7 @@ pub fn decode_log_page_header(b: &[u8], owner: InodeNo, generation: u32) -> Resu
 // ---------------------------------------------------------------------------
 // Log entries. Each is 1..=16 units of 64 bytes and never crosses a page.
 //
-// Common header (16 bytes): [0] kind; [1] units; [2..4) reserved;
+// Common header (16 bytes): [0] kind; [1] units; [2..4) reserved (Attr: [2] is the file mode);
 // [4..8) CRC-32C of the whole entry with this field zero; [8..16) sequence
 // number (per inode, strictly increasing; directory cookies use it).
 

@@ -90,7 +90,7 @@ impl InodeData {
     ) -> FsResult<Staged> {
         let a = &self.attrs;
         let mut entries = Vec::new();
-        let mut seqs = Vec::new();
+        let mut seqs = crate::log::Seqs::new();
         match &self.body {
             Body::Pages(map) => {
                 let mut run: Option<WriteEntry> = None;

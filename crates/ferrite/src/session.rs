@@ -334,7 +334,8 @@ impl Session {
         };
         // O_SYNC and O_DSYNC writes are a commit point of the engine's
         // durability entry point (a no-op beyond msync in strict mode).
-        if f.flags.sync || f.flags.dsync {
+        // A write of nothing syncs nothing, as in Linux.
+        if (f.flags.sync || f.flags.dsync) && n.0 > 0 {
             self.fs.fsync_inode(&f.inode, !f.flags.sync)?;
         }
         Ok(n)
@@ -619,7 +620,7 @@ impl PathFs for Session {
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize> {
         let f = self.readable(fd)?;
         let d = f.inode.data.read();
-        Ok(self.fs.read_locked(&d, offset, buf))
+        Ok(self.fs.read_file(&f.inode, &d, offset, buf))
     }
 
     fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> FsResult<usize> {
@@ -631,7 +632,7 @@ impl PathFs for Session {
         let f = self.readable(fd)?;
         let mut pos = f.pos.lock();
         let d = f.inode.data.read();
-        let n = self.fs.read_locked(&d, *pos, buf);
+        let n = self.fs.read_file(&f.inode, &d, *pos, buf);
         *pos += n as u64;
         Ok(n)
     }

@@ -784,10 +784,18 @@ impl Filesystem for FerriteFuse {
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         // The engine's one durability entry point (the commit point of the
-        // fsync-atomic and buffered modes).
-        self.guard("fsync", || match self.fs.fsync_ino(node_no(ino), datasync) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
+        // fsync-atomic and buffered modes). The kernel sends FSYNC for
+        // fsync, fdatasync, msync(MS_SYNC) and after every write through an
+        // O_SYNC/O_DSYNC descriptor (generic_write_sync); tests/modes.rs
+        // checks each through a crash.
+        self.guard("fsync", || {
+            if self.trace {
+                log(format!("fsync ino {} datasync {datasync}", ino.0));
+            }
+            match self.fs.fsync_ino(node_no(ino), datasync) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
         })
     }
 

@@ -6,8 +6,10 @@
 //! 1. SIGINT, SIGTERM and SIGHUP are blocked before any thread exists, so
 //!    that only the signal thread sees them.
 //! 2. With `daemon`, the process forks *now* (no thread yet) and the parent
-//!    waits on a pipe for the child's word: "ready" once the kernel has
-//!    completed the FUSE handshake (the mount is usable), or an error.
+//!    waits on a pipe for the child's word: "ready" and what was mounted
+//!    (which the parent prints: pool, threads, the mode of new files) once
+//!    the kernel has completed the FUSE handshake (the mount is usable), or
+//!    an error.
 //! 3. The pool is opened (created with the default size if missing) and
 //!    mounted; a pool not cleanly unmounted is recovered by that mount.
 //! 4. The FUSE session is created (mount + INIT handshake), then served by
@@ -116,8 +118,8 @@ pub fn open_or_create_pool(pool: &Path, cfg: &MountConfig) -> Result<(Ferrite, b
         Pmem::open_file(pool, MIN_POOL_BYTES)
     }
     .map_err(|e| format!("{p}: {}", pmem_msg(&e)))?;
-    let fs =
-        Ferrite::mount(pmem, &MountOptions::default()).map_err(|e| format!("{p}: cannot mount: {}", pool_msg(&e)))?;
+    let opts = MountOptions { default_mode: cfg.default_file_mode.unwrap_or_default(), ..MountOptions::default() };
+    let fs = Ferrite::mount(pmem, &opts).map_err(|e| format!("{p}: cannot mount: {}", pool_msg(&e)))?;
     Ok((fs, false))
 }
 
@@ -140,6 +142,9 @@ fn create_pool(pool: &Path, cfg: &MountConfig) -> Result<Option<Ferrite>, String
         format!("{p}: cannot format: {}", pool_msg(&e))
     });
     let fs = fs?;
+    if let Some(mode) = cfg.default_file_mode {
+        fs.set_default_mode(mode);
+    }
     let (uid, gid) = uid_gid();
     let owner = (cfg.uid.unwrap_or(uid), cfg.gid.unwrap_or(gid));
     if owner != (0, 0) {
@@ -487,7 +492,10 @@ fn fork_daemon() -> Result<Option<File>, String> {
         drop(w);
         let mut msg = String::new();
         let _ = File::from(r).read_to_string(&mut msg);
-        if msg == "ready" {
+        if let Some(what) = msg.strip_prefix("ready ") {
+            // The detached daemon's first log line, for the caller to see
+            // (its own output goes to the log file or nowhere).
+            println!("mounted {what}");
             std::process::exit(0);
         }
         if msg.is_empty() {
@@ -577,19 +585,20 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     let info = fuse_mount_at(&dir);
     let conn = info.as_ref().filter(|m| m.major == 0).map(|m| m.minor);
     let what = format!(
-        "{} on {d}{}{}; {} thread(s), {}",
+        "{} on {d}{}{}; {} thread(s), {}; new files are {}",
         pool.display(),
         if created { " (new pool)" } else { "" },
         if recovered { " (recovered after an unclean shutdown)" } else { "" },
         cfg.threads,
-        fs.pmem().domain().describe()
+        fs.pmem().domain().describe(),
+        fs.default_mode().as_str()
     );
     if report.0.is_some() {
         // SAFETY: chdir to "/" so the daemon keeps no directory busy.
         unsafe { libc::chdir(c"/".as_ptr()) };
         redirect_stdio(cfg.log.as_deref());
         log(format!("mounted {what}"));
-        report.send("ready");
+        report.send(&format!("ready {what}"));
     } else {
         log(format!("mounted {what}; Ctrl-C or `ferrite umount {d}` unmounts"));
     }
@@ -771,6 +780,9 @@ pub struct Background {
 /// process. `label` names the mount's source in /proc/mounts.
 pub fn spawn(fs: Ferrite, dir: &Path, cfg: &MountConfig, label: &Path) -> io::Result<Background> {
     let dir = absolute(dir).map_err(io::Error::other)?;
+    if let Some(mode) = cfg.default_file_mode {
+        fs.set_default_mode(mode);
+    }
     let fs = Arc::new(fs);
     let adapter = FerriteFuse::new(fs.clone(), cfg);
     let mut cfg = cfg.clone();
@@ -786,6 +798,9 @@ pub fn spawn(fs: Ferrite, dir: &Path, cfg: &MountConfig, label: &Path) -> io::Re
 /// Unmounting stops the serving threads and leaves the engine mounted.
 pub fn spawn_shared(fs: Arc<Ferrite>, dir: &Path, cfg: &MountConfig, label: &Path) -> io::Result<Background> {
     let dir = absolute(dir).map_err(io::Error::other)?;
+    if let Some(mode) = cfg.default_file_mode {
+        fs.set_default_mode(mode);
+    }
     let adapter = FerriteFuse::new(fs, cfg);
     let mut cfg = cfg.clone();
     if cfg.auto_unmount.is_none() {

@@ -7,16 +7,9 @@
 //! ignored; any other unknown word is an error, so that a typo is never
 //! silently dropped.
 
+use ferrite::FileMode;
 use ferrite_pmem::EmulatedLatency;
 use std::time::Duration;
-
-/// Consistency mode of the mount (see docs/DESIGN.md).
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
-pub enum Consistency {
-    /// Every operation is atomic and durable when it returns (NOVA).
-    #[default]
-    Strict,
-}
 
 /// When to use READDIRPLUS (directory listing that returns attributes too).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -33,7 +26,11 @@ pub enum ReaddirPlus {
 /// Everything a mount is asked to do, from the `-o` options.
 #[derive(Clone, Debug)]
 pub struct MountConfig {
-    pub consistency: Consistency,
+    /// `mode=`: the consistency mode of regular files created through this
+    /// mount (docs/DESIGN.md); a file keeps the mode it was created with,
+    /// and `user.ferrite.mode` changes it. None leaves the engine's default
+    /// (strict for a pool the mount opens itself).
+    pub default_file_mode: Option<FileMode>,
     /// `ro`: the kernel refuses every change with EROFS (and so does the adapter).
     pub read_only: bool,
     /// `allow_other`: users other than the one who mounted may use the mount.
@@ -99,7 +96,7 @@ pub struct MountConfig {
 impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
-            consistency: Consistency::Strict,
+            default_file_mode: None,
             read_only: false,
             allow_other: false,
             allow_root: false,
@@ -227,13 +224,14 @@ impl MountConfig {
         };
         match (key, val) {
             ("mode", Some(v)) => match v {
-                "strict" => self.consistency = Consistency::Strict,
-                "fsync-atomic" | "buffered" => {
+                "strict" => self.default_file_mode = Some(FileMode::Strict),
+                "fsync-atomic" => self.default_file_mode = Some(FileMode::FsyncAtomic),
+                "buffered" => {
                     return Err(format!(
-                        "option mode={v}: this consistency mode is not implemented yet (only mode=strict)"
+                        "option mode={v}: this consistency mode is not implemented yet (strict or fsync-atomic)"
                     ))
                 }
-                _ => return Err(format!("option mode={v}: unknown mode (strict)")),
+                _ => return Err(format!("option mode={v}: unknown mode (strict or fsync-atomic)")),
             },
             ("ro", None) => self.read_only = true,
             ("rw", None) => self.read_only = false,
@@ -305,8 +303,14 @@ impl MountConfig {
 /// The text `ferrite mount --help` shows for `-o`.
 pub const OPTIONS_HELP: &str = "\
 Mount options (-o, comma-separated; may be repeated):
-  mode=strict              consistency mode (the only one so far): every operation
-                           is atomic and durable when it returns
+  mode=strict|fsync-atomic consistency mode of the regular files created through
+                           the mount (default strict: every operation is atomic
+                           and durable when it returns). fsync-atomic: a file's
+                           writes and truncates become durable together at its
+                           next fsync/fdatasync/msync/O_SYNC write/rename/...;
+                           after a crash the file is as at one of those. Each
+                           file keeps its mode; the xattr user.ferrite.mode
+                           reads and sets it (getfattr/setfattr -n)
   ro                       read-only mount
   allow_other              let every user use the mount (default: only the owner)
   allow_root               let root use it too
@@ -360,6 +364,13 @@ mod tests {
         assert!(MountConfig::parse(["bogus"]).is_err());
         assert!(MountConfig::parse(["uid"]).is_err());
         assert!(MountConfig::parse(["mode=buffered"]).is_err());
+        assert!(MountConfig::parse(["mode=atomic"]).is_err());
+        assert_eq!(MountConfig::parse(["ro"]).unwrap().default_file_mode, None);
+        assert_eq!(MountConfig::parse(["mode=fsync-atomic"]).unwrap().default_file_mode, Some(FileMode::FsyncAtomic));
+        assert_eq!(
+            MountConfig::parse(["mode=fsync-atomic,mode=strict"]).unwrap().default_file_mode,
+            Some(FileMode::Strict)
+        );
         assert!(MountConfig::parse(["threads=0"]).is_err());
         assert!(MountConfig::parse(["umask=99"]).is_err());
     }

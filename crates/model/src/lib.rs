@@ -106,6 +106,39 @@
 //!   where the engine maps an access ACL to the mode.
 //! * A removed directory holds no name: looking one up in it gives ENOENT
 //!   before the name's length is checked (Linux's IS_DEADDIR).
+//!
+//! # Consistency modes and crashes
+//!
+//! Every regular file has a mode, [`FileMode::Strict`] or
+//! [`FileMode::FsyncAtomic`]; files are created in the default mode
+//! ([`ModelFs::set_default_mode`]), other kinds are always strict. The
+//! extended attribute `user.ferrite.mode` ([`FileMode::XATTR`]) behaves as
+//! in the engine: getxattr gives "strict" or "fsync-atomic" for a regular
+//! file (ENODATA for anything else); setxattr with one of those values
+//! (`FileMode::parse`; any set flag) sets it, EINVAL for another value or
+//! another kind of file; removexattr is EINVAL; listxattr does not list it.
+//!
+//! Every operation shows its result at once in both modes. What differs is
+//! what a crash leaves: the data changes of an fsync-atomic file (write,
+//! truncate, O_TRUNC, fallocate including punch hole) are undone by a
+//! crash back to the file's last *commit point*: fsync or fdatasync of it,
+//! a successful write through an O_SYNC or O_DSYNC descriptor (even of
+//! zero bytes, as the engine's session), [`ModelFs::sync_all`], a clean
+//! unmount, and any other successful change of the file (chmod, chown,
+//! utimens, setting or removing an xattr, a mode change even to the same
+//! mode — ctime changes only when the mode does —, link, unlink, rename of
+//! it or over it). Content, size, mtime and ctime come back together;
+//! everything else (names, attributes, strict files) is durable at once.
+//!
+//! The oracle of a remount: [`ModelState::unmounted`] (clean: every file
+//! committed) and [`ModelState::crashed`] (every pending file back at its
+//! last commit point); [`ModelState::crashed_committing`] is a crash during
+//! which some files' commits completed, for a commit point in flight
+//! ([`ModelState::pending_inodes`] lists the candidates). [`ModelFs`]
+//! applies them in place ([`ModelFs::remount_clean`],
+//! [`ModelFs::remount_after_crash`]). Space: the pages a committed state
+//! keeps that the current state no longer uses are not counted (the engine
+//! holds them until the commit; the model's ENOSPC ignores them).
 
 mod state;
 mod tree;
@@ -113,8 +146,8 @@ mod tree;
 use std::sync::Arc;
 
 use ferrite::{
-    Clock, Credentials, DirEntry, FallocateMode, Fd, FsResult, OpenFlags, PathFs, RenameFlags, Stat, StatFs, TimeSet,
-    Whence, XattrSetMode,
+    Clock, Credentials, DirEntry, FallocateMode, Fd, FileMode, FsResult, OpenFlags, PathFs, RenameFlags, Stat, StatFs,
+    TimeSet, Whence, XattrSetMode, AT_FDCWD,
 };
 use parking_lot::Mutex;
 
@@ -151,12 +184,55 @@ impl ModelFs {
         *self.state.lock() = state;
     }
 
-    /// Close every descriptor, as a remount or crash does: unlinked files
-    /// that were still open disappear; the current directory becomes the
-    /// root and the credentials root's (a new process).
+    /// Close every descriptor, as the end of a process does: unlinked
+    /// files that were still open disappear; the current directory becomes
+    /// the root and the credentials root's (a new process). Pending changes
+    /// of fsync-atomic files stay pending: a remount is
+    /// [`ModelFs::remount_clean`] or [`ModelFs::remount_after_crash`].
     pub fn close_all(&self) {
         let mut s = self.state.lock();
         *s = s.without_open_files();
+    }
+
+    /// A clean unmount and mount: every file committed, then
+    /// [`ModelFs::close_all`] ([`ModelState::unmounted`]).
+    pub fn remount_clean(&self) {
+        let mut s = self.state.lock();
+        *s = s.unmounted();
+    }
+
+    /// A crash and mount: every fsync-atomic file back at its last commit
+    /// point, then [`ModelFs::close_all`] ([`ModelState::crashed`]).
+    pub fn remount_after_crash(&self) {
+        let mut s = self.state.lock();
+        *s = s.crashed();
+    }
+
+    /// sync / syncfs: a commit point of every file.
+    pub fn sync_all(&self) {
+        self.state.lock().sync_all();
+    }
+
+    /// The mode of regular files created from now on.
+    pub fn default_mode(&self) -> FileMode {
+        self.state.lock().default_mode()
+    }
+
+    pub fn set_default_mode(&self, mode: FileMode) {
+        self.state.lock().set_default_mode(mode);
+    }
+
+    /// The mode of the file `path` names (following symlinks; strict for
+    /// anything but a regular file).
+    pub fn file_mode(&self, path: &[u8]) -> FsResult<FileMode> {
+        let s = self.state.lock();
+        let ino = s.fstatat(AT_FDCWD, path, 0)?.ino;
+        Ok(s.file_mode(ino.0))
+    }
+
+    /// How many files have changes a crash would undo.
+    pub fn pending_file_count(&self) -> usize {
+        self.state.lock().pending_inodes().len()
     }
 
     /// The canonical view of the whole tree, for comparison with

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use ferrite::limits::{FILE_SIZE_MAX, LINK_MAX, NAME_MAX, PATH_MAX, SYMLINK_MAX, SYMLOOP_MAX};
 use ferrite::perm::{self, Owner};
 use ferrite::{
-    Credentials, DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, RenameFlags, Stat, StatFs,
-    TimeSet, TimeSpec, Whence, XattrSetMode, AT_FDCWD,
+    Credentials, DirEntry, Errno, FallocateMode, Fd, FileMode, FileType, FsResult, InodeNo, OpenFlags, RenameFlags,
+    Stat, StatFs, TimeSet, TimeSpec, Whence, XattrSetMode, AT_FDCWD,
 };
 
 /// Page size of the allocation rule, and the reported block size.
@@ -174,9 +174,23 @@ enum Body {
     Special(FileType, u64),
 }
 
+/// What a crash brings back of an fsync-atomic file that has data changes
+/// since its last commit point: its content, size and times at that point.
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct Committed {
+    data: FileData,
+    mtime: TimeSpec,
+    ctime: TimeSpec,
+}
+
 #[derive(Clone, PartialEq, Eq, Debug)]
 struct Inode {
     body: Body,
+    /// The consistency mode (regular files; strict for everything else).
+    mode: FileMode,
+    /// The state at the last commit point, while an fsync-atomic file has
+    /// data changes after it (None: the current state is committed).
+    committed: Option<Box<Committed>>,
     perm: u32,
     uid: u32,
     gid: u32,
@@ -237,6 +251,8 @@ pub struct ModelState {
     creds: Credentials,
     total_pages: u64,
     total_inodes: u64,
+    /// The mode of regular files created from now on.
+    default_mode: FileMode,
 }
 
 /// The last component of a path, as Linux classifies it.
@@ -310,6 +326,8 @@ impl ModelState {
     pub fn new(now: TimeSpec, total_pages: u64, total_inodes: u64) -> ModelState {
         let root = Inode {
             body: Body::Dir(DirData { entries: BTreeMap::new(), next_seq: 1, parent: ROOT }),
+            mode: FileMode::Strict,
+            committed: None,
             perm: 0o755,
             uid: 0,
             gid: 0,
@@ -330,13 +348,15 @@ impl ModelState {
             creds: Credentials::root(),
             total_pages,
             total_inodes,
+            default_mode: FileMode::Strict,
         }
     }
 
-    /// The state a clean remount (or a crash) leaves: every descriptor
-    /// closed, so unlinked-but-open inodes are gone, and a new process's
-    /// view (the root as current directory, root credentials). Counters are
-    /// kept.
+    /// A new process's view of this state: every descriptor closed, so
+    /// unlinked-but-open inodes are gone, the root as current directory,
+    /// root credentials. Counters are kept. Pending changes of fsync-atomic
+    /// files stay as they are: a remount is [`ModelState::unmounted`] or
+    /// [`ModelState::crashed`], which call this.
     pub fn without_open_files(&self) -> ModelState {
         let mut s = self.clone();
         let open: Vec<u64> = s.fds.keys().copied().collect();
@@ -347,6 +367,100 @@ impl ModelState {
         s.maybe_drop(old);
         s.creds = Credentials::root();
         s
+    }
+
+    // ----- consistency modes ---------------------------------------------
+    //
+    // Each regular file has a mode (`FileMode`). A data change (write,
+    // truncate, O_TRUNC, fallocate of any kind) of an fsync-atomic file
+    // first saves the file's committed state (content, size, mtime, ctime)
+    // if none is saved yet; a commit point of the file drops it: fsync and
+    // fdatasync of a descriptor of it, a successful write through an O_SYNC
+    // or O_DSYNC descriptor (even of zero bytes, as the engine's session),
+    // sync_all, a clean unmount, and every other successful change of the
+    // file: chmod, chown, utimens, xattr set or remove, a mode change (even
+    // to the same mode), link, unlink, rename of it or over it. A crash
+    // brings every saved state back.
+
+    /// The mode of regular files created from now on.
+    pub fn default_mode(&self) -> FileMode {
+        self.default_mode
+    }
+
+    pub fn set_default_mode(&mut self, mode: FileMode) {
+        self.default_mode = mode;
+    }
+
+    /// The mode of inode `ino` (strict for anything but a regular file).
+    pub fn file_mode(&self, ino: u64) -> FileMode {
+        self.inode(ino).mode
+    }
+
+    /// Inodes with changes a crash would undo (fsync-atomic files with
+    /// data changes since their last commit point), in increasing order.
+    pub fn pending_inodes(&self) -> Vec<u64> {
+        self.inodes.iter().filter(|(_, i)| i.committed.is_some()).map(|(&n, _)| n).collect()
+    }
+
+    /// A commit point of every file (sync, syncfs).
+    pub fn sync_all(&mut self) {
+        for i in self.inodes.values_mut() {
+            i.committed = None;
+        }
+    }
+
+    /// What a clean unmount and mount leave: every file committed, then
+    /// [`ModelState::without_open_files`].
+    pub fn unmounted(&self) -> ModelState {
+        let mut s = self.clone();
+        s.sync_all();
+        s.without_open_files()
+    }
+
+    /// What a crash and mount leave: every fsync-atomic file back at its
+    /// last commit point, everything else as it is, then
+    /// [`ModelState::without_open_files`].
+    pub fn crashed(&self) -> ModelState {
+        self.crashed_committing(&[])
+    }
+
+    /// A crash during which the commits of the pending changes of `inos`
+    /// completed (a commit point in flight, e.g. `sync_all` having reached
+    /// some files): those files keep their current state, every other
+    /// pending file goes back to its last commit point. Files are
+    /// independent, so any subset of [`ModelState::pending_inodes`] is a
+    /// state a crash during a multi-file commit may leave.
+    pub fn crashed_committing(&self, inos: &[u64]) -> ModelState {
+        let mut s = self.clone();
+        for (n, i) in s.inodes.iter_mut() {
+            let Some(c) = i.committed.take() else { continue };
+            if inos.contains(n) {
+                continue;
+            }
+            let c = *c;
+            i.body = Body::File(c.data);
+            i.mtime = c.mtime;
+            i.ctime = c.ctime;
+        }
+        s.without_open_files()
+    }
+
+    /// Before a data change of regular file `ino`: in fsync-atomic mode,
+    /// save its committed state unless one is saved already.
+    fn data_change(&mut self, ino: u64) {
+        let i = self.inode_mut(ino);
+        if i.mode != FileMode::FsyncAtomic || i.committed.is_some() {
+            return;
+        }
+        let Body::File(f) = &i.body else {
+            panic!("model: data change of inode {ino}, which is not a regular file");
+        };
+        i.committed = Some(Box::new(Committed { data: f.clone(), mtime: i.mtime, ctime: i.ctime }));
+    }
+
+    /// A commit point of inode `ino`: its current state is durable.
+    fn commit_point(&mut self, ino: u64) {
+        self.inode_mut(ino).committed = None;
     }
 
     /// Descriptors currently open, in increasing order.
@@ -510,8 +624,20 @@ impl ModelState {
             Body::Special(k, _) => *k,
         };
         let (uid, gid, perm) = perm::new_owner(&self.creds, &self.owner(dir), kind, perm);
-        let inode =
-            Inode { body, perm, uid, gid, links: 1, atime: now, mtime: now, ctime: now, xattrs: BTreeMap::new() };
+        let mode = if kind == FileType::Regular { self.default_mode } else { FileMode::Strict };
+        let inode = Inode {
+            body,
+            mode,
+            committed: None,
+            perm,
+            uid,
+            gid,
+            links: 1,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            xattrs: BTreeMap::new(),
+        };
         self.inodes.insert(ino, inode);
         ino
     }
@@ -530,6 +656,7 @@ impl ModelState {
 
     /// Take one name away from an inode (unlink, rmdir, replaced by rename).
     fn drop_link(&mut self, ino: u64, now: TimeSpec) {
+        self.commit_point(ino);
         let i = self.inode_mut(ino);
         i.links -= 1;
         i.ctime = now;
@@ -758,6 +885,7 @@ impl ModelState {
             return Err(Errno::ENXIO);
         }
         if flags.trunc && flags.write && kind == FileType::Regular && !created {
+            self.data_change(ino);
             self.file_mut(ino).truncate(0);
             self.inode_mut(ino).touch_mc(now);
         }
@@ -878,7 +1006,9 @@ impl ModelState {
                 return Err(Errno::EINVAL);
             }
         }
+        let sync = of.flags.sync || of.flags.dsync;
         if data.is_empty() {
+            // A write of nothing syncs nothing (as Linux and the engine).
             return Ok(offset.unwrap_or(of.pos));
         }
         let ino = of.ino;
@@ -893,8 +1023,12 @@ impl ModelState {
         if f.missing_pages(off, len) > self.free_pages() {
             return Err(Errno::ENOSPC);
         }
+        self.data_change(ino);
         self.file_mut(ino).write(off, data);
         self.inode_mut(ino).touch_mc(now);
+        if sync {
+            self.commit_point(ino);
+        }
         Ok(off + len)
     }
 
@@ -976,6 +1110,7 @@ impl ModelState {
         if size > FILE_SIZE_MAX {
             return Err(Errno::EFBIG);
         }
+        self.data_change(ino);
         self.file_mut(ino).truncate(size);
         self.inode_mut(ino).touch_mc(now);
         Ok(())
@@ -993,8 +1128,11 @@ impl ModelState {
         self.set_size(now, ino, size)
     }
 
-    pub(crate) fn fsync(&self, fd: Fd) -> FsResult<()> {
-        self.io_file(fd).map(|_| ())
+    /// fsync and fdatasync: a commit point of a regular file.
+    pub(crate) fn fsync(&mut self, fd: Fd) -> FsResult<()> {
+        let ino = self.io_file(fd)?.ino;
+        self.commit_point(ino);
+        Ok(())
     }
 
     pub(crate) fn fallocate(
@@ -1025,6 +1163,7 @@ impl ModelState {
             if offset >= f.size {
                 return Ok(());
             }
+            self.data_change(ino);
             self.file_mut(ino).punch(offset, offset + len);
             self.inode_mut(ino).touch_mc(now);
             return Ok(());
@@ -1032,6 +1171,7 @@ impl ModelState {
         if f.missing_pages(offset, len) > self.free_pages() {
             return Err(Errno::ENOSPC);
         }
+        self.data_change(ino);
         let f = self.file_mut(ino);
         f.allocate(offset, len);
         if mode == FallocateMode::Default {
@@ -1142,6 +1282,7 @@ impl ModelState {
 
     fn chmod_ino(&mut self, now: TimeSpec, ino: u64, perm: u32) -> FsResult<()> {
         let bits = perm::chmod_bits(&self.creds, &self.owner(ino), perm)?;
+        self.commit_point(ino);
         let i = self.inode_mut(ino);
         i.perm = bits;
         i.ctime = now;
@@ -1164,6 +1305,7 @@ impl ModelState {
 
     fn chown_ino(&mut self, now: TimeSpec, ino: u64, uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
         perm::may_chown(&self.creds, &self.owner(ino), uid, gid)?;
+        self.commit_point(ino);
         let i = self.inode_mut(ino);
         if let Some(u) = uid {
             i.uid = u;
@@ -1200,6 +1342,7 @@ impl ModelState {
         }
         let both_now = atime == TimeSet::Now && mtime == TimeSet::Now;
         perm::may_set_times(&self.creds, &self.owner(ino), both_now)?;
+        self.commit_point(ino);
         let pick = |t: TimeSet, old: TimeSpec| match t {
             TimeSet::Omit => old,
             TimeSet::Now => now,
@@ -1410,6 +1553,8 @@ impl ModelState {
             if self.is_dir(t) {
                 self.dir_mut(t).parent = odir;
             }
+            self.commit_point(src);
+            self.commit_point(t);
             self.inode_mut(src).ctime = now;
             self.inode_mut(t).ctime = now;
         } else {
@@ -1432,6 +1577,7 @@ impl ModelState {
             if src_dir {
                 self.dir_mut(src).parent = ndir;
             }
+            self.commit_point(src);
             self.inode_mut(src).ctime = now;
         }
         self.inode_mut(odir).touch_mc(now);
@@ -1472,6 +1618,7 @@ impl ModelState {
         }
         self.insert_entry(dir, name, ino);
         self.inode_mut(dir).touch_mc(now);
+        self.commit_point(ino);
         let i = self.inode_mut(ino);
         i.links += 1;
         i.ctime = now;
@@ -1656,6 +1803,14 @@ impl ModelState {
         Self::xattr_name_ok(name)?;
         self.may_xattr(ino, name, false)?;
         Self::xattr_ns_ok(name)?;
+        if name == FileMode::XATTR {
+            // The consistency mode: answered, not stored (regular files only).
+            let i = self.inode(ino);
+            return match i.body {
+                Body::File(_) => Ok(i.mode.as_str().as_bytes().to_vec()),
+                _ => Err(Errno::ENODATA),
+            };
+        }
         self.inode(ino).xattrs.get(name).cloned().ok_or(Errno::ENODATA)
     }
 
@@ -1671,6 +1826,21 @@ impl ModelState {
         Self::xattr_name_ok(name)?;
         self.may_xattr(ino, name, true)?;
         Self::xattr_ns_ok(name)?;
+        if name == FileMode::XATTR {
+            // Sets the consistency mode (any set mode flag): a commit point,
+            // and a change of ctime only if the mode changes.
+            let mode = FileMode::parse(value).ok_or(Errno::EINVAL)?;
+            if self.inode(ino).kind() != FileType::Regular {
+                return Err(Errno::EINVAL);
+            }
+            self.commit_point(ino);
+            let i = self.inode_mut(ino);
+            if i.mode != mode {
+                i.mode = mode;
+                i.ctime = now;
+            }
+            return Ok(());
+        }
         if name.len() + value.len() > ferrite::format::XATTR_BYTES_MAX {
             return Err(Errno::E2BIG);
         }
@@ -1680,6 +1850,7 @@ impl ModelState {
             (XattrSetMode::Replace, false) => return Err(Errno::ENODATA),
             _ => {}
         }
+        self.commit_point(ino);
         let i = self.inode_mut(ino);
         i.xattrs.insert(name.to_vec(), value.to_vec());
         i.ctime = now;
@@ -1697,8 +1868,13 @@ impl ModelState {
         Self::xattr_name_ok(name)?;
         self.may_xattr(ino, name, true)?;
         Self::xattr_ns_ok(name)?;
+        if name == FileMode::XATTR {
+            // A file always has a mode (set "strict" instead).
+            return Err(Errno::EINVAL);
+        }
         let i = self.inode_mut(ino);
         i.xattrs.remove(name).ok_or(Errno::ENODATA)?;
+        i.committed = None;
         i.ctime = now;
         Ok(())
     }

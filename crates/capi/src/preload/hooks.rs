@@ -918,15 +918,33 @@ pub unsafe extern "C" fn fdatasync(n: c_int) -> c_int {
     unsafe { real::fdatasync(n) }
 }
 
+/// sync_file_range: Linux promises no durability from it (no metadata, no
+/// disk cache flush), so it is not a commit point of an fsync-atomic file,
+/// whose pending writes stay pending until its fsync; a strict file is
+/// durable already. Only the arguments are checked.
 #[no_mangle]
 pub unsafe extern "C" fn sync_file_range(n: c_int, off: Off, len: Off, flags: c_uint) -> c_int {
     if let Some(p) = ours(n) {
         if off < 0 || len < 0 {
             return fail(Errno::EINVAL);
         }
-        return ok0(inside(|| p.session.fdatasync(fd(n))));
+        return ok0(inside(|| p.session.getfl(fd(n))).and_then(|f| if f.path { Err(Errno::EBADF) } else { Ok(()) }));
     }
     unsafe { real::sync_file_range(n, off, len, flags) }
+}
+
+/// sync: the commit point of every fsync-atomic file of the pool (after
+/// writing back the shadows of shared mappings), then the kernel's sync
+/// for everything else.
+#[no_mangle]
+pub unsafe extern "C" fn sync() {
+    if let Some(p) = super::active() {
+        let _ = inside(|| {
+            super::mmap::write_back_all(p)?;
+            p.session.sync_all()
+        });
+    }
+    unsafe { real::sync() }
 }
 
 #[no_mangle]

@@ -9,7 +9,10 @@
 //!   pages (SQLite's `-shm`, mapped several times, relies on that). The
 //!   shadow is written back to the file by `msync`, `munmap`, `fsync`,
 //!   `fdatasync`, `syncfs`, the last close and exit, each time as one write
-//!   of the changed span: one atomic, durable operation in strict mode.
+//!   of the changed span: one atomic, durable operation in strict mode. In
+//!   an fsync-atomic file that write is pending like any other, and
+//!   `msync(MS_SYNC)`, `fsync`, `fdatasync`, `sync` and `syncfs` then commit
+//!   the file (`munmap` and close do not).
 //!   While a file has a shadow, `read` and `write` keep it coherent: the
 //!   shadow is written back before and reloaded after every write, and
 //!   written back before every read.
@@ -277,6 +280,12 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: usize, flags: c_int) -> c
                 for ino in inos {
                     if let Some(s) = t.shadows.get(&ino) {
                         inside(|| flush(p, s))?;
+                        // MS_SYNC is a commit point of an fsync-atomic
+                        // file, as fsync (the kernel sends FSYNC for it
+                        // too); MS_ASYNC only writes the shadow back.
+                        if flags & libc::MS_SYNC != 0 {
+                            inside(|| p.session.fsync_ino(ino, false))?;
+                        }
                     }
                 }
                 Ok(())

@@ -29,6 +29,7 @@
 mod dirs;
 mod hooks;
 mod mmap;
+mod modes;
 mod paths;
 mod stdio;
 
@@ -85,6 +86,9 @@ pub struct Preload {
     /// An O_PATH descriptor of /dev/null that every Ferrite descriptor
     /// number duplicates.
     placeholder: c_int,
+    /// `FERRITE_ATOMIC`: files made fsync-atomic when this process creates
+    /// them or opens them for writing.
+    atomic: modes::AtomicPatterns,
 }
 
 /// The descriptor numbers open in this process (without the one that
@@ -402,6 +406,9 @@ impl Preload {
         match inside(|| self.session.openat_fd(dirfd, path, of, mode & 0o7777, Fd(fd as u64))) {
             Ok(_) => {
                 let full = self.pool_path(dirfd, path);
+                if (of.write || of.create) && !of.path && !self.atomic.is_empty() {
+                    self.apply_atomic_patterns(fd, path, full.as_deref());
+                }
                 self.adopt(fd, Arc::new(full.unwrap_or_default()));
                 Ok(fd)
             }
@@ -411,6 +418,31 @@ impl Preload {
                 Err(e)
             }
         }
+    }
+
+    /// Make the regular file just opened at `fd` fsync-atomic if its name
+    /// (or, for a pattern with a `/`, its pool path) matches
+    /// `FERRITE_ATOMIC`. A file that already is keeps its pending state (a
+    /// mode change is a commit point). Failure changes nothing: the open
+    /// stands and the file keeps its mode.
+    fn apply_atomic_patterns(&self, fd: c_int, path: &[u8], full: Option<&[u8]>) {
+        let target = match full {
+            Some(f) => paths::normalize(f),
+            // The file's directory is unknown: its name still matches.
+            None => [&b"/"[..], path.rsplit(|&b| b == b'/').find(|c| !c.is_empty()).unwrap_or(b"")].concat(),
+        };
+        if !self.atomic.matches(&target) {
+            return;
+        }
+        inside(|| {
+            let Ok(ino) = self.session.fd_inode(Fd(fd as u64)) else { return };
+            if self.session.getattr(ino).map(|st| st.kind) != Ok(engine::FileType::Regular) {
+                return;
+            }
+            if self.session.file_mode_ino(ino) != Ok(engine::FileMode::FsyncAtomic) {
+                let _ = self.session.set_file_mode_ino(ino, engine::FileMode::FsyncAtomic);
+            }
+        });
     }
 
     /// The absolute pool path of `path` relative to `dirfd`, where known.
@@ -520,6 +552,22 @@ fn start() -> Option<Preload> {
         warn("the pool may not lie under FERRITE_ROOT; the library is off");
         return None;
     }
+    // FERRITE_MODE: the mode of regular files created from now on;
+    // FERRITE_ATOMIC: name patterns of files made fsync-atomic.
+    let default_mode = match env("FERRITE_MODE") {
+        None => None,
+        Some(v) => match modes::parse_mode(&v) {
+            Some(m) => Some(m),
+            None => {
+                warn(&format!(
+                    "FERRITE_MODE={}: not a mode (strict or fsync-atomic); the library is off",
+                    String::from_utf8_lossy(&v)
+                ));
+                return None;
+            }
+        },
+    };
+    let atomic = modes::AtomicPatterns::parse(&env("FERRITE_ATOMIC").unwrap_or_default());
     let before = open_fds();
     let mut cfg = ferrite_fuse::options::MountConfig::default();
     // FERRITE_SIZE: the size of a pool this process creates (default 1 GiB).
@@ -559,6 +607,9 @@ fn start() -> Option<Preload> {
             return None;
         }
     };
+    if let Some(m) = default_mode {
+        fs.set_default_mode(m);
+    }
     // Map the pool's pages in the background: each would otherwise fault at
     // its first touch on the program's own path.
     let pmem = fs.pmem().clone();
@@ -609,6 +660,7 @@ fn start() -> Option<Preload> {
         own_fds: open_fds().into_iter().filter(|n| !before.contains(n)).chain(OWN_FDS.lock().iter().copied()).collect(),
         pool_ino: std::fs::metadata(&pool).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0),
         placeholder,
+        atomic,
     };
     restore_inherited(&p);
     // A process started inside the root has its current directory in the pool.
