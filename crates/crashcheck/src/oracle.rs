@@ -224,6 +224,8 @@ impl Tracker {
         };
         let mut p = Plan::default();
         match call {
+            // A zero-byte write changes nothing and syncs nothing.
+            Call::Pwrite { len: 0, .. } | Call::Write { len: 0, .. } => {}
             Call::Pwrite { slot, .. } | Call::Write { slot, .. } => {
                 let f = by_fd(slot);
                 if slots.sync.get(*slot as usize).copied().unwrap_or(false) {
