@@ -30,7 +30,6 @@ impl Ferrite {
     pub(crate) fn apply_pending(&self, inode: &Inode, d: &mut InodeData, staged: Staged, fresh: Fresh) {
         if d.pending.is_none() {
             d.pending = Some(Box::new(Pending {
-                durable_tail: d.log.tail,
                 dirty_attrs: false,
                 deferred: Vec::new(),
                 epoch_pages: crate::Set::default(),

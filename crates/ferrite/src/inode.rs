@@ -102,11 +102,9 @@ pub enum Body {
 pub type Xattr = (Box<[u8]>, PoolOffset);
 
 /// What an fsync-atomic file has done since its last commit point: its
-/// log runs past the tail stored in its slot (`durable_tail`), and DRAM
-/// already shows the result (docs/DESIGN.md, "fsync-atomic mode").
+/// log runs past the tail stored in its slot (what a crash brings back),
+/// and DRAM already shows the result (docs/DESIGN.md, "fsync-atomic mode").
 pub struct Pending {
-    /// The tail the inode slot holds: what a crash brings back.
-    pub durable_tail: PoolOffset,
     /// Size or times changed by writes into this epoch's pages, which log
     /// no entry: the commit first appends a size-only Truncate with them.
     pub dirty_attrs: bool,

@@ -242,8 +242,13 @@ impl InodeData {
         generation: u32,
         entries: Vec<Entry>,
     ) -> FsResult<Staged> {
-        let seqs: Seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
+        let seqs = self.next_seqs(entries.len());
         write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, None)
+    }
+
+    /// The sequence numbers of the next `n` entries of this log.
+    fn next_seqs(&self, n: usize) -> Seqs {
+        (self.log.next_seq..self.log.next_seq + n as u64).collect()
     }
 
     /// `stage` of entries that need at most one new log page, which
@@ -258,7 +263,7 @@ impl InodeData {
         entries: Vec<Entry>,
         reserve: PageNo,
     ) -> (Staged, Option<PageNo>) {
-        let seqs: Seqs = (self.log.next_seq..self.log.next_seq + entries.len() as u64).collect();
+        let seqs = self.next_seqs(entries.len());
         let staged = write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, Some(reserve))
             .expect("staging into a reserved page needs no allocation");
         let unused = (!staged.new_pages.contains(&reserve)).then_some(reserve);
