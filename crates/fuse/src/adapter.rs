@@ -1,6 +1,14 @@
 //! The FUSE request handlers: each one translates a kernel request into one
 //! (rarely two) inode-level calls of the engine and its answer into a reply.
 //!
+//! The handlers live in [`Core`], which knows no transport: each takes the
+//! request's decoded fields and returns the answer as a value. Two
+//! transports call it: `fuser`'s /dev/fuse session, through the
+//! `Filesystem` implementation of [`FerriteFuse`] at the end of this file,
+//! and FUSE over io_uring ([`crate::uring`]), which decodes the kernel's
+//! requests itself ([`crate::wire`]). Both share one `Core`, so lookup
+//! counts and file handles are the same whichever way a request came.
+//!
 //! What lives here beyond translation:
 //! - **Lookup counts.** Every entry handed to the kernel (lookup, create,
 //!   mkdir, symlink, link, mknod, readdirplus) counts one reference until the
@@ -19,9 +27,9 @@
 //!   is logged and the request answered with EIO (the unsent reply's drop
 //!   sends it), and the daemon keeps serving.
 
-use crate::options::{MountConfig, ReaddirPlus};
+use crate::options::{MountConfig, ReaddirPlus, Transport};
 use ferrite::{
-    Errno, FallocateMode, Ferrite, FileType, FsResult, InodeNo, NodeSpec, RenameFlags, SetAttr, Stat, TimeSet,
+    Errno, FallocateMode, Ferrite, FileType, FsResult, InodeNo, NodeSpec, RenameFlags, SetAttr, Stat, StatFs, TimeSet,
     TimeSpec, XattrSetMode,
 };
 use fuser::{
@@ -36,7 +44,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -83,10 +91,10 @@ struct Handle {
 
 /// What the adapter needs from the mount options.
 #[derive(Clone, Debug)]
-struct Settings {
-    attr_ttl: Duration,
-    entry_ttl: Duration,
-    negative_ttl: Duration,
+pub(crate) struct Settings {
+    pub(crate) attr_ttl: Duration,
+    pub(crate) entry_ttl: Duration,
+    pub(crate) negative_ttl: Duration,
     read_only: bool,
     uid: Option<u32>,
     gid: Option<u32>,
@@ -97,12 +105,28 @@ struct Settings {
     readdirplus: ReaddirPlus,
     /// Serve extended attributes (else ENOSYS: see `setxattr`).
     xattr: bool,
+    transport: Transport,
 }
 
-/// The FUSE file system: a thin adapter over one mounted `Ferrite`.
-pub struct FerriteFuse {
-    fs: Arc<Ferrite>,
-    set: Settings,
+/// The caller of a request, as the kernel gives it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Caller {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+/// The answer to getxattr and listxattr: the size the caller must provide
+/// (asked with size 0), or the bytes.
+pub(crate) enum XattrOut {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// The FUSE file system, transport-neutral: a thin adapter over one mounted
+/// `Ferrite`.
+pub(crate) struct Core {
+    pub(crate) fs: Arc<Ferrite>,
+    pub(crate) set: Settings,
     lookups: Sharded<Lookups>,
     handles: Sharded<Handle>,
     next_fh: AtomicU64,
@@ -111,6 +135,16 @@ pub struct FerriteFuse {
     panic_on: Option<Vec<u8>>,
     /// `FERRITE_FUSE_TRACE=1`: log every request that changes data.
     trace: bool,
+    /// The kernel accepted FUSE over io_uring at INIT (the queues are
+    /// registered after the handshake, by [`crate::uring`]).
+    pub(crate) uring_granted: AtomicBool,
+    /// Notifications to the kernel (set once the session exists).
+    pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
+}
+
+/// The FUSE file system as `fuser` serves it over /dev/fuse.
+pub struct FerriteFuse {
+    core: Arc<Core>,
 }
 
 fn err(e: Errno) -> fuser::Errno {
@@ -171,7 +205,7 @@ const NO_STAT: Stat = Stat {
     rdev: 0,
 };
 
-fn attr(st: &Stat) -> FileAttr {
+pub(crate) fn attr(st: &Stat) -> FileAttr {
     FileAttr {
         ino: INodeNo(st.ino.0),
         size: st.size,
@@ -215,7 +249,18 @@ thread_local! {
 impl FerriteFuse {
     /// An adapter serving `fs` with the given options.
     pub fn new(fs: Arc<Ferrite>, cfg: &MountConfig) -> FerriteFuse {
-        FerriteFuse {
+        FerriteFuse { core: Arc::new(Core::new(fs, cfg)) }
+    }
+
+    /// The transport-neutral handlers, shared with the io_uring transport.
+    pub(crate) fn core(&self) -> Arc<Core> {
+        self.core.clone()
+    }
+}
+
+impl Core {
+    fn new(fs: Arc<Ferrite>, cfg: &MountConfig) -> Core {
+        Core {
             set: Settings {
                 attr_ttl: cfg.attr_timeout,
                 entry_ttl: cfg.entry_timeout,
@@ -229,6 +274,7 @@ impl FerriteFuse {
                 keep_cache: cfg.keep_cache,
                 readdirplus: cfg.readdirplus,
                 xattr: cfg.xattr,
+                transport: cfg.transport,
             },
             fs,
             lookups: Sharded::new(),
@@ -236,13 +282,26 @@ impl FerriteFuse {
             next_fh: AtomicU64::new(1),
             panic_on: std::env::var_os("FERRITE_FUSE_TEST_PANIC").map(|v| v.as_bytes().to_vec()),
             trace: std::env::var_os("FERRITE_FUSE_TRACE").is_some_and(|v| v == "1"),
+            uring_granted: AtomicBool::new(false),
+            notifier: std::sync::OnceLock::new(),
         }
     }
 
     /// Run one handler; a panic inside it is logged and becomes EIO.
-    fn guard(&self, op: &'static str, f: impl FnOnce()) {
+    pub(crate) fn guard(&self, op: &'static str, f: impl FnOnce()) {
         if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
             log(format!("internal error in {op}: {}; answered EIO, the mount stays up", panic_text(&*p)));
+        }
+    }
+
+    /// Run one handler that returns its answer; a panic becomes EIO.
+    pub(crate) fn guarded<T>(&self, op: &'static str, f: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(r) => r,
+            Err(p) => {
+                log(format!("internal error in {op}: {}; answered EIO, the mount stays up", panic_text(&*p)));
+                Err(Errno::EIO)
+            }
         }
     }
 
@@ -332,7 +391,7 @@ impl FerriteFuse {
     }
 
     /// Drop `n` kernel references; the last one releases the pin.
-    fn drop_refs(&self, ino: u64, n: u64) {
+    pub(crate) fn drop_refs(&self, ino: u64, n: u64) {
         if ino == InodeNo::ROOT.0 {
             return;
         }
@@ -372,7 +431,7 @@ impl FerriteFuse {
         }
     }
 
-    fn open_flags(&self) -> FopenFlags {
+    pub(crate) fn open_flags(&self) -> FopenFlags {
         // No FLUSH at close: nothing is buffered here (every write reached
         // the pool when it returned) and locks are the kernel's. With the
         // writeback cache the kernel still flushes its dirty pages.
@@ -388,9 +447,9 @@ impl FerriteFuse {
     // ---- new nodes ----------------------------------------------------------
 
     /// Owner and permission bits of a new node in `parent`.
-    fn new_owner(&self, req: &Request, parent: InodeNo, mode: u32, umask: u32, dir: bool) -> FsResult<(u32, u32, u32)> {
+    fn new_owner(&self, req: Caller, parent: InodeNo, mode: u32, umask: u32, dir: bool) -> FsResult<(u32, u32, u32)> {
         let p = self.fs.getattr(parent)?;
-        let uid = self.set.uid.unwrap_or(req.uid());
+        let uid = self.set.uid.unwrap_or(req.uid);
         let mut perm = mode & 0o7777 & !umask & !self.set.umask;
         let gid = if p.perm & libc::S_ISGID != 0 {
             if dir {
@@ -398,7 +457,7 @@ impl FerriteFuse {
             }
             p.gid
         } else {
-            self.set.gid.unwrap_or(req.gid())
+            self.set.gid.unwrap_or(req.gid)
         };
         Ok((uid, gid, perm))
     }
@@ -406,7 +465,7 @@ impl FerriteFuse {
     #[allow(clippy::too_many_arguments)] // the FUSE request's own fields
     fn make_node(
         &self,
-        req: &Request,
+        req: Caller,
         parent: InodeNo,
         name: &OsStr,
         kind: FileType,
@@ -424,13 +483,6 @@ impl FerriteFuse {
         let spec = NodeSpec { kind, perm, uid, gid, symlink_target: target, rdev };
         let st = self.fs.create_node(parent, name.as_bytes(), &spec)?;
         self.count_entry(parent, name.as_bytes(), st)
-    }
-
-    fn reply_entry(&self, reply: ReplyEntry, r: FsResult<Stat>) {
-        match r {
-            Ok(st) => reply.entry_with_ttls(&self.set.attr_ttl, &self.set.entry_ttl, &attr(&st), Generation(0)),
-            Err(e) => reply.error(err(e)),
-        }
     }
 
     /// Release everything the kernel still holds (at unmount; the kernel
@@ -451,7 +503,7 @@ impl FerriteFuse {
 
     /// Directory listing shared by readdir and readdirplus: calls `emit`
     /// for each entry from `offset` on until it returns true (buffer full).
-    fn list(
+    pub(crate) fn list(
         &self,
         dir: InodeNo,
         offset: u64,
@@ -485,71 +537,516 @@ impl FerriteFuse {
     }
 }
 
-impl Filesystem for FerriteFuse {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_background(64);
-        let mut want = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_CACHE_SYMLINKS;
-        match self.set.readdirplus {
-            ReaddirPlus::Off => {}
-            ReaddirPlus::On => want |= InitFlags::FUSE_DO_READDIRPLUS,
-            ReaddirPlus::Auto => want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO,
+/// The handlers, one per FUSE request kind, each returning its answer.
+impl Core {
+    /// Whether a missed lookup is answered with a negative entry, which the
+    /// kernel caches for `negative_timeout`.
+    pub(crate) fn negative_entries(&self) -> bool {
+        !self.set.negative_ttl.is_zero()
+    }
+
+    pub(crate) fn lookup(&self, parent: InodeNo, name: &OsStr) -> FsResult<Stat> {
+        self.test_hook(name);
+        self.fs.lookup(parent, name.as_bytes()).and_then(|st| self.count_entry(parent, name.as_bytes(), st))
+    }
+
+    pub(crate) fn getattr(&self, ino: InodeNo) -> FsResult<Stat> {
+        self.fs.getattr(ino)
+    }
+
+    /// `kill_suidgid`: the kernel asks the daemon to drop the set-user-ID
+    /// and set-group-ID bits as part of a truncate (FUSE_HANDLE_KILLPRIV_V2,
+    /// below).
+    pub(crate) fn setattr(&self, ino: InodeNo, set: &SetAttr, kill_suidgid: bool) -> FsResult<Stat> {
+        if self.trace {
+            log(format!("setattr ino {} {set:?} kill_suidgid {kill_suidgid}", ino.0));
         }
-        if self.set.writeback_cache {
-            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        self.writable()?;
+        let mut set = *set;
+        if kill_suidgid && set.size.is_some() && set.perm.is_none() {
+            let st = self.fs.getattr(ino)?;
+            set.perm = killed_perm(st.perm);
         }
-        for flag in want.iter() {
-            if config.add_capabilities(flag).is_err() {
-                if flag == InitFlags::FUSE_WRITEBACK_CACHE {
-                    log("the kernel does not offer the writeback cache; writes go through");
-                }
-                if flag == InitFlags::FUSE_DO_READDIRPLUS {
-                    self.set.readdirplus = ReaddirPlus::Off;
+        self.fs.setattr(ino, &set)
+    }
+
+    /// Drop the set-user-ID bit, and the set-group-ID bit of a
+    /// group-executable file, as Linux does when an unprivileged caller
+    /// writes or truncates. With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves
+    /// this to the daemon and says when (a flag on the write, truncate or
+    /// open): in exchange it stops asking for `security.capability` before
+    /// every write, one round trip of two.
+    fn kill_suidgid(&self, ino: InodeNo) -> FsResult<()> {
+        let st = self.fs.getattr(ino)?;
+        if let Some(perm) = killed_perm(st.perm) {
+            self.fs.setattr(ino, &SetAttr { perm: Some(perm), ..SetAttr::default() })?;
+            // The kernel still caches the old mode: have it ask again. Only
+            // the attributes (offset -1): the writer holds the page locks,
+            // so dropping cached pages here would deadlock.
+            if let Some(n) = self.notifier.get() {
+                if let Err(e) = n.inval_inode(INodeNo(ino.0), -1, 0) {
+                    log(format!("cannot invalidate the kernel's attributes of inode {}: {e}", ino.0));
                 }
             }
         }
         Ok(())
     }
 
+    pub(crate) fn readlink(&self, ino: InodeNo) -> FsResult<Vec<u8>> {
+        self.fs.readlink_ino(ino)
+    }
+
+    pub(crate) fn mknod(
+        &self,
+        req: Caller,
+        parent: InodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> FsResult<Stat> {
+        // Regular files, FIFOs, sockets and device nodes (the kernel
+        // checked the type and CAP_MKNOD before asking).
+        let k = match FileType::from_mode(mode) {
+            _ if mode & libc::S_IFMT == 0 => FileType::Regular,
+            Some(FileType::Directory) => return Err(Errno::EPERM),
+            Some(FileType::Symlink) | None => return Err(Errno::EINVAL),
+            Some(k) => k,
+        };
+        self.make_node(req, parent, name, k, mode, umask, None, u64::from(rdev))
+    }
+
+    pub(crate) fn mkdir(&self, req: Caller, parent: InodeNo, name: &OsStr, mode: u32, umask: u32) -> FsResult<Stat> {
+        self.make_node(req, parent, name, FileType::Directory, mode, umask, None, 0)
+    }
+
+    pub(crate) fn remove(&self, parent: InodeNo, name: &OsStr, dir: bool) -> FsResult<()> {
+        self.writable()?;
+        self.fs.remove(parent, name.as_bytes(), dir)
+    }
+
+    pub(crate) fn symlink(&self, req: Caller, parent: InodeNo, name: &OsStr, target: &[u8]) -> FsResult<Stat> {
+        self.make_node(req, parent, name, FileType::Symlink, 0o777, 0, Some(target), 0)
+    }
+
+    /// `flags`: the RENAME_* bits of renameat2.
+    pub(crate) fn rename(
+        &self,
+        parent: InodeNo,
+        name: &OsStr,
+        newparent: InodeNo,
+        newname: &OsStr,
+        flags: u32,
+    ) -> FsResult<()> {
+        let how = match flags {
+            0 => RenameFlags::Replace,
+            libc::RENAME_NOREPLACE => RenameFlags::NoReplace,
+            libc::RENAME_EXCHANGE => RenameFlags::Exchange,
+            _ => return Err(Errno::EINVAL), // RENAME_WHITEOUT and combinations
+        };
+        self.writable()?;
+        self.fs.rename_at(parent, name.as_bytes(), newparent, newname.as_bytes(), how)
+    }
+
+    pub(crate) fn link(&self, ino: InodeNo, newparent: InodeNo, newname: &OsStr) -> FsResult<Stat> {
+        self.writable()?;
+        let st = self.fs.link_at(ino, newparent, newname.as_bytes())?;
+        self.count_entry(newparent, newname.as_bytes(), st)
+    }
+
+    /// Open a regular file: its handle. `kill_suidgid`: an unprivileged
+    /// open with O_TRUNC (see [`Core::kill_suidgid`]).
+    pub(crate) fn open(&self, ino: InodeNo, flags: i32, kill_suidgid: bool) -> FsResult<u64> {
+        let st = self.fs.getattr(ino)?;
+        match st.kind {
+            FileType::Directory => return Err(Errno::EISDIR),
+            FileType::Symlink => return Err(Errno::ELOOP),
+            FileType::Regular => {}
+            // The kernel opens FIFOs and device nodes itself; it never
+            // asks the file system.
+            _ => return Err(Errno::ENXIO),
+        }
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            self.writable()?;
+        }
+        if kill_suidgid && flags & libc::O_TRUNC != 0 {
+            self.writable()?;
+            self.kill_suidgid(st.ino)?;
+        }
+        self.new_handle(st.ino)
+    }
+
+    /// Read into `buf` (the reply's own buffer where the transport has
+    /// one): the bytes read.
+    pub(crate) fn read(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        self.fs.read_ino(ino, offset, buf)
+    }
+
+    /// `write_flags` as the kernel sent them; FUSE_WRITE_KILL_SUIDGID asks
+    /// to drop the set-ID bits first (see [`Core::kill_suidgid`]).
+    pub(crate) fn write(&self, ino: InodeNo, offset: u64, data: &[u8], write_flags: u32) -> FsResult<usize> {
+        if self.trace {
+            log(format!(
+                "write ino {} off {offset:#x} len {:#x} end {:#x} flags {write_flags:#x}",
+                ino.0,
+                data.len(),
+                offset + data.len() as u64
+            ));
+        }
+        self.writable()?;
+        if write_flags & WRITE_KILL_SUIDGID != 0 && !data.is_empty() {
+            self.kill_suidgid(ino)?;
+        }
+        self.fs.write_ino(ino, offset, data)
+    }
+
+    pub(crate) fn release(&self, fh: u64) {
+        self.drop_handle(fh);
+    }
+
+    /// The engine's one durability entry point (the commit point of the
+    /// fsync-atomic and buffered modes). The kernel sends FSYNC for fsync,
+    /// fdatasync, msync(MS_SYNC) and after every write through an
+    /// O_SYNC/O_DSYNC descriptor (generic_write_sync); tests/modes.rs
+    /// checks each through a crash.
+    pub(crate) fn fsync(&self, ino: InodeNo, datasync: bool) -> FsResult<()> {
+        if self.trace {
+            log(format!("fsync ino {} datasync {datasync}", ino.0));
+        }
+        self.fs.fsync_ino(ino, datasync)
+    }
+
+    pub(crate) fn opendir(&self, ino: InodeNo) -> FsResult<u64> {
+        let st = self.fs.getattr(ino)?;
+        if st.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        self.new_handle(st.ino)
+    }
+
+    /// readdirplus: `add(stat, offset, name)` appends one entry and says
+    /// whether the reply was full (the entry did not fit). Every entry but
+    /// the dots counts a kernel reference once sent.
+    pub(crate) fn readdirplus(
+        &self,
+        dir: InodeNo,
+        offset: u64,
+        mut add: impl FnMut(&Stat, u64, &[u8]) -> bool,
+    ) -> FsResult<()> {
+        self.list(dir, offset, |ino, off, _k, name| {
+            let dots = name == b"." || name == b"..";
+            let st = if dots {
+                self.fs.getattr(ino)
+            } else {
+                self.fs.getattr(ino).and_then(|st| self.count_entry(dir, name, st))
+            };
+            let Ok(st) = st else {
+                return false; // removed meanwhile: skip it
+            };
+            let full = add(&st, off, name);
+            if full && !dots {
+                self.drop_refs(st.ino.0, 1); // not sent after all
+            }
+            full
+        })
+    }
+
+    pub(crate) fn statfs(&self) -> StatFs {
+        self.fs.fs_stats()
+    }
+
+    // Extended attributes go to the engine. With `noxattr`, ENOSYS makes
+    // the kernel remember (no_getxattr, ...) and answer EOPNOTSUPP itself,
+    // which saves the getxattr("security.capability") round trip it makes
+    // before a write.
+    pub(crate) fn setxattr(&self, ino: InodeNo, name: &OsStr, value: &[u8], flags: i32) -> FsResult<()> {
+        if !self.set.xattr {
+            return Err(Errno(libc::ENOSYS));
+        }
+        // POSIX ACLs: the engine turns an ACL equivalent to a mode into
+        // that mode, but the kernel would keep serving the old mode from
+        // its attribute cache (a setxattr does not refresh it), and without
+        // FUSE_POSIX_ACL it never evaluates ACLs. So refuse them as a file
+        // system without ACLs does; `cp -a` and friends fall back to chmod,
+        // which goes through setattr and the cache.
+        if name.as_bytes().starts_with(b"system.posix_acl_") {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let mode = if flags & libc::XATTR_CREATE != 0 {
+            XattrSetMode::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrSetMode::Replace
+        } else {
+            XattrSetMode::Any
+        };
+        self.writable()?;
+        self.fs.setxattr(ino, name.as_bytes(), value, mode)
+    }
+
+    pub(crate) fn getxattr(&self, ino: InodeNo, name: &OsStr, size: u32) -> FsResult<XattrOut> {
+        if !self.set.xattr {
+            return Err(Errno(libc::ENOSYS));
+        }
+        let v = self.fs.getxattr(ino, name.as_bytes())?;
+        xattr_out(v, size)
+    }
+
+    pub(crate) fn listxattr(&self, ino: InodeNo, size: u32) -> FsResult<XattrOut> {
+        if !self.set.xattr {
+            return Err(Errno(libc::ENOSYS));
+        }
+        let mut list = Vec::new();
+        for n in self.fs.listxattr(ino)? {
+            list.extend_from_slice(&n);
+            list.push(0);
+        }
+        xattr_out(list, size)
+    }
+
+    pub(crate) fn removexattr(&self, ino: InodeNo, name: &OsStr) -> FsResult<()> {
+        if !self.set.xattr {
+            return Err(Errno(libc::ENOSYS));
+        }
+        self.writable()?;
+        self.fs.removexattr(ino, name.as_bytes())
+    }
+
+    /// Only called without default_permissions: the classic owner / group /
+    /// other check on the caller's primary ids.
+    pub(crate) fn access(&self, req: Caller, ino: InodeNo, mask: u32) -> FsResult<()> {
+        let st = self.fs.getattr(ino)?;
+        let want = mask & 7;
+        if want == 0 {
+            return Ok(());
+        }
+        if want & libc::W_OK as u32 != 0 {
+            self.writable()?;
+        }
+        let have = if req.uid == 0 {
+            let any_x = st.perm & 0o111 != 0 || st.kind == FileType::Directory;
+            6 | if any_x { 1 } else { 0 }
+        } else if req.uid == st.uid {
+            (st.perm >> 6) & 7
+        } else if req.gid == st.gid {
+            (st.perm >> 3) & 7
+        } else {
+            st.perm & 7
+        };
+        if want & !have == 0 {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+
+    /// Create and open a regular file: its attributes and handle.
+    /// `kill_suidgid`: an unprivileged O_TRUNC of a file that exists.
+    #[allow(clippy::too_many_arguments)] // the FUSE request's own fields
+    pub(crate) fn create(
+        &self,
+        req: Caller,
+        p: InodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        kill_suidgid: bool,
+    ) -> FsResult<(Stat, u64)> {
+        if mode & libc::S_IFMT != 0 && mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(Errno::EINVAL);
+        }
+        let st = match self.make_node(req, p, name, FileType::Regular, mode, umask, None, 0) {
+            Ok(st) => st,
+            // Made by someone else since the kernel's lookup: open it.
+            Err(Errno::EEXIST) if flags & libc::O_EXCL == 0 => {
+                let st = self.fs.lookup(p, name.as_bytes())?;
+                if st.kind == FileType::Directory {
+                    return Err(Errno::EISDIR);
+                }
+                let st = self.count_entry(p, name.as_bytes(), st)?;
+                if flags & libc::O_TRUNC != 0 && (st.size != 0 || kill_suidgid) {
+                    let perm = if kill_suidgid { killed_perm(st.perm) } else { None };
+                    let t = SetAttr { size: Some(0), perm, ..SetAttr::default() };
+                    if let Err(e) = self.fs.setattr(st.ino, &t) {
+                        self.drop_refs(st.ino.0, 1);
+                        return Err(e);
+                    }
+                }
+                st
+            }
+            Err(e) => return Err(e),
+        };
+        match self.new_handle(st.ino) {
+            Ok(fh) => Ok((st, fh)),
+            Err(e) => {
+                self.drop_refs(st.ino.0, 1);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn fallocate(&self, ino: InodeNo, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+        if self.trace {
+            log(format!("fallocate ino {} off {offset:#x} len {length:#x} mode {mode:#x}", ino.0));
+        }
+        let how = match mode {
+            0 => FallocateMode::Default,
+            libc::FALLOC_FL_KEEP_SIZE => FallocateMode::KeepSize,
+            // The kernel drops its cached pages of the range itself.
+            m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => FallocateMode::PunchHole,
+            // Punching without KEEP_SIZE (EOPNOTSUPP on Linux too),
+            // collapsing, inserting, zeroing: not in the engine.
+            _ => return Err(Errno::EOPNOTSUPP),
+        };
+        self.writable()?;
+        self.fs.fallocate_ino(ino, how, offset, length)
+    }
+
+    /// The kernel asks only for SEEK_DATA / SEEK_HOLE (it handles the others
+    /// itself); the engine answers at page granularity.
+    pub(crate) fn lseek(&self, ino: InodeNo, offset: i64, whence: i32) -> FsResult<i64> {
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return Err(Errno::EINVAL),
+        };
+        if offset < 0 {
+            return Err(Errno::ENXIO);
+        }
+        self.fs.seek_data_hole_ino(ino, offset as u64, data).map(|o| o as i64)
+    }
+
+    /// The INIT capabilities both transports want, given what the kernel
+    /// offers (`offered`); the second value says whether FUSE over io_uring
+    /// is among them.
+    pub(crate) fn init_flags(&self, offered: InitFlags) -> (InitFlags, bool) {
+        let mut want =
+            InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_CACHE_SYMLINKS | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+        match self.set.readdirplus {
+            ReaddirPlus::Off => {}
+            ReaddirPlus::On => want |= InitFlags::FUSE_DO_READDIRPLUS,
+            ReaddirPlus::Auto => want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO,
+        }
+        if self.set.writeback_cache {
+            if offered.contains(InitFlags::FUSE_WRITEBACK_CACHE) {
+                want |= InitFlags::FUSE_WRITEBACK_CACHE;
+            } else {
+                log("the kernel does not offer the writeback cache; writes go through");
+            }
+        }
+        let uring = match self.set.transport {
+            Transport::Dev => false,
+            Transport::Auto | Transport::Uring => offered.contains(InitFlags::FUSE_OVER_IO_URING),
+        };
+        if uring {
+            want |= InitFlags::FUSE_OVER_IO_URING;
+        }
+        (want & offered, uring)
+    }
+}
+
+/// `fuse_write_in.write_flags`: drop the set-ID bits (FUSE_WRITE_KILL_SUIDGID).
+pub(crate) const WRITE_KILL_SUIDGID: u32 = 1 << 2;
+
+/// The permission bits without set-user-ID, and without set-group-ID if
+/// the group may execute (Linux's rule); None if nothing changes.
+fn killed_perm(perm: u32) -> Option<u32> {
+    let mut p = perm & 0o7777;
+    p &= !libc::S_ISUID;
+    if p & libc::S_IXGRP != 0 {
+        p &= !libc::S_ISGID;
+    }
+    (p != perm & 0o7777).then_some(p)
+}
+
+fn xattr_out(v: Vec<u8>, size: u32) -> FsResult<XattrOut> {
+    if size == 0 {
+        Ok(XattrOut::Size(v.len() as u32))
+    } else if v.len() <= size as usize {
+        Ok(XattrOut::Data(v))
+    } else {
+        Err(Errno::ERANGE)
+    }
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller { uid: req.uid(), gid: req.gid() }
+}
+
+fn reply_entry(core: &Core, reply: ReplyEntry, r: FsResult<Stat>) {
+    match r {
+        Ok(st) => reply.entry_with_ttls(&core.set.attr_ttl, &core.set.entry_ttl, &attr(&st), Generation(0)),
+        Err(e) => reply.error(err(e)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: FsResult<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(err(e)),
+    }
+}
+
+fn reply_xattr(reply: ReplyXattr, r: FsResult<XattrOut>) {
+    match r {
+        Ok(XattrOut::Size(n)) => reply.size(n),
+        Ok(XattrOut::Data(v)) => reply.data(&v),
+        Err(e) => reply.error(err(e)),
+    }
+}
+
+/// The /dev/fuse transport: `fuser` decodes each request and calls these
+/// methods, which call the [`Core`] handler and encode its answer.
+impl Filesystem for FerriteFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(crate::daemon::MAX_WRITE as u32);
+        let _ = config.set_max_background(64);
+        let (want, uring) = self.core.init_flags(config.capabilities());
+        for flag in want.iter() {
+            let _ = config.add_capabilities(flag);
+        }
+        self.core.uring_granted.store(uring, Ordering::Release);
+        Ok(())
+    }
+
     fn destroy(&mut self) {
         // The kernel does not forget every inode at unmount: normal. Open
         // handles left mean the connection was aborted.
-        let (h, _) = self.release_all();
+        let (h, _) = self.core.release_all();
         if h > 0 {
             log(format!("at unmount {h} file(s) were still open: released"));
         }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.guard("lookup", || {
-            self.test_hook(name);
-            let parent = node_no(parent);
-            let r =
-                self.fs.lookup(parent, name.as_bytes()).and_then(|st| self.count_entry(parent, name.as_bytes(), st));
-            if r == Err(Errno::ENOENT) && !self.set.negative_ttl.is_zero() {
+        let c = &self.core;
+        c.guard("lookup", || {
+            let r = c.lookup(node_no(parent), name);
+            if r == Err(Errno::ENOENT) && c.negative_entries() {
                 // A negative entry (node 0): the kernel remembers the miss.
                 let none = FileAttr { ino: INodeNo(0), ..attr(&NO_STAT) };
-                reply.entry_with_ttls(&Duration::ZERO, &self.set.negative_ttl, &none, Generation(0));
+                reply.entry_with_ttls(&Duration::ZERO, &c.set.negative_ttl, &none, Generation(0));
                 return;
             }
-            self.reply_entry(reply, r);
+            reply_entry(c, reply, r);
         })
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.guard("forget", || self.drop_refs(ino.0, nlookup))
+        self.core.guard("forget", || self.core.drop_refs(ino.0, nlookup))
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.guard("getattr", || match self.fs.getattr(node_no(ino)) {
-            Ok(st) => reply.attr(&self.set.attr_ttl, &attr(&st)),
+        let c = &self.core;
+        c.guard("getattr", || match c.getattr(node_no(ino)) {
+            Ok(st) => reply.attr(&c.set.attr_ttl, &attr(&st)),
             Err(e) => reply.error(err(e)),
         })
     }
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -565,80 +1062,56 @@ impl Filesystem for FerriteFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.guard("setattr", || {
-            if self.trace {
-                log(format!("setattr ino {} mode {mode:?} uid {uid:?} gid {gid:?} size {size:?} atime {atime:?} mtime {mtime:?}", ino.0));
-            }
-            let r = self.writable().and_then(|()| {
-                let set = SetAttr {
-                    perm: mode.map(|m| m & 0o7777),
-                    uid,
-                    gid,
-                    size,
-                    atime: time_set(atime),
-                    mtime: time_set(mtime),
-                };
-                self.fs.setattr(node_no(ino), &set)
-            });
-            match r {
-                Ok(st) => reply.attr(&self.set.attr_ttl, &attr(&st)),
+        let c = &self.core;
+        c.guard("setattr", || {
+            let set = SetAttr {
+                perm: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                size,
+                atime: time_set(atime),
+                mtime: time_set(mtime),
+            };
+            // fuser does not pass FATTR_KILL_SUIDGID: an unprivileged
+            // caller (the kernel sets the flag for callers without
+            // CAP_FSETID) stands for it.
+            match c.setattr(node_no(ino), &set, req.uid() != 0) {
+                Ok(st) => reply.attr(&c.set.attr_ttl, &attr(&st)),
                 Err(e) => reply.error(err(e)),
             }
         })
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.guard("readlink", || match self.fs.readlink_ino(node_no(ino)) {
+        self.core.guard("readlink", || match self.core.readlink(node_no(ino)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(err(e)),
         })
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        self.guard("mknod", || {
-            // Regular files, FIFOs, sockets and device nodes (the kernel
-            // checked the type and CAP_MKNOD before asking).
-            let r = match FileType::from_mode(mode) {
-                _ if mode & libc::S_IFMT == 0 => Ok(FileType::Regular),
-                Some(FileType::Directory) => Err(Errno::EPERM),
-                Some(FileType::Symlink) | None => Err(Errno::EINVAL),
-                Some(k) => Ok(k),
-            }
-            .and_then(|k| self.make_node(req, node_no(parent), name, k, mode, umask, None, u64::from(rdev)));
-            self.reply_entry(reply, r);
-        })
+        let c = &self.core;
+        c.guard("mknod", || reply_entry(c, reply, c.mknod(caller(req), node_no(parent), name, mode, umask, rdev)))
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.guard("mkdir", || {
-            let r = self.make_node(req, node_no(parent), name, FileType::Directory, mode, umask, None, 0);
-            self.reply_entry(reply, r);
-        })
+        let c = &self.core;
+        c.guard("mkdir", || reply_entry(c, reply, c.mkdir(caller(req), node_no(parent), name, mode, umask)))
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.guard("unlink", || {
-            match self.writable().and_then(|()| self.fs.remove(node_no(parent), name.as_bytes(), false)) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        })
+        self.core.guard("unlink", || reply_empty(reply, self.core.remove(node_no(parent), name, false)))
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.guard("rmdir", || {
-            match self.writable().and_then(|()| self.fs.remove(node_no(parent), name.as_bytes(), true)) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        })
+        self.core.guard("rmdir", || reply_empty(reply, self.core.remove(node_no(parent), name, true)))
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.guard("symlink", || {
-            let t = target.as_os_str().as_bytes();
-            let r = self.make_node(req, node_no(parent), link_name, FileType::Symlink, 0o777, 0, Some(t), 0);
-            self.reply_entry(reply, r);
+        let c = &self.core;
+        c.guard("symlink", || {
+            let r = c.symlink(caller(req), node_no(parent), link_name, target.as_os_str().as_bytes());
+            reply_entry(c, reply, r)
         })
     }
 
@@ -652,58 +1125,22 @@ impl Filesystem for FerriteFuse {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.guard("rename", || {
-            let how = if flags.is_empty() {
-                Ok(RenameFlags::Replace)
-            } else if flags == fuser::RenameFlags::RENAME_NOREPLACE {
-                Ok(RenameFlags::NoReplace)
-            } else if flags == fuser::RenameFlags::RENAME_EXCHANGE {
-                Ok(RenameFlags::Exchange)
-            } else {
-                Err(Errno::EINVAL) // RENAME_WHITEOUT and combinations
-            };
-            let r = self.writable().and(how).and_then(|how| {
-                self.fs.rename_at(node_no(parent), name.as_bytes(), node_no(newparent), newname.as_bytes(), how)
-            });
-            match r {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
+        self.core.guard("rename", || {
+            reply_empty(reply, self.core.rename(node_no(parent), name, node_no(newparent), newname, flags.bits()))
         })
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.guard("link", || {
-            let p = node_no(newparent);
-            let r = self
-                .writable()
-                .and_then(|()| self.fs.link_at(node_no(ino), p, newname.as_bytes()))
-                .and_then(|st| self.count_entry(p, newname.as_bytes(), st));
-            self.reply_entry(reply, r);
-        })
+        let c = &self.core;
+        c.guard("link", || reply_entry(c, reply, c.link(node_no(ino), node_no(newparent), newname)))
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.guard("open", || {
-            let r = (|| {
-                let st = self.fs.getattr(node_no(ino))?;
-                match st.kind {
-                    FileType::Directory => return Err(Errno::EISDIR),
-                    FileType::Symlink => return Err(Errno::ELOOP),
-                    FileType::Regular => {}
-                    // The kernel opens FIFOs and device nodes itself; it
-                    // never asks the file system.
-                    _ => return Err(Errno::ENXIO),
-                }
-                if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
-                    self.writable()?;
-                }
-                self.new_handle(st.ino)
-            })();
-            match r {
-                Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
-                Err(e) => reply.error(err(e)),
-            }
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let c = &self.core;
+        // fuser does not pass FUSE_OPEN_KILL_SUIDGID: as for setattr.
+        c.guard("open", || match c.open(node_no(ino), flags.0, req.uid() != 0) {
+            Ok(fh) => reply.opened(FileHandle(fh), c.open_flags()),
+            Err(e) => reply.error(err(e)),
         })
     }
 
@@ -718,14 +1155,14 @@ impl Filesystem for FerriteFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.guard("read", || {
+        self.core.guard("read", || {
             READ_BUF.with(|b| {
                 let mut buf = b.borrow_mut();
                 if buf.len() < size as usize {
                     buf.resize(size as usize, 0);
                 }
                 let buf = &mut buf[..size as usize];
-                match self.fs.read_ino(node_no(ino), offset, buf) {
+                match self.core.read(node_no(ino), offset, buf) {
                     Ok(n) => reply.data(&buf[..n]),
                     Err(e) => reply.error(err(e)),
                 }
@@ -740,24 +1177,14 @@ impl Filesystem for FerriteFuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.guard("write", || {
-            if self.trace {
-                log(format!(
-                    "write ino {} off {offset:#x} len {:#x} end {:#x} flags {_write_flags:?}",
-                    ino.0,
-                    data.len(),
-                    offset + data.len() as u64
-                ));
-            }
-            match self.writable().and_then(|()| self.fs.write_ino(node_no(ino), offset, data)) {
-                Ok(n) => reply.written(n as u32),
-                Err(e) => reply.error(err(e)),
-            }
+        self.core.guard("write", || match self.core.write(node_no(ino), offset, data, write_flags.bits()) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(err(e)),
         })
     }
 
@@ -776,47 +1203,26 @@ impl Filesystem for FerriteFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.guard("release", || {
-            self.drop_handle(fh.0);
+        self.core.guard("release", || {
+            self.core.release(fh.0);
             reply.ok();
         })
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        // The engine's one durability entry point (the commit point of the
-        // fsync-atomic and buffered modes). The kernel sends FSYNC for
-        // fsync, fdatasync, msync(MS_SYNC) and after every write through an
-        // O_SYNC/O_DSYNC descriptor (generic_write_sync); tests/modes.rs
-        // checks each through a crash.
-        self.guard("fsync", || {
-            if self.trace {
-                log(format!("fsync ino {} datasync {datasync}", ino.0));
-            }
-            match self.fs.fsync_ino(node_no(ino), datasync) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        })
+        self.core.guard("fsync", || reply_empty(reply, self.core.fsync(node_no(ino), datasync)))
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.guard("opendir", || {
-            let r = self.fs.getattr(node_no(ino)).and_then(|st| {
-                if st.kind != FileType::Directory {
-                    return Err(Errno::ENOTDIR);
-                }
-                self.new_handle(st.ino)
-            });
-            match r {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-                Err(e) => reply.error(err(e)),
-            }
+        self.core.guard("opendir", || match self.core.opendir(node_no(ino)) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(err(e)),
         })
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        self.guard("readdir", || {
-            let r = self.list(node_no(ino), offset, |ino, off, k, name| {
+        self.core.guard("readdir", || {
+            let r = self.core.list(node_no(ino), offset, |ino, off, k, name| {
                 reply.add(INodeNo(ino.0), off, kind(k), OsStr::from_bytes(name))
             });
             match r {
@@ -827,25 +1233,11 @@ impl Filesystem for FerriteFuse {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        self.guard("readdirplus", || {
-            let dir = node_no(ino);
-            let ttl = self.set.entry_ttl.min(self.set.attr_ttl);
-            let r = self.list(dir, offset, |ino, off, _k, name| {
-                let dots = name == b"." || name == b"..";
-                // The kernel counts a reference for every entry but the dots.
-                let st = if dots {
-                    self.fs.getattr(ino)
-                } else {
-                    self.fs.getattr(ino).and_then(|st| self.count_entry(dir, name, st))
-                };
-                let Ok(st) = st else {
-                    return false; // removed meanwhile: skip it
-                };
-                let full = reply.add(INodeNo(st.ino.0), off, OsStr::from_bytes(name), &ttl, &attr(&st), Generation(0));
-                if full && !dots {
-                    self.drop_refs(st.ino.0, 1); // not sent after all
-                }
-                full
+        let c = &self.core;
+        c.guard("readdirplus", || {
+            let ttl = c.set.entry_ttl.min(c.set.attr_ttl);
+            let r = c.readdirplus(node_no(ino), offset, |st, off, name| {
+                reply.add(INodeNo(st.ino.0), off, OsStr::from_bytes(name), &ttl, &attr(st), Generation(0))
             });
             match r {
                 Ok(()) => reply.ok(),
@@ -855,22 +1247,19 @@ impl Filesystem for FerriteFuse {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.guard("releasedir", || {
-            self.drop_handle(fh.0);
+        self.core.guard("releasedir", || {
+            self.core.release(fh.0);
             reply.ok();
         })
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        self.guard("fsyncdir", || match self.fs.fsync_ino(node_no(ino), datasync) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        })
+        self.core.guard("fsyncdir", || reply_empty(reply, self.core.fsync(node_no(ino), datasync)))
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.guard("statfs", || {
-            let s = self.fs.fs_stats();
+        self.core.guard("statfs", || {
+            let s = self.core.statfs();
             reply.statfs(
                 s.blocks,
                 s.blocks_free,
@@ -884,10 +1273,6 @@ impl Filesystem for FerriteFuse {
         })
     }
 
-    // Extended attributes go to the engine. With `noxattr`, ENOSYS makes
-    // the kernel remember (no_getxattr, ...) and answer EOPNOTSUPP itself,
-    // which saves the getxattr("security.capability") round trip it makes
-    // before a write.
     fn setxattr(
         &self,
         _req: &Request,
@@ -898,113 +1283,24 @@ impl Filesystem for FerriteFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        if !self.set.xattr {
-            return reply.error(fuser::Errno::ENOSYS);
-        }
-        // POSIX ACLs: the engine turns an ACL equivalent to a mode into
-        // that mode, but the kernel would keep serving the old mode from
-        // its attribute cache (a setxattr does not refresh it), and without
-        // FUSE_POSIX_ACL it never evaluates ACLs. So refuse them as a file
-        // system without ACLs does; `cp -a` and friends fall back to chmod,
-        // which goes through setattr and the cache.
-        if name.as_bytes().starts_with(b"system.posix_acl_") {
-            return reply.error(fuser::Errno::EOPNOTSUPP);
-        }
-        self.guard("setxattr", || {
-            let mode = if flags & libc::XATTR_CREATE != 0 {
-                XattrSetMode::Create
-            } else if flags & libc::XATTR_REPLACE != 0 {
-                XattrSetMode::Replace
-            } else {
-                XattrSetMode::Any
-            };
-            match self.writable().and_then(|()| self.fs.setxattr(node_no(ino), name.as_bytes(), value, mode)) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        })
+        self.core.guard("setxattr", || reply_empty(reply, self.core.setxattr(node_no(ino), name, value, flags)))
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if !self.set.xattr {
-            return reply.error(fuser::Errno::ENOSYS);
-        }
-        self.guard("getxattr", || match self.fs.getxattr(node_no(ino), name.as_bytes()) {
-            Ok(v) if size == 0 => reply.size(v.len() as u32),
-            Ok(v) if v.len() <= size as usize => reply.data(&v),
-            Ok(_) => reply.error(fuser::Errno::ERANGE),
-            Err(e) => reply.error(err(e)),
-        })
+        self.core.guard("getxattr", || reply_xattr(reply, self.core.getxattr(node_no(ino), name, size)))
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if !self.set.xattr {
-            return reply.error(fuser::Errno::ENOSYS);
-        }
-        self.guard("listxattr", || match self.fs.listxattr(node_no(ino)) {
-            Ok(names) => {
-                let mut list = Vec::new();
-                for n in names {
-                    list.extend_from_slice(&n);
-                    list.push(0);
-                }
-                if size == 0 {
-                    reply.size(list.len() as u32)
-                } else if list.len() <= size as usize {
-                    reply.data(&list)
-                } else {
-                    reply.error(fuser::Errno::ERANGE)
-                }
-            }
-            Err(e) => reply.error(err(e)),
-        })
+        self.core.guard("listxattr", || reply_xattr(reply, self.core.listxattr(node_no(ino), size)))
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if !self.set.xattr {
-            return reply.error(fuser::Errno::ENOSYS);
-        }
-        self.guard("removexattr", || {
-            match self.writable().and_then(|()| self.fs.removexattr(node_no(ino), name.as_bytes())) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        })
+        self.core.guard("removexattr", || reply_empty(reply, self.core.removexattr(node_no(ino), name)))
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        // Only called without default_permissions: the classic owner /
-        // group / other check on the caller's primary ids.
-        self.guard("access", || {
-            let r = self.fs.getattr(node_no(ino)).and_then(|st| {
-                let want = (mask.bits() & 7) as u32;
-                if want == 0 {
-                    return Ok(());
-                }
-                if want & libc::W_OK as u32 != 0 {
-                    self.writable()?;
-                }
-                let have = if req.uid() == 0 {
-                    let any_x = st.perm & 0o111 != 0 || st.kind == FileType::Directory;
-                    6 | if any_x { 1 } else { 0 }
-                } else if req.uid() == st.uid {
-                    (st.perm >> 6) & 7
-                } else if req.gid() == st.gid {
-                    (st.perm >> 3) & 7
-                } else {
-                    st.perm & 7
-                };
-                if want & !have == 0 {
-                    Ok(())
-                } else {
-                    Err(Errno::EACCES)
-                }
-            });
-            match r {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        })
+        self.core
+            .guard("access", || reply_empty(reply, self.core.access(caller(req), node_no(ino), mask.bits() as u32)))
     }
 
     fn create(
@@ -1017,50 +1313,16 @@ impl Filesystem for FerriteFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.guard("create", || {
-            let p = node_no(parent);
-            let r = (|| {
-                if mode & libc::S_IFMT != 0 && mode & libc::S_IFMT != libc::S_IFREG {
-                    return Err(Errno::EINVAL);
-                }
-                let st = match self.make_node(req, p, name, FileType::Regular, mode, umask, None, 0) {
-                    Ok(st) => st,
-                    // Made by someone else since the kernel's lookup: open it.
-                    Err(Errno::EEXIST) if flags & libc::O_EXCL == 0 => {
-                        let st = self.fs.lookup(p, name.as_bytes())?;
-                        if st.kind == FileType::Directory {
-                            return Err(Errno::EISDIR);
-                        }
-                        let st = self.count_entry(p, name.as_bytes(), st)?;
-                        if flags & libc::O_TRUNC != 0 && st.size != 0 {
-                            let t = SetAttr { size: Some(0), ..SetAttr::default() };
-                            if let Err(e) = self.fs.setattr(st.ino, &t) {
-                                self.drop_refs(st.ino.0, 1);
-                                return Err(e);
-                            }
-                        }
-                        st
-                    }
-                    Err(e) => return Err(e),
-                };
-                match self.new_handle(st.ino) {
-                    Ok(fh) => Ok((st, fh)),
-                    Err(e) => {
-                        self.drop_refs(st.ino.0, 1);
-                        Err(e)
-                    }
-                }
-            })();
-            match r {
-                Ok((st, fh)) => reply.created(
-                    &self.set.entry_ttl.min(self.set.attr_ttl),
-                    &attr(&st),
-                    Generation(0),
-                    FileHandle(fh),
-                    self.open_flags(),
-                ),
-                Err(e) => reply.error(err(e)),
-            }
+        let c = &self.core;
+        c.guard("create", || match c.create(caller(req), node_no(parent), name, mode, umask, flags, req.uid() != 0) {
+            Ok((st, fh)) => reply.created(
+                &c.set.entry_ttl.min(c.set.attr_ttl),
+                &attr(&st),
+                Generation(0),
+                FileHandle(fh),
+                c.open_flags(),
+            ),
+            Err(e) => reply.error(err(e)),
         })
     }
 
@@ -1074,40 +1336,12 @@ impl Filesystem for FerriteFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.guard("fallocate", || {
-            if self.trace {
-                log(format!("fallocate ino {} off {offset:#x} len {length:#x} mode {mode:#x}", ino.0));
-            }
-            let how = match mode {
-                0 => Ok(FallocateMode::Default),
-                libc::FALLOC_FL_KEEP_SIZE => Ok(FallocateMode::KeepSize),
-                // The kernel drops its cached pages of the range itself.
-                m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => Ok(FallocateMode::PunchHole),
-                // Punching without KEEP_SIZE (EOPNOTSUPP on Linux too),
-                // collapsing, inserting, zeroing: not in the engine.
-                _ => Err(Errno::EOPNOTSUPP),
-            };
-            let r = self.writable().and(how).and_then(|how| self.fs.fallocate_ino(node_no(ino), how, offset, length));
-            match r {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        })
+        self.core.guard("fallocate", || reply_empty(reply, self.core.fallocate(node_no(ino), offset, length, mode)))
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        // The kernel asks only for SEEK_DATA / SEEK_HOLE (it handles the
-        // others itself); the engine answers at page granularity.
-        let data = match whence {
-            libc::SEEK_DATA => true,
-            libc::SEEK_HOLE => false,
-            _ => return reply.error(fuser::Errno::EINVAL),
-        };
-        if offset < 0 {
-            return reply.error(fuser::Errno::ENXIO);
-        }
-        self.guard("lseek", || match self.fs.seek_data_hole_ino(node_no(ino), offset as u64, data) {
-            Ok(o) => reply.offset(o as i64),
+        self.core.guard("lseek", || match self.core.lseek(node_no(ino), offset, whence) {
+            Ok(o) => reply.offset(o),
             Err(e) => reply.error(err(e)),
         })
     }

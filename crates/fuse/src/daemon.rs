@@ -21,15 +21,16 @@
 //!    marked clean. A SIGKILL leaves a dirty pool that the next mount
 //!    recovers (and, with auto_unmount, fusermount3 removes the dead mount).
 
-use crate::adapter::{log, FerriteFuse};
-use crate::options::MountConfig;
+use crate::adapter::{log, Core, FerriteFuse};
+use crate::options::{MountConfig, Transport};
+use crate::uring::{self, UringServer};
 use ferrite::{Ferrite, FormatOptions, InodeNo, MountOptions, PoolError, SetAttr};
 use ferrite_pmem::{Pmem, PmemError};
 use fuser::{Config, MountOption, SessionACL};
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -538,8 +539,10 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     match std::fs::metadata(&dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(format!("{d}: not a directory")),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            // A mount whose daemon died: remove it and mount again.
+        // ENOTCONN, or ECONNABORTED when the daemon died with requests
+        // in its io_uring queues: a mount whose daemon died. Remove it and
+        // mount again.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
             if fuse_mount_at(&dir).is_some() && unmount_path(&dir, true).is_ok() {
                 eprintln!("ferrite: {d}: removed a FUSE mount whose daemon had died");
             } else {
@@ -574,22 +577,33 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     let recovered = fs.mount_report().recovered;
     let fs = Arc::new(fs);
     let adapter = FerriteFuse::new(fs.clone(), cfg);
-    let session = match fuser::Session::new(adapter, &dir, &fuser_config(cfg, &pool)) {
+    let core = adapter.core();
+    let fcfg = fuser_config(cfg, &pool);
+    let mut session = match fuser::Session::new(adapter, &dir, &fcfg) {
         Ok(s) => s,
         Err(e) => {
             let msg = format!("{d}: cannot mount: {}", io_msg(&e));
+            drop(core);
             finish(fs, cfg.read_only);
             return fail(&mut report, msg);
         }
     };
     let info = fuse_mount_at(&dir);
     let conn = info.as_ref().filter(|m| m.major == 0).map(|m| m.minor);
+    let (uring, transport) = match start_transport(core, &session, cfg, fcfg.acl) {
+        Ok(t) => t,
+        Err(msg) => {
+            let _ = session.unmount();
+            drop(session);
+            finish(fs, cfg.read_only);
+            return fail(&mut report, format!("{d}: {msg}"));
+        }
+    };
     let what = format!(
-        "{} on {d}{}{}; {} thread(s), {}; new files are {}",
+        "{} on {d}{}{}; {transport}, {}; new files are {}",
         pool.display(),
         if created { " (new pool)" } else { "" },
         if recovered { " (recovered after an unclean shutdown)" } else { "" },
-        cfg.threads,
         fs.pmem().domain().describe(),
         fs.default_mode().as_str()
     );
@@ -607,9 +621,59 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     if let Err(e) = &served {
         log(format!("session ended with an error: {e}"));
     }
+    if let Some(u) = uring {
+        u.join();
+    }
     finish(fs, cfg.read_only);
     Ok(())
 }
+
+/// After the handshake: serve the connection's requests over io_uring if
+/// the kernel granted it (one queue and thread per CPU), else over
+/// /dev/fuse only. Returns the io_uring threads and how the mount line
+/// describes the transport; an error only when `transport=uring` was asked
+/// and cannot be had.
+fn start_transport<FS: fuser::Filesystem>(
+    core: Arc<Core>,
+    session: &fuser::Session<FS>,
+    cfg: &MountConfig,
+    acl: SessionACL,
+) -> Result<(Option<UringServer>, String), String> {
+    let _ = core.notifier.set(session.notifier());
+    let dev = format!("transport /dev/fuse ({} thread(s))", cfg.threads);
+    let why = if cfg.transport == Transport::Dev {
+        return Ok((None, dev));
+    } else if !core.uring_granted.load(std::sync::atomic::Ordering::Acquire) {
+        let setting = std::fs::read_to_string(URING_PARAM).map(|t| t.trim().to_string());
+        match setting.as_deref() {
+            Ok("Y") => "the kernel did not offer FUSE over io_uring".to_string(),
+            Ok(_) => format!("{URING_PARAM} is off (as root: echo Y > {URING_PARAM})"),
+            Err(_) => "this kernel has no FUSE over io_uring (Linux 6.14 or later with CONFIG_FUSE_IO_URING)".into(),
+        }
+    } else {
+        let fd = session.as_fd().try_clone_to_owned().map_err(|e| format!("cannot duplicate /dev/fuse: {e}"))?;
+        // SAFETY: geteuid cannot fail and touches no memory.
+        let owner = unsafe { libc::geteuid() };
+        match uring::start(core, fd, uring::Access { acl, owner }, MAX_WRITE) {
+            Ok(u) => {
+                let queues = u.queues();
+                return Ok((Some(u), format!("transport io_uring ({queues} per-CPU queue(s))")));
+            }
+            Err(e) => format!("FUSE over io_uring failed to start: {e}"),
+        }
+    };
+    if cfg.transport == Transport::Uring {
+        return Err(format!("transport=uring: {why}"));
+    }
+    log(format!("serving through /dev/fuse: {why}"));
+    Ok((None, dev))
+}
+
+/// The module setting that allows FUSE over io_uring.
+pub const URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The largest write the kernel sends in one request (negotiated at INIT).
+pub(crate) const MAX_WRITE: usize = 1 << 20;
 
 /// Unmount the engine cleanly (marks the pool clean). A read-only mount
 /// served a private view: there is nothing to write back.
@@ -772,6 +836,8 @@ pub fn invoked_as_helper(argv0: &OsStr) -> bool {
 /// Unmounting it unmounts the engine cleanly.
 pub struct Background {
     session: Option<fuser::BackgroundSession>,
+    uring: Option<UringServer>,
+    transport: String,
     fs: Option<Arc<Ferrite>>,
     dir: PathBuf,
 }
@@ -785,12 +851,8 @@ pub fn spawn(fs: Ferrite, dir: &Path, cfg: &MountConfig, label: &Path) -> io::Re
     }
     let fs = Arc::new(fs);
     let adapter = FerriteFuse::new(fs.clone(), cfg);
-    let mut cfg = cfg.clone();
-    if cfg.auto_unmount.is_none() {
-        cfg.auto_unmount = Some(false);
-    }
-    let session = fuser::Session::new(adapter, &dir, &fuser_config(&cfg, label))?.spawn()?;
-    Ok(Background { session: Some(session), fs: Some(fs), dir })
+    let (session, uring, transport) = spawn_adapter(adapter, &dir, cfg, label)?;
+    Ok(Background { session: Some(session), uring, transport, fs: Some(fs), dir })
 }
 
 /// Mount an engine that this process also uses itself (the preload
@@ -802,17 +864,42 @@ pub fn spawn_shared(fs: Arc<Ferrite>, dir: &Path, cfg: &MountConfig, label: &Pat
         fs.set_default_mode(mode);
     }
     let adapter = FerriteFuse::new(fs, cfg);
+    let (session, uring, transport) = spawn_adapter(adapter, &dir, cfg, label)?;
+    Ok(Background { session: Some(session), uring, transport, fs: None, dir })
+}
+
+/// Mount and serve from background threads: the /dev/fuse session and,
+/// when granted, the io_uring queues.
+fn spawn_adapter(
+    adapter: FerriteFuse,
+    dir: &Path,
+    cfg: &MountConfig,
+    label: &Path,
+) -> io::Result<(fuser::BackgroundSession, Option<UringServer>, String)> {
     let mut cfg = cfg.clone();
     if cfg.auto_unmount.is_none() {
         cfg.auto_unmount = Some(false);
     }
-    let session = fuser::Session::new(adapter, &dir, &fuser_config(&cfg, label))?.spawn()?;
-    Ok(Background { session: Some(session), fs: None, dir })
+    let core = adapter.core();
+    let fcfg = fuser_config(&cfg, label);
+    let mut session = fuser::Session::new(adapter, dir, &fcfg)?;
+    match start_transport(core, &session, &cfg, fcfg.acl) {
+        Ok((uring, transport)) => Ok((session.spawn()?, uring, transport)),
+        Err(msg) => {
+            let _ = session.unmount();
+            Err(io::Error::other(msg))
+        }
+    }
 }
 
 impl Background {
     pub fn mountpoint(&self) -> &Path {
         &self.dir
+    }
+
+    /// Which transport serves the mount, as `ferrite mount` says it.
+    pub fn transport(&self) -> &str {
+        &self.transport
     }
 
     /// Unmount (waiting for the serving threads), then unmount the engine
@@ -827,18 +914,24 @@ impl Background {
     /// (false). The engine is not touched in either case.
     pub fn unmount_or_detach(mut self) -> io::Result<bool> {
         let Some(s) = self.session.take() else { return Ok(true) };
+        let uring = self.uring.take();
         match unmount_path(&self.dir, false) {
             Ok(()) => {
                 s.join()?;
+                if let Some(u) = uring {
+                    u.join();
+                }
                 Ok(true)
             }
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 unmount_path(&self.dir, true)?;
                 std::mem::forget(s);
+                std::mem::forget(uring);
                 Ok(false)
             }
             Err(e) => {
                 std::mem::forget(s);
+                std::mem::forget(uring);
                 Err(e)
             }
         }
@@ -848,6 +941,9 @@ impl Background {
         if let Some(s) = self.session.take() {
             unmount_path(&self.dir, false)?;
             s.join()?;
+            if let Some(u) = self.uring.take() {
+                u.join();
+            }
         }
         if let Some(fs) = self.fs.take() {
             match Arc::try_unwrap(fs) {

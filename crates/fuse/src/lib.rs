@@ -10,13 +10,17 @@
 //! panic guard around every handler. See [`adapter`] for the details and
 //! [`daemon`] for the life of a mount (daemonizing, signals, clean unmount).
 //!
-//! Served with `fuser`'s own mount code (no libfuse needed), by several
-//! threads, each on its own cloned /dev/fuse descriptor.
+//! Mounted with `fuser`'s own mount code (no libfuse needed). Served over
+//! FUSE io_uring when the kernel allows it (one queue and thread per CPU,
+//! [`uring`]), else by several threads, each on its own cloned /dev/fuse
+//! descriptor.
 
 pub mod adapter;
 pub mod daemon;
 pub mod options;
+pub mod uring;
+pub mod wire;
 
 pub use adapter::FerriteFuse;
 pub use daemon::{helper_main, invoked_as_helper, mount, spawn, umount, Background, MountRequest, DEFAULT_POOL_SIZE};
-pub use options::{MountConfig, OPTIONS_HELP};
+pub use options::{MountConfig, Transport, OPTIONS_HELP};

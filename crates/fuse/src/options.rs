@@ -70,8 +70,11 @@ pub struct MountConfig {
     /// getxattr("security.capability") round trip the kernel makes before
     /// every write to a file it has not yet seen without capabilities.
     pub xattr: bool,
-    /// Request-serving threads.
+    /// Request-serving threads of the /dev/fuse transport.
     pub threads: usize,
+    /// How requests reach the daemon: FUSE over io_uring (one queue and
+    /// one thread per CPU) or /dev/fuse.
+    pub transport: Transport,
     /// Let fusermount3 unmount if the daemon dies. `None`: when fusermount3
     /// is installed and other users are let in (allow_other / allow_root).
     pub auto_unmount: Option<bool>,
@@ -114,6 +117,7 @@ impl Default for MountConfig {
             readdirplus: ReaddirPlus::Auto,
             xattr: true,
             threads: default_threads(),
+            transport: Transport::from_env(),
             auto_unmount: None,
             size: None,
             fsname: None,
@@ -126,6 +130,31 @@ impl Default for MountConfig {
             dirsync: false,
             foreground: false,
             log: None,
+        }
+    }
+}
+
+/// How the kernel's requests reach the daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// io_uring when the kernel allows it (Linux 6.14+ with
+    /// `/sys/module/fuse/parameters/enable_uring` set), else /dev/fuse.
+    Auto,
+    /// io_uring, or the mount fails with a message saying why not.
+    Uring,
+    /// /dev/fuse only (read and write on the device, several threads).
+    Dev,
+}
+
+impl Transport {
+    /// The FERRITE_FUSE_TRANSPORT environment variable (`auto`, `uring`,
+    /// `dev`), which the tests use to run the suite on each transport; the
+    /// `transport=` option overrides it.
+    pub fn from_env() -> Transport {
+        match std::env::var("FERRITE_FUSE_TRANSPORT").as_deref() {
+            Ok("uring") | Ok("io_uring") => Transport::Uring,
+            Ok("dev") | Ok("dev_fuse") => Transport::Dev,
+            _ => Transport::Auto,
         }
     }
 }
@@ -275,6 +304,14 @@ impl MountConfig {
                 }
                 self.threads = n as usize;
             }
+            ("transport", v) => {
+                self.transport = match need(key, v)? {
+                    "auto" => Transport::Auto,
+                    "uring" | "io_uring" => Transport::Uring,
+                    "dev" | "dev_fuse" => Transport::Dev,
+                    other => return Err(format!("option transport={other}: use auto, uring or dev")),
+                }
+            }
             ("auto_unmount", None) => self.auto_unmount = Some(true),
             ("noauto_unmount" | "no_auto_unmount", None) => self.auto_unmount = Some(false),
             ("size", v) => self.size = Some(parse_size(need(key, v)?).map_err(|e| format!("option size: {e}"))?),
@@ -332,7 +369,11 @@ Mount options (-o, comma-separated; may be repeated):
   readdirplus=yes|no|auto  listings that return attributes too (default auto)
   noxattr                  no extended attributes (ENOSYS): saves the kernel's
                            security.capability lookup before writes
-  threads=N                request threads (default: one per CPU, 2..8)
+  threads=N                /dev/fuse request threads (default: one per CPU, 2..8)
+  transport=auto|uring|dev how requests reach the daemon: FUSE over io_uring, one
+                           queue and thread per CPU (auto: when the kernel allows
+                           it, else /dev/fuse; default auto, or the environment's
+                           FERRITE_FUSE_TRANSPORT)
   auto_unmount             unmount through fusermount3 if the daemon dies (default
                            with allow_other/allow_root when fusermount3 is
                            installed; alone it implies allow_root); noauto_unmount:

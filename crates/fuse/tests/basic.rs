@@ -467,7 +467,10 @@ fn killed_daemon_leaves_a_recoverable_pool() {
     // SAFETY: SIGKILL our own child.
     unsafe { libc::kill(m.pid() as i32, libc::SIGKILL) };
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(fs::metadata(&dir).unwrap_err().raw_os_error(), Some(libc::ENOTCONN));
+    // ENOTCONN; ECONNABORTED when requests were in the daemon's io_uring
+    // queues as it died.
+    let dead = fs::metadata(&dir).unwrap_err().raw_os_error();
+    assert!(matches!(dead, Some(libc::ENOTCONN | libc::ECONNABORTED)), "{dead:?}");
     m.reap();
     // A read-only mount of the crashed pool recovers it in a private view:
     // the data is there, and the file is not written (still dirty after).
