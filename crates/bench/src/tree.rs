@@ -340,8 +340,10 @@ impl Workload for TreeWorkload {
             if std::env::var("FERRITE_BENCH_FUSE_TRACE").is_ok_and(|v| v == "0") {
                 run.note = Some("FUSE requests not counted (FERRITE_BENCH_FUSE_TRACE=0)".into());
             } else {
-                // Room for 16 requests per entry (about 9 are sent today).
-                match FuseTrace::new(dir, stats.entries * 16) {
+                // Room for 16 requests per entry (9 to 14 are sent today)
+                // plus a WRITE and a GETXATTR per 4 KiB of data, for trees
+                // of large files that tar writes 10 KiB at a time.
+                match FuseTrace::new(dir, stats.entries * 16 + stats.bytes / 2048) {
                     Ok(tr) => {
                         run.note = Some(tr.describe());
                         run.trace = Some(tr);
