@@ -244,6 +244,9 @@ impl Target for Ext4 {
     fn unlink(&self, path: &TPath) -> io::Result<()> {
         self.d().unlink(path)
     }
+    fn kernel_dir(&self) -> Option<&Path> {
+        Some(self.d().root())
+    }
     fn accounting_begin(&self) -> io::Result<()> {
         let fs = self.fs.lock().unwrap();
         fs.syncfs()?;

@@ -130,6 +130,9 @@ impl Target for FuseMount {
     fn unlink(&self, path: &TPath) -> io::Result<()> {
         self.d().unlink(path)
     }
+    fn kernel_dir(&self) -> Option<&Path> {
+        Some(self.d().root())
+    }
     fn finish(mut self: Box<Self>) -> io::Result<()> {
         drop(self.dir.take()); // removes the tree inside the mount
         if let Some(m) = self.mount.take() {

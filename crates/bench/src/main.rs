@@ -4,7 +4,8 @@
 //! Structure: `target` (what is measured: Ferrite library, kernel
 //! directories, the hardware limit), `ext4` and `fuse` (mounted targets),
 //! `workload` and `filebench` (what is done, written once against the
-//! `Target` trait), `report` (tables, CSV, JSON, summary against the goals)
+//! `Target` trait), `tree` (real programs copying a real tree into the
+//! kernel-visible targets, with FUSE requests counted by kind), `report` (tables, CSV, JSON, summary against the goals)
 //! and `plot` (SVG). See docs/BENCHMARKS.md for how to run it and what the
 //! figures mean.
 
@@ -17,11 +18,12 @@ mod report;
 mod scratch;
 mod stats;
 mod target;
+mod tree;
 mod workload;
 
 use std::fmt::Write as _;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use clap::Parser;
@@ -34,7 +36,8 @@ use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, Remount, Wo
 #[command(
     name = "ferrite-bench",
     about = "Benchmark Ferrite against tmpfs, ext4 and the hardware limit, side by side",
-    after_help = "Workload groups: fio, sizes, fsync, atomic, mix, threads, meta, filebench, remount (or `all`).\n\
+    after_help = "Workload groups: fio, sizes, fsync, atomic, mix, threads, meta, filebench, remount (or `all`);\n\
+                  tree (cp -a, tar x, rm -rf of FERRITE_BENCH_TREE, default /usr/share; not in `all`).\n\
                   Targets: ferrite, ferrite-atomic, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-direct, preload."
 )]
 struct Args {
@@ -139,7 +142,11 @@ impl Scale {
     }
 }
 
-fn all_workloads(s: &Scale, quick: bool) -> Vec<Box<dyn Workload>> {
+/// The group left out of `all`: the tree workloads copy a whole real tree
+/// (680 MB for /usr/share) a few times per round and target.
+const NOT_IN_ALL: &str = "tree";
+
+fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> {
     let fio = |name: &str,
                group,
                io_size: usize,
@@ -205,6 +212,10 @@ fn all_workloads(s: &Scale, quick: bool) -> Vec<Box<dyn Workload>> {
         v.push(Box::new(p));
     }
     v.push(Box::new(Remount { files: s.remount_files }));
+    // Issue 11: real programs on a real tree (selected by name or `tree`).
+    for w in tree::TreeWorkload::all(base) {
+        v.push(Box::new(w));
+    }
     v
 }
 
@@ -220,11 +231,14 @@ fn run(args: &Args) -> io::Result<()> {
     let mode = if args.quick { "quick" } else { "full" };
     let rounds = args.rounds.unwrap_or(if args.quick { 2 } else { 5 }).max(1);
     let scale = Scale::new(args.quick);
-    let all = all_workloads(&scale, args.quick);
+    let all = all_workloads(&scale, args.quick, &args.dir);
     let selected = |w: &dyn Workload| {
-        args.workloads
-            .iter()
-            .any(|n| n == "all" || n == w.name() || n == w.group() || (n == "create-unlink" && w.name() == "dirops"))
+        args.workloads.iter().any(|n| {
+            (n == "all" && w.group() != NOT_IN_ALL)
+                || n == w.name()
+                || n == w.group()
+                || (n == "create-unlink" && w.name() == "dirops")
+        })
     };
     for n in &args.workloads {
         if n != "all" && n != "create-unlink" && !all.iter().any(|w| w.name() == n || w.group() == n) {
@@ -246,6 +260,9 @@ fn run(args: &Args) -> io::Result<()> {
     }
 
     for msg in ext4::remove_stale(&args.dir) {
+        eprintln!("ferrite-bench: {msg} (left by a killed run)");
+    }
+    for msg in tree::remove_stale(std::process::id()) {
         eprintln!("ferrite-bench: {msg} (left by a killed run)");
     }
     for stale in scratch::remove_stale(&args.dir) {
@@ -342,6 +359,8 @@ fn run(args: &Args) -> io::Result<()> {
     let mut goals = report::evaluate(&results, args.quick);
     let with_preload = target_info.iter().any(|(t, _)| t == "preload");
     let preload_goals = if with_preload { report::evaluate_preload(&results, args.quick) } else { Vec::new() };
+    let with_fuse = target_info.iter().any(|(t, _)| t == "fuse");
+    let fuse_goals = if with_fuse { report::evaluate_fuse(&results, args.quick) } else { Vec::new() };
     let mut body = String::new();
     let _ = writeln!(body, "## Results\n");
     let _ = writeln!(
@@ -352,13 +371,23 @@ fn run(args: &Args) -> io::Result<()> {
          rows come from one untimed pass with media writes counted; n/a where the target cannot tell."
     );
     body.push_str(&report::markdown_tables(&results));
-    let _ = writeln!(body, "\n## Summary against the goals of issue 4\n");
-    body.push_str(&report::summary_markdown(&goals));
-    if with_preload {
+    // A goal section is left out when none of its workloads ran (a run of
+    // the tree workloads alone has nothing to say about issue 4).
+    let ran = |gs: &[report::GoalResult]| gs.iter().any(|g| results.iter().any(|w| w.name == g.workload));
+    if ran(&goals) {
+        let _ = writeln!(body, "\n## Summary against the goals of issue 4\n");
+        body.push_str(&report::summary_markdown(&goals));
+    }
+    if with_preload && ran(&preload_goals) {
         let _ = writeln!(body, "\n## Summary against the goals of issue 9 (preload library)\n");
         body.push_str(&report::summary_markdown(&preload_goals));
     }
+    if with_fuse && ran(&fuse_goals) {
+        let _ = writeln!(body, "\n## Summary against the goals of issue 11 (FUSE mount)\n");
+        body.push_str(&report::summary_markdown(&fuse_goals));
+    }
     goals.extend(preload_goals);
+    goals.extend(fuse_goals);
     if !errors.is_empty() {
         let _ = writeln!(body, "\n## Errors\n");
         for e in &errors {
@@ -435,6 +464,12 @@ fn run_workload(
     };
     let mut prepared: Vec<Option<Box<dyn Prepared + '_>>> = Vec::new();
     for t in targets {
+        if let Err(why) = w.applies_to(t.as_ref()) {
+            eprintln!("ferrite-bench: {} on {}: skipped: {why}", w.name(), t.name());
+            notes.push(format!("{}: skipped: {why}", t.name()));
+            prepared.push(None);
+            continue;
+        }
         let p = match t.remote() {
             Some(r) => r.prepare_remote(w.name()),
             None => w.prepare(t.as_ref()),

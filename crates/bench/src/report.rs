@@ -121,6 +121,8 @@ pub fn fmt_value(unit: &str, v: f64) -> String {
         "ops/s" if v >= 1e3 => format!("{:.1}k", v / 1e3),
         "ops/s" => format!("{v:.0}"),
         "x" => fmt_ratio(v),
+        // Rare request kinds (one OPENDIR for a whole tree) stay visible.
+        crate::tree::REQ_UNIT if v > 0.0 && v < 0.01 => format!("{v:.1e}"),
         _ if v >= 100.0 => format!("{v:.0}"),
         _ if v >= 10.0 => format!("{v:.1}"),
         _ if v >= 0.1 => format!("{v:.2}"),
@@ -151,14 +153,14 @@ fn unit_label(unit: &str) -> &str {
     }
 }
 
-/// Targets whose ratios to the others are shown: the engine linked in, and
-/// the engine through the preload library.
-const SUBJECTS: [&str; 3] = ["ferrite", "ferrite-atomic", "preload"];
+/// Targets whose ratios to the others are shown: the engine linked in, the
+/// engine through the preload library, and through the FUSE mount.
+const SUBJECTS: [&str; 5] = ["ferrite", "ferrite-atomic", "preload", "fuse", "fuse-direct"];
 
 /// The (subject, other) pairs that get a ratio column, in the order of the
 /// run: ferrite vs every other target, then ferrite-atomic vs every other
-/// target but ferrite, then preload vs every other target but those two
-/// (pairs already there appear once, inverted).
+/// target but ferrite, then preload, fuse and fuse-direct likewise (pairs
+/// already there appear once, inverted).
 fn pairs(targets: &[String]) -> Vec<(&str, &str)> {
     let mut v = Vec::new();
     for a in SUBJECTS.iter().filter(|a| targets.iter().any(|t| t == *a)) {
@@ -188,7 +190,17 @@ pub fn markdown_tables(results: &[WorkloadResult]) -> String {
     for g in groups {
         let rs: Vec<&WorkloadResult> = results.iter().filter(|w| w.group == g).collect();
         let targets = &rs[0].targets;
-        let pairs = pairs(targets);
+        // Only the pairs with a ratio somewhere in the group (the tree
+        // workloads have no `ferrite` figures, for instance).
+        let pairs: Vec<(&str, &str)> = pairs(targets)
+            .into_iter()
+            .filter(|(a, b)| {
+                rs.iter().any(|w| {
+                    let (ia, ib) = (w.target_ix(a).unwrap(), w.target_ix(b).unwrap());
+                    (0..w.metrics.len()).any(|mi| w.ratios(ia, ib, mi).is_some())
+                })
+            })
+            .collect();
         let _ = writeln!(out, "\n#### {}\n", group_title(g));
         out.push_str("| workload | metric |");
         for t in targets {
@@ -205,6 +217,11 @@ pub fn markdown_tables(results: &[WorkloadResult]) -> String {
         out.push('\n');
         for w in rs {
             for (mi, m) in w.metrics.iter().enumerate() {
+                if hidden_when_zero(m)
+                    && (0..targets.len()).all(|ti| w.series(ti, mi).is_none_or(|s| s.iter().all(|&v| v == 0.0)))
+                {
+                    continue; // a request kind the kernel never sent here
+                }
                 let _ = write!(out, "| {} | {} ({}) |", w.name, m.label, unit_label(m.unit));
                 for ti in 0..targets.len() {
                     let cell = w
@@ -242,6 +259,12 @@ pub fn markdown_tables(results: &[WorkloadResult]) -> String {
     out
 }
 
+/// Rows of request kinds (the tree workloads' per-kind FUSE counts) are left
+/// out of the table when no target has a nonzero figure; the total stays.
+fn hidden_when_zero(m: &Metric) -> bool {
+    m.unit == crate::tree::REQ_UNIT && m.key != "req_all"
+}
+
 pub fn group_title(g: &str) -> &str {
     match g {
         "fio" => "fio-style I/O, 1 thread, 4 KiB",
@@ -252,6 +275,7 @@ pub fn group_title(g: &str) -> &str {
         "meta" => "Metadata: directory operations, NOVA microbenchmark, lookups",
         "filebench" => "Filebench-like personalities",
         "remount" => "Remount",
+        "tree" => "Tree workloads (issue 11): cp -a, tar x, rm -rf of a real tree by the real programs",
         g => g,
     }
 }
@@ -265,9 +289,9 @@ fn csv_field(s: &str) -> String {
 }
 
 /// One row per (workload, metric, target, round); rows for the per-round
-/// ratios (target `ferrite/X`, unit `x`, > 1 means Ferrite is better,
-/// whatever the metric's direction); one row per accounting figure (round
-/// `acct`).
+/// ratios (target `S/X` for a subject S such as ferrite or fuse, unit `x`;
+/// above 1 means S is better, whatever the metric's direction); one row
+/// per accounting figure (round `acct`).
 pub fn write_csv(path: &Path, mode: &str, results: &[WorkloadResult]) -> io::Result<()> {
     let mut f = io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(f, "mode,workload,metric,unit,better,target,round,value,params")?;
@@ -390,6 +414,34 @@ pub fn preload_goals() -> Vec<Goal> {
         r("preload: create ≥ 1× tmpfs", "dirops", "create_us", "tmpfs", 1.0),
         r("preload: unlink ≥ 1× tmpfs", "dirops", "unlink_us", "tmpfs", 1.0),
     ]
+}
+
+/// The benchmark goals of issue 11 for the FUSE mount (judged on the `fuse`
+/// target): the tree workloads against tmpfs and ext4, and the
+/// microbenchmarks through the mount.
+pub fn fuse_goals() -> Vec<Goal> {
+    use GoalKind::*;
+    let r = |text, workload, metric, other, at_least| Goal { text, workload, metric, kind: Ratio { other, at_least } };
+    vec![
+        r("fuse: cp -a of the tree ≤ 2× tmpfs time", "cp-a", "time_s", "tmpfs", 0.5),
+        r("fuse: cp -a of the tree faster than ext4 (both with syncfs)", "cp-a", "time_s", "ext4", 1.0),
+        r("fuse: tar x of the tree ≤ 2× tmpfs time", "tar-x", "time_s", "tmpfs", 0.5),
+        r("fuse: tar x of the tree faster than ext4 (both with syncfs)", "tar-x", "time_s", "ext4", 1.0),
+        r("fuse: rm -rf of the tree ≤ 2× tmpfs time", "rm-rf", "time_s", "tmpfs", 0.5),
+        Goal {
+            text: "fuse: random 4 KiB write p50 ≤ 5 µs (strict mode)",
+            workload: "randwrite-4k",
+            metric: "p50_us",
+            kind: AtMost { at_most: 5.0 },
+        },
+        r("fuse: create ≤ 3× tmpfs time", "dirops", "create_us", "tmpfs", 1.0 / 3.0),
+        r("fuse: unlink ≤ 3× tmpfs time", "dirops", "unlink_us", "tmpfs", 1.0 / 3.0),
+    ]
+}
+
+/// The goals of issue 11, judged on the `fuse` target.
+pub fn evaluate_fuse(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
+    evaluate_goals(fuse_goals(), "fuse", results, quick)
 }
 
 /// The goals of issue 4, judged on the `ferrite` target.

@@ -155,6 +155,12 @@ pub trait Target: Sync {
     fn remount_probe(&self, _files: usize) -> io::Result<Option<Box<dyn RemountProbe>>> {
         Ok(None)
     }
+    /// The directory, as the kernel sees it, where this target's files
+    /// live: real programs (`cp`, `tar`, `rm`) can write into it. `None`
+    /// for targets the kernel does not serve (the library, hw-limit).
+    fn kernel_dir(&self) -> Option<&Path> {
+        None
+    }
     /// Targets whose workloads run in another process (the preload
     /// target): `run_workload` prepares each workload through this instead
     /// of calling [`Workload::prepare`](crate::workload::Workload::prepare)
@@ -616,6 +622,9 @@ impl Target for PosixDir {
     fn unlink(&self, path: &TPath) -> io::Result<()> {
         // SAFETY: NUL-terminated path.
         cvt(unsafe { libc::unlink(path.c()) }).map(drop)
+    }
+    fn kernel_dir(&self) -> Option<&Path> {
+        Some(self.root.path())
     }
     fn finish(self: Box<Self>) -> io::Result<()> {
         Ok(()) // the Scratch removes the tree

@@ -81,6 +81,12 @@ pub trait Workload: Sync {
     fn accounting(&self) -> Accounting {
         Accounting::None
     }
+    /// Whether the workload can run on `t` at all; `Err(why)` makes the
+    /// run skip it there with that note, before anything is prepared
+    /// (and before a remote target is asked).
+    fn applies_to(&self, _t: &dyn Target) -> Result<(), String> {
+        Ok(())
+    }
     /// Untimed setup on `t`; `None` if the workload does not apply to it.
     fn prepare<'t>(&self, t: &'t dyn Target) -> io::Result<Option<Box<dyn Prepared + 't>>>;
 }
