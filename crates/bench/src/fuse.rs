@@ -23,7 +23,7 @@ pub struct FuseMount {
     // first, then the mount, then the mount point and the pool file.
     dir: Option<PosixDir>,
     mount: Option<Background>,
-    threads: usize,
+    transport: String,
     pool_len: u64,
     mnt: Scratch,
     pool: Scratch,
@@ -32,8 +32,10 @@ pub struct FuseMount {
 impl FuseMount {
     /// `direct_io`: the `fuse-direct` target (`-o direct_io`: no kernel page
     /// cache for file data, so every read and write is a round trip to the
-    /// daemon); otherwise `fuse`, the default options.
-    pub fn new(base: &Path, pool_len: u64, direct_io: bool) -> io::Result<FuseMount> {
+    /// daemon); `dev_fuse`: the `fuse-dev` target (`-o transport=dev`: the
+    /// /dev/fuse transport, to compare with io_uring in one run); otherwise
+    /// `fuse`, the default options (io_uring when the kernel allows it).
+    pub fn new(base: &Path, pool_len: u64, direct_io: bool, dev_fuse: bool) -> io::Result<FuseMount> {
         let pool = Scratch::new(unique_path(base, "fuse.pool"));
         let mnt = Scratch::new(unique_path(&std::env::temp_dir(), "fuse.mnt"));
         std::fs::create_dir(mnt.path())?;
@@ -46,17 +48,26 @@ impl FuseMount {
         let extra = std::env::var("FERRITE_BENCH_FUSE_OPTS").unwrap_or_default();
         let mut cfg = MountConfig::parse([extra.as_str()]).map_err(io::Error::other)?;
         cfg.direct_io |= direct_io;
+        if dev_fuse {
+            cfg.transport = ferrite_fuse::Transport::Dev;
+        }
         let mount = ferrite_fuse::spawn(fs, mnt.path(), &cfg, pool.path()).map_err(|e| {
             io::Error::new(e.kind(), format!("FUSE mount at {} (root and /dev/fuse needed): {e}", mnt.path().display()))
         })?;
         let dir = PosixDir::new("fuse", mnt.path())?;
         Ok(FuseMount {
-            name: if direct_io { "fuse-direct" } else { "fuse" },
+            name: if direct_io {
+                "fuse-direct"
+            } else if dev_fuse {
+                "fuse-dev"
+            } else {
+                "fuse"
+            },
+            transport: mount.transport().to_string(),
             direct_io,
             writeback_cache: cfg.writeback_cache,
             dir: Some(dir),
             mount: Some(mount),
-            threads: cfg.threads,
             pool_len,
             mnt,
             pool,
@@ -75,9 +86,9 @@ impl Target for FuseMount {
     }
     fn describe(&self) -> String {
         format!(
-            "Ferrite through FUSE (ferrite-fuse: {} request threads, {}{}), pool {} of {} MiB, \
+            "Ferrite through FUSE (ferrite-fuse: {}, {}{}), pool {} of {} MiB, \
              mounted at {}; system calls as for tmpfs",
-            self.threads,
+            self.transport,
             if self.direct_io {
                 "direct_io: no kernel page cache, every read and write goes to the daemon"
             } else {

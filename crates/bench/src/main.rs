@@ -38,7 +38,7 @@ use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, Remount, Wo
     about = "Benchmark Ferrite against tmpfs, ext4 and the hardware limit, side by side",
     after_help = "Workload groups: fio, sizes, fsync, atomic, mix, threads, meta, filebench, remount (or `all`);\n\
                   tree (cp -a, tar x, rm -rf of FERRITE_BENCH_TREE, default /usr/share; not in `all`).\n\
-                  Targets: ferrite, ferrite-atomic, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-direct, preload."
+                  Targets: ferrite, ferrite-atomic, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-dev, fuse-direct, preload."
 )]
 struct Args {
     /// Short run (CI smoke test): scaled-down counts, 2 rounds, under 2 minutes.
@@ -64,7 +64,7 @@ struct Args {
     #[arg(long, default_value = "/dev/shm", value_name = "DIR")]
     dir: PathBuf,
     /// Targets, comma-separated. ext4 and ext4-journal need root (skipped
-    /// with a message otherwise); fuse and fuse-direct need root and /dev/fuse;
+    /// with a message otherwise); fuse, fuse-dev and fuse-direct need root and /dev/fuse;
     /// preload needs libferrite.so (`cargo build --release -p ferrite-c`).
     #[arg(long, value_delimiter = ',', default_value = "ferrite,tmpfs,ext4,ext4-journal,hw-limit")]
     targets: Vec<String>,
@@ -286,8 +286,9 @@ fn run(args: &Args) -> io::Result<()> {
                 }
                 Box::new(ext4::Ext4::new(&args.dir, args.ext4_mib << 20, name == "ext4-journal")?)
             }
-            "fuse" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, false)?),
-            "fuse-direct" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, true)?),
+            "fuse" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, false, false)?),
+            "fuse-direct" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, true, false)?),
+            "fuse-dev" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, false, true)?),
             "hw-limit" => Box::new(HwLimit::new(&args.dir, ring)?),
             "preload" => Box::new(preload::PreloadTarget::new(&args.dir, pool_len, args.quick)?),
             other => return Err(io::Error::other(format!("unknown target {other:?}"))),

@@ -21,6 +21,7 @@ fn color(target: &str, k: usize) -> RGBColor {
         "hw-limit" => RGBColor(130, 130, 130),
         "fuse" => RGBColor(150, 80, 190),
         "fuse-direct" => RGBColor(100, 40, 140),
+        "fuse-dev" => RGBColor(200, 130, 220),
         _ => {
             let c = Palette99::pick(k).to_rgba();
             RGBColor(c.0, c.1, c.2)

@@ -155,7 +155,7 @@ fn unit_label(unit: &str) -> &str {
 
 /// Targets whose ratios to the others are shown: the engine linked in, the
 /// engine through the preload library, and through the FUSE mount.
-const SUBJECTS: [&str; 5] = ["ferrite", "ferrite-atomic", "preload", "fuse", "fuse-direct"];
+const SUBJECTS: [&str; 6] = ["ferrite", "ferrite-atomic", "preload", "fuse", "fuse-dev", "fuse-direct"];
 
 /// The (subject, other) pairs that get a ratio column, in the order of the
 /// run: ferrite vs every other target, then ferrite-atomic vs every other

@@ -580,14 +580,8 @@ impl Core {
         let st = self.fs.getattr(ino)?;
         if let Some(perm) = killed_perm(st.perm) {
             self.fs.setattr(ino, &SetAttr { perm: Some(perm), ..SetAttr::default() })?;
-            // The kernel still caches the old mode: have it ask again. Only
-            // the attributes (offset -1): the writer holds the page locks,
-            // so dropping cached pages here would deadlock.
-            if let Some(n) = self.notifier.get() {
-                if let Err(e) = n.inval_inode(INodeNo(ino.0), -1, 0) {
-                    log(format!("cannot invalidate the kernel's attributes of inode {}: {e}", ino.0));
-                }
-            }
+            // The kernel still caches the old mode.
+            self.forget_attrs(ino);
         }
         Ok(())
     }
@@ -763,13 +757,18 @@ impl Core {
         if !self.set.xattr {
             return Err(Errno(libc::ENOSYS));
         }
-        // POSIX ACLs: the engine turns an ACL equivalent to a mode into
-        // that mode, but the kernel would keep serving the old mode from
-        // its attribute cache (a setxattr does not refresh it), and without
-        // FUSE_POSIX_ACL it never evaluates ACLs. So refuse them as a file
-        // system without ACLs does; `cp -a` and friends fall back to chmod,
-        // which goes through setattr and the cache.
-        if name.as_bytes().starts_with(b"system.posix_acl_") {
+        // POSIX ACLs: an access ACL equivalent to a mode (owner, group and
+        // other entries only: what `cp -a`, `tar` and `rsync -A` set on
+        // files that have no extended ACL) is that mode, and the engine sets
+        // it as chmod would; any other ACL, and default ACLs, are refused
+        // with EOPNOTSUPP, as a file system without ACLs does (the kernel
+        // never evaluates ACLs here: no FUSE_POSIX_ACL). Accepting the
+        // equivalent ones saves `cp -a` its chmod fallback, one request per
+        // file. The kernel keeps serving the old mode from its attribute
+        // cache (a setxattr does not refresh it), so it is told to forget
+        // the inode's attributes.
+        let acl_access = name.as_bytes() == b"system.posix_acl_access";
+        if name.as_bytes().starts_with(b"system.posix_acl_") && !acl_access {
             return Err(Errno::EOPNOTSUPP);
         }
         let mode = if flags & libc::XATTR_CREATE != 0 {
@@ -780,7 +779,23 @@ impl Core {
             XattrSetMode::Any
         };
         self.writable()?;
-        self.fs.setxattr(ino, name.as_bytes(), value, mode)
+        self.fs.setxattr(ino, name.as_bytes(), value, mode)?;
+        if acl_access {
+            self.forget_attrs(ino);
+        }
+        Ok(())
+    }
+
+    /// Have the kernel ask again for the attributes of `ino` (changed by
+    /// something its cache did not see). Only the attributes (offset -1):
+    /// the caller may hold page locks, so dropping cached pages here could
+    /// deadlock.
+    fn forget_attrs(&self, ino: InodeNo) {
+        if let Some(n) = self.notifier.get() {
+            if let Err(e) = n.inval_inode(INodeNo(ino.0), -1, 0) {
+                log(format!("cannot invalidate the kernel's attributes of inode {}: {e}", ino.0));
+            }
+        }
     }
 
     pub(crate) fn getxattr(&self, ino: InodeNo, name: &OsStr, size: u32) -> FsResult<XattrOut> {

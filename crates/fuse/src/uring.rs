@@ -203,9 +203,7 @@ fn serve_queue(
     access: Access,
     report: mpsc::Sender<Result<(), String>>,
 ) {
-    if std::env::var_os("FERRITE_URING_NOPIN").is_none() {
-        pin_to_cpu(qid);
-    }
+    pin_to_cpu(qid);
     let ring = IoUring::<squeue::Entry128>::builder()
         .setup_single_issuer()
         .setup_defer_taskrun()
