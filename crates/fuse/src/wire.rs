@@ -244,7 +244,7 @@ impl<'a> Out<'a> {
         self.u32(an);
         self.u32(mn);
         self.u32(cn);
-        self.u32(mode_of(st));
+        self.u32(st.kind.mode_bits() | (st.perm & 0o7777));
         self.u32(st.nlink);
         self.u32(st.uid);
         self.u32(st.gid);
@@ -295,7 +295,7 @@ impl<'a> Out<'a> {
         self.u64(ino);
         self.u64(off);
         self.u32(name.len() as u32);
-        self.u32(dtype(kind));
+        self.u32(u32::from(kind.dirent_type()));
         self.bytes(name);
         self.zeros(padded - size);
         true
@@ -311,32 +311,6 @@ impl<'a> Out<'a> {
         self.entry(Some(st), ttl, ttl);
         self.dirent(st.ino.0, off, st.kind, name)
     }
-}
-
-fn dtype(k: FileType) -> u32 {
-    (match k {
-        FileType::Regular => libc::DT_REG,
-        FileType::Directory => libc::DT_DIR,
-        FileType::Symlink => libc::DT_LNK,
-        FileType::Fifo => libc::DT_FIFO,
-        FileType::Socket => libc::DT_SOCK,
-        FileType::CharDevice => libc::DT_CHR,
-        FileType::BlockDevice => libc::DT_BLK,
-    }) as u32
-}
-
-/// st_mode: the type bits and the permission bits.
-fn mode_of(st: &Stat) -> u32 {
-    let t = match st.kind {
-        FileType::Regular => libc::S_IFREG,
-        FileType::Directory => libc::S_IFDIR,
-        FileType::Symlink => libc::S_IFLNK,
-        FileType::Fifo => libc::S_IFIFO,
-        FileType::Socket => libc::S_IFSOCK,
-        FileType::CharDevice => libc::S_IFCHR,
-        FileType::BlockDevice => libc::S_IFBLK,
-    };
-    t | (st.perm & 0o7777)
 }
 
 #[cfg(test)]
