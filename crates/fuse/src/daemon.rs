@@ -445,7 +445,7 @@ fn fuser_config(cfg: &MountConfig, pool: &Path) -> Config {
     // only fuser keeps other users out (after the kernel's caches: they can
     // still stat cached entries). So it is the default only where other
     // users are let in anyway.
-    let auto_unmount = cfg.auto_unmount.unwrap_or_else(|| (cfg.allow_other || cfg.allow_root) && have_fusermount3());
+    let auto_unmount = auto_unmount_in_effect(cfg);
     let acl = if cfg.allow_other {
         SessionACL::All
     } else if cfg.allow_root || auto_unmount {
@@ -576,6 +576,8 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     }
     let recovered = fs.mount_report().recovered;
     let fs = Arc::new(fs);
+    let (settled_cfg, settled) = settle_transport(cfg);
+    let cfg = &settled_cfg;
     let adapter = FerriteFuse::new(fs.clone(), cfg);
     let core = adapter.core();
     let fcfg = fuser_config(cfg, &pool);
@@ -590,7 +592,7 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     };
     let info = fuse_mount_at(&dir);
     let conn = info.as_ref().filter(|m| m.major == 0).map(|m| m.minor);
-    let (uring, transport) = match start_transport(core, &session, cfg, fcfg.acl) {
+    let (uring, transport) = match start_transport(core, &session, cfg, fcfg.acl, settled) {
         Ok(t) => t,
         Err(msg) => {
             let _ = session.unmount();
@@ -638,10 +640,13 @@ fn start_transport<FS: fuser::Filesystem>(
     session: &fuser::Session<FS>,
     cfg: &MountConfig,
     acl: SessionACL,
+    settled: Option<&str>,
 ) -> Result<(Option<UringServer>, String), String> {
     let _ = core.notifier.set(session.notifier());
     let dev = format!("transport /dev/fuse ({} thread(s))", cfg.threads);
-    let why = if cfg.transport == Transport::Dev {
+    let why = if let Some(why) = settled {
+        why.to_string()
+    } else if cfg.transport == Transport::Dev {
         return Ok((None, dev));
     } else if !core.uring_granted.load(std::sync::atomic::Ordering::Acquire) {
         let setting = std::fs::read_to_string(URING_PARAM).map(|t| t.trim().to_string());
@@ -667,6 +672,41 @@ fn start_transport<FS: fuser::Filesystem>(
     }
     log(format!("serving through /dev/fuse: {why}"));
     Ok((None, dev))
+}
+
+/// Whether fusermount3 unmounts the mount when the daemon dies.
+fn auto_unmount_in_effect(cfg: &MountConfig) -> bool {
+    cfg.auto_unmount.unwrap_or_else(|| (cfg.allow_other || cfg.allow_root) && have_fusermount3())
+}
+
+/// The transport to ask the kernel for at INIT, and why `auto` settles for
+/// /dev/fuse before asking. fusermount3's `auto_unmount` removes a dead
+/// daemon's mount only if opening it fails with ENOTCONN; when the daemon
+/// served over io_uring, the kernel ends the requests caught in the rings'
+/// teardown with ECONNABORTED instead, so fusermount3 leaves the dead
+/// mount in place (tests/basic.rs, killed_daemon_leaves_a_recoverable_pool).
+/// With `auto_unmount` in effect, `auto` therefore means /dev/fuse;
+/// `transport=uring` still gets io_uring, with a warning.
+fn settle_transport(cfg: &MountConfig) -> (MountConfig, Option<&'static str>) {
+    let mut cfg = cfg.clone();
+    let mut why = None;
+    if auto_unmount_in_effect(&cfg) {
+        match cfg.transport {
+            Transport::Auto => {
+                cfg.transport = Transport::Dev;
+                why = Some(
+                    "auto_unmount is on, and fusermount3 would not remove the mount of a daemon that died \
+                     serving over io_uring (noauto_unmount or transport=uring to have io_uring)",
+                );
+            }
+            Transport::Uring => {
+                log("transport=uring with auto_unmount: if this daemon dies, fusermount3 may leave its mount in \
+                 place (`ferrite umount` or the next mount removes it)")
+            }
+            Transport::Dev => {}
+        }
+    }
+    (cfg, why)
 }
 
 /// The module setting that allows FUSE over io_uring.
@@ -850,8 +890,7 @@ pub fn spawn(fs: Ferrite, dir: &Path, cfg: &MountConfig, label: &Path) -> io::Re
         fs.set_default_mode(mode);
     }
     let fs = Arc::new(fs);
-    let adapter = FerriteFuse::new(fs.clone(), cfg);
-    let (session, uring, transport) = spawn_adapter(adapter, &dir, cfg, label)?;
+    let (session, uring, transport) = spawn_adapter(fs.clone(), &dir, cfg, label)?;
     Ok(Background { session: Some(session), uring, transport, fs: Some(fs), dir })
 }
 
@@ -863,15 +902,14 @@ pub fn spawn_shared(fs: Arc<Ferrite>, dir: &Path, cfg: &MountConfig, label: &Pat
     if let Some(mode) = cfg.default_file_mode {
         fs.set_default_mode(mode);
     }
-    let adapter = FerriteFuse::new(fs, cfg);
-    let (session, uring, transport) = spawn_adapter(adapter, &dir, cfg, label)?;
+    let (session, uring, transport) = spawn_adapter(fs, &dir, cfg, label)?;
     Ok(Background { session: Some(session), uring, transport, fs: None, dir })
 }
 
 /// Mount and serve from background threads: the /dev/fuse session and,
 /// when granted, the io_uring queues.
 fn spawn_adapter(
-    adapter: FerriteFuse,
+    fs: Arc<Ferrite>,
     dir: &Path,
     cfg: &MountConfig,
     label: &Path,
@@ -880,10 +918,12 @@ fn spawn_adapter(
     if cfg.auto_unmount.is_none() {
         cfg.auto_unmount = Some(false);
     }
+    let (cfg, settled) = settle_transport(&cfg);
+    let adapter = FerriteFuse::new(fs, &cfg);
     let core = adapter.core();
     let fcfg = fuser_config(&cfg, label);
     let mut session = fuser::Session::new(adapter, dir, &fcfg)?;
-    match start_transport(core, &session, &cfg, fcfg.acl) {
+    match start_transport(core, &session, &cfg, fcfg.acl, settled) {
         Ok((uring, transport)) => Ok((session.spawn()?, uring, transport)),
         Err(msg) => {
             let _ = session.unmount();

@@ -372,8 +372,8 @@ Mount options (-o, comma-separated; may be repeated):
   threads=N                /dev/fuse request threads (default: one per CPU, 2..8)
   transport=auto|uring|dev how requests reach the daemon: FUSE over io_uring, one
                            queue and thread per CPU (auto: when the kernel allows
-                           it, else /dev/fuse; default auto, or the environment's
-                           FERRITE_FUSE_TRANSPORT)
+                           it and auto_unmount is off, else /dev/fuse; default
+                           auto, or the environment's FERRITE_FUSE_TRANSPORT)
   auto_unmount             unmount through fusermount3 if the daemon dies (default
                            with allow_other/allow_root when fusermount3 is
                            installed; alone it implies allow_root); noauto_unmount:

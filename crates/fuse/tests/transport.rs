@@ -100,7 +100,9 @@ fn workload(root: &Path) -> String {
 /// unmount cleanly, fsck. Returns the manifest.
 fn run_on(opts: &str, transport: &str) -> String {
     let pool = Pool::new("transport");
-    let m = Mount::new(&pool, &format!("allow_other,{opts}"));
+    // allow_other (for `nobody`) without auto_unmount, which makes `auto`
+    // settle for /dev/fuse (tested below).
+    let m = Mount::new(&pool, &format!("allow_other,noauto_unmount,{opts}"));
     let log = m.log_text();
     assert!(log.contains(transport), "expected `{transport}` in the mount's log:\n{log}");
     let manifest = workload(&m.dir);
@@ -128,6 +130,17 @@ fn both_transports_serve_the_same_tree() {
     // changes the default.)
     let auto = run_on("transport=auto", "transport io_uring");
     assert_eq!(dev, auto);
+    // ... but /dev/fuse when fusermount3's auto_unmount is on: after a
+    // daemon serving over io_uring dies, opening the mount fails with
+    // ECONNABORTED rather than the ENOTCONN fusermount3 looks for, so it
+    // would leave the dead mount (see basic.rs for the kill itself).
+    if tool("fusermount3", "apt-get install -y fuse3") {
+        let pool = Pool::new("auto-unmount");
+        let m = Mount::new(&pool, "allow_other,auto_unmount,transport=auto");
+        let log = m.log_text();
+        assert!(log.contains("transport /dev/fuse") && log.contains("auto_unmount is on"), "{log}");
+        m.unmount();
+    }
 }
 
 #[test]
