@@ -576,31 +576,15 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     }
     let recovered = fs.mount_report().recovered;
     let fs = Arc::new(fs);
-    let (settled_cfg, settled) = settle_transport(cfg);
-    let cfg = &settled_cfg;
-    let adapter = FerriteFuse::new(fs.clone(), cfg);
-    let core = adapter.core();
-    let fcfg = fuser_config(cfg, &pool);
-    let mut session = match fuser::Session::new(adapter, &dir, &fcfg) {
-        Ok(s) => s,
-        Err(e) => {
-            let msg = format!("{d}: cannot mount: {}", io_msg(&e));
-            drop(core);
-            finish(fs, cfg.read_only);
-            return fail(&mut report, msg);
-        }
-    };
-    let info = fuse_mount_at(&dir);
-    let conn = info.as_ref().filter(|m| m.major == 0).map(|m| m.minor);
-    let (uring, transport) = match start_transport(core, &session, cfg, fcfg.acl, settled) {
+    let (session, uring, transport) = match mount_session(fs.clone(), &dir, cfg, &pool) {
         Ok(t) => t,
         Err(msg) => {
-            let _ = session.unmount();
-            drop(session);
             finish(fs, cfg.read_only);
             return fail(&mut report, format!("{d}: {msg}"));
         }
     };
+    let info = fuse_mount_at(&dir);
+    let conn = info.as_ref().filter(|m| m.major == 0).map(|m| m.minor);
     let what = format!(
         "{} on {d}{}{}; {transport}, {}; new files are {}",
         pool.display(),
@@ -628,6 +612,31 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     }
     finish(fs, cfg.read_only);
     Ok(())
+}
+
+/// Mount FUSE at `dir` for `fs` and start its transport: the session (to
+/// be served by the caller), the io_uring threads when granted, and how the
+/// mount line describes the transport. `label` names the mount's source.
+/// On an error nothing is left mounted and every reference to `fs` taken
+/// here is dropped.
+fn mount_session(
+    fs: Arc<Ferrite>,
+    dir: &Path,
+    cfg: &MountConfig,
+    label: &Path,
+) -> Result<(fuser::Session<FerriteFuse>, Option<UringServer>, String), String> {
+    let (cfg, settled) = settle_transport(cfg);
+    let adapter = FerriteFuse::new(fs, &cfg);
+    let core = adapter.core();
+    let fcfg = fuser_config(&cfg, label);
+    let mut session = fuser::Session::new(adapter, dir, &fcfg).map_err(|e| format!("cannot mount: {}", io_msg(&e)))?;
+    match start_transport(core, &session, &cfg, fcfg.acl, settled) {
+        Ok((uring, transport)) => Ok((session, uring, transport)),
+        Err(msg) => {
+            let _ = session.unmount();
+            Err(msg)
+        }
+    }
 }
 
 /// After the handshake: serve the connection's requests over io_uring if
@@ -918,18 +927,8 @@ fn spawn_adapter(
     if cfg.auto_unmount.is_none() {
         cfg.auto_unmount = Some(false);
     }
-    let (cfg, settled) = settle_transport(&cfg);
-    let adapter = FerriteFuse::new(fs, &cfg);
-    let core = adapter.core();
-    let fcfg = fuser_config(&cfg, label);
-    let mut session = fuser::Session::new(adapter, dir, &fcfg)?;
-    match start_transport(core, &session, &cfg, fcfg.acl, settled) {
-        Ok((uring, transport)) => Ok((session.spawn()?, uring, transport)),
-        Err(msg) => {
-            let _ = session.unmount();
-            Err(io::Error::other(msg))
-        }
-    }
+    let (session, uring, transport) = mount_session(fs, dir, &cfg, label).map_err(io::Error::other)?;
+    Ok((session.spawn()?, uring, transport))
 }
 
 impl Background {
