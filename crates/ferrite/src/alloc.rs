@@ -181,6 +181,19 @@ pub struct PageAllocator {
     total_pages: u64,
     span: u64,
     free_total: AtomicU64,
+    /// Pages held by zero-copy views (`zerocopy.rs`): a page freed while
+    /// held stays allocated until its last view lets go.
+    pins: Mutex<crate::Map<u64, Pin>>,
+    /// How many pages `pins` holds: the free path looks at the map only
+    /// when this is not zero, so files without views pay one load.
+    pinned_pages: AtomicU64,
+}
+
+/// How many views hold a page, and whether it was freed meanwhile.
+#[derive(Clone, Copy, Debug)]
+struct Pin {
+    views: u32,
+    freed: bool,
 }
 
 impl PageAllocator {
@@ -194,6 +207,8 @@ impl PageAllocator {
             total_pages,
             span,
             free_total: AtomicU64::new(0),
+            pins: Mutex::new(crate::Map::default()),
+            pinned_pages: AtomicU64::new(0),
         }
     }
 
@@ -207,12 +222,95 @@ impl PageAllocator {
 
     /// Return `len` pages from `start` to the free lists. Freeing a page
     /// that no rebuilt inode owns (a double free) is a bug and panics.
+    /// A page a view holds is not freed yet: it is marked freed, and
+    /// `unpin` frees it when its last view lets go (docs/DESIGN.md,
+    /// "Zero-copy views and patch buffers").
     pub fn free(&self, start: PageNo, len: u64) {
         self.check_range(start, len);
+        if self.pinned_pages.load(Ordering::Acquire) == 0 {
+            self.free_unpinned(start.0, len);
+            return;
+        }
+        let mut pins = self.pins.lock();
+        let mut run_start = start.0;
         for p in start.0..start.0 + len {
+            if let Some(pin) = pins.get_mut(&p) {
+                assert!(!pin.freed, "double free of page {p} (held by a view)");
+                pin.freed = true;
+                if p > run_start {
+                    self.free_unpinned(run_start, p - run_start);
+                }
+                run_start = p + 1;
+            }
+        }
+        if start.0 + len > run_start {
+            self.free_unpinned(run_start, start.0 + len - run_start);
+        }
+    }
+
+    fn free_unpinned(&self, start: u64, len: u64) {
+        for p in start..start + len {
             assert!(self.states.swap(p, PAGE_CLAIMED, PAGE_FREE), "double free of page {p}");
         }
-        self.insert_free(start, len);
+        self.insert_free(PageNo(start), len);
+    }
+
+    /// A view holds `pages` (each in use by a file, whose lock the caller
+    /// holds, so none is being freed meanwhile): they stay allocated and
+    /// unchanged until `unpin`.
+    pub fn pin(&self, pages: &[PageNo]) {
+        if pages.is_empty() {
+            return;
+        }
+        let mut pins = self.pins.lock();
+        let mut added = 0;
+        for p in pages {
+            self.check_range(*p, 1);
+            assert_eq!(self.states.get(p.0), PAGE_CLAIMED, "a view of page {} that no file owns", p.0);
+            let pin = pins.entry(p.0).or_insert_with(|| {
+                added += 1;
+                Pin { views: 0, freed: false }
+            });
+            assert!(!pin.freed, "a view of page {}, freed while held", p.0);
+            pin.views = pin.views.checked_add(1).expect("views of one page overflow u32");
+        }
+        self.pinned_pages.fetch_add(added, Ordering::Release);
+    }
+
+    /// A view lets go of `pages`: each that was freed while held, and is
+    /// held by no other view now, is freed.
+    pub fn unpin(&self, pages: &[PageNo]) {
+        if pages.is_empty() {
+            return;
+        }
+        let mut pins = self.pins.lock();
+        let mut released = 0;
+        for p in pages {
+            let pin = pins.get_mut(&p.0).unwrap_or_else(|| panic!("unpin of page {} that no view holds", p.0));
+            pin.views -= 1;
+            if pin.views == 0 {
+                let freed = pin.freed;
+                pins.remove(&p.0);
+                released += 1;
+                if freed {
+                    self.free_unpinned(p.0, 1);
+                }
+            }
+        }
+        self.pinned_pages.fetch_sub(released, Ordering::Release);
+    }
+
+    /// Whether a view holds `page` (an fsync-atomic write must then copy
+    /// the page instead of writing it in place).
+    pub fn is_pinned(&self, page: PageNo) -> bool {
+        self.pinned_pages.load(Ordering::Acquire) != 0 && self.pins.lock().contains_key(&page.0)
+    }
+
+    /// Pages views hold, and how many of them were freed meanwhile (held
+    /// only by views): for statistics and tests.
+    pub fn pinned(&self) -> (u64, u64) {
+        let pins = self.pins.lock();
+        (pins.len() as u64, pins.values().filter(|p| p.freed).count() as u64)
     }
 
     /// Seed the free lists (format, mount): pages that were not handed out.

@@ -22,13 +22,13 @@ const PAGE: usize = PAGE_SIZE as usize;
 
 /// Consecutive runs of pool pages handed out by the allocator, walked one
 /// page at a time.
-fn flatten(runs: &[(PageNo, u32)]) -> Vec<PageNo> {
+pub(crate) fn flatten(runs: &[(PageNo, u32)]) -> Vec<PageNo> {
     runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| PageNo(s.0 + i))).collect()
 }
 
 /// Write entries for file pages `first..` mapped to `pool` pages, one entry
 /// per stretch where both sides are consecutive.
-fn write_entries(first: u64, pool: &[(u64, PageNo)], size_after: u64, now: i64) -> Vec<Entry> {
+pub(crate) fn write_entries(first: u64, pool: &[(u64, PageNo)], size_after: u64, now: i64) -> Vec<Entry> {
     let mut out = Vec::new();
     let mut i = 0;
     let _ = first;
@@ -90,7 +90,7 @@ impl Ferrite {
     }
 
     /// The whole of file page `p` as a read shows it (zeros for a hole).
-    fn read_page(&self, d: &InodeData, p: u64, buf: &mut [u8; PAGE]) {
+    pub(crate) fn read_page(&self, d: &InodeData, p: u64, buf: &mut [u8; PAGE]) {
         match d.pages().get(&p) {
             Some(r) => self.read_mapped(d, p, r.pool, 0, buf),
             None => buf.fill(0),
@@ -189,7 +189,12 @@ impl Ferrite {
             let lo = (offset.max(page_start) - page_start) as usize;
             let hi = (end.min(page_start + PAGE_SIZE) - page_start) as usize;
             let action = match d.pages().get(&p) {
-                Some(r) if d.pending.as_ref().is_some_and(|e| e.epoch_pages.contains(&r.pool)) => {
+                // A page a view holds is never changed in place: the view
+                // must keep showing the bytes of its moment.
+                Some(r)
+                    if d.pending.as_ref().is_some_and(|e| e.epoch_pages.contains(&r.pool))
+                        && !self.pages.is_pinned(r.pool) =>
+                {
                     PieceAction::InPlace(r.pool)
                 }
                 Some(_) if hi - lo <= INLINE_PIECE_MAX => {

@@ -130,6 +130,8 @@ pub struct Ferrite {
     /// unmount commit.
     pub(crate) pending_files: Mutex<crate::Set<InodeNo>>,
     pub(crate) epoch_commits: AtomicU64,
+    /// Live zero-copy views and patch buffers (`zerocopy.rs`).
+    pub(crate) zero_copy: crate::zerocopy::ZeroCopy,
 }
 
 impl Ferrite {
@@ -241,6 +243,7 @@ impl Ferrite {
             default_mode: AtomicU8::new(FileMode::Strict as u8),
             pending_files: Mutex::new(crate::Set::default()),
             epoch_commits: AtomicU64::new(0),
+            zero_copy: Default::default(),
         }
     }
 
@@ -251,6 +254,9 @@ impl Ferrite {
     /// unmount). Dropping a `Ferrite` without this is a crash as far as the
     /// pool is concerned: the next mount recovers.
     pub fn unmount(self) -> FsResult<()> {
+        // Views and buffers first: their pins and pages go back to the
+        // allocator before it is saved (a crash needs no such step).
+        self.release_zero_copy();
         // A clean unmount is a commit point of every fsync-atomic file.
         self.commit_all_pending();
         crate::recovery::save_and_mark_clean(&self);

@@ -35,6 +35,7 @@ mod session;
 pub mod types;
 mod xattr;
 mod xattr_name;
+mod zerocopy;
 
 /// The hash map of DRAM indexes: foldhash is several times faster than
 /// SipHash on the short keys used here (page numbers, inode numbers, names).
@@ -46,3 +47,4 @@ pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport,
 pub use inode::Inode;
 pub use session::{FdTable, OpenFile, Session};
 pub use types::*;
+pub use zerocopy::{BufferId, MapKind, PatchBuffer, Peek, ViewId};

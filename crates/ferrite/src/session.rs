@@ -233,6 +233,47 @@ impl Session {
         Ok(self.fds.get(fd)?.file.inode.ino)
     }
 
+    /// Sub-Zero's `peek` on a descriptor open for reading (EBADF
+    /// otherwise): see `Ferrite::peek`. The view outlives the descriptor.
+    pub fn peek(&self, fd: Fd, offset: u64, len: u64) -> FsResult<crate::Peek> {
+        let f = self.readable(fd)?;
+        self.fs.peek(&f.inode, offset, len)
+    }
+
+    /// A zero-copy mapping for `mmap` (read-only, or private and
+    /// writable) of a descriptor open for reading: see `Ferrite::map_view`.
+    pub fn map_view(&self, fd: Fd, offset: u64, len: u64, kind: crate::MapKind) -> FsResult<crate::Peek> {
+        let f = self.readable(fd)?;
+        self.fs.map_view(&f.inode, offset, len, kind)
+    }
+
+    /// Release a view made by `peek` or `map_view`.
+    pub fn unpeek(&self, id: crate::ViewId) -> FsResult<()> {
+        self.fs.unpeek(id)
+    }
+
+    /// A patch buffer: see `Ferrite::patch_buffer`.
+    pub fn patch_buffer(&self, len: u64) -> FsResult<crate::PatchBuffer> {
+        self.fs.patch_buffer(len)
+    }
+
+    /// Sub-Zero's `patch` on a descriptor open for writing (EBADF
+    /// otherwise): see `Ferrite::patch`. An O_SYNC or O_DSYNC descriptor
+    /// makes it a commit point, as a write would.
+    pub fn patch(&self, fd: Fd, offset: u64, id: crate::BufferId, len: u64) -> FsResult<()> {
+        let f = self.writable(fd)?;
+        self.fs.patch(&f.inode, offset, id, len)?;
+        if f.flags.sync || f.flags.dsync {
+            self.fs.fsync_inode(&f.inode, !f.flags.sync)?;
+        }
+        Ok(())
+    }
+
+    /// Give back a patch buffer that will not be patched.
+    pub fn free_buffer(&self, id: crate::BufferId) -> FsResult<()> {
+        self.fs.free_buffer(id)
+    }
+
     pub fn open_descriptors(&self) -> usize {
         self.fds.open_count()
     }

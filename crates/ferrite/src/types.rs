@@ -604,6 +604,18 @@ pub mod limits {
     pub const FILE_SIZE_MAX: u64 = 1 << 44;
     /// Most hard links to one inode.
     pub const LINK_MAX: u32 = 65_000;
+    /// Longest zero-copy view (`peek`, `map_view`): 1 GiB, so that one view
+    /// cannot hold a large share of a pool's pages against reuse.
+    pub const VIEW_BYTES_MAX: u64 = 1 << 30;
+    /// Most live views of one mounted pool. A view that is not one run of
+    /// pool pages is a window of the address space with up to one mapping
+    /// per run, and Linux allows a process 65,530 mappings by default
+    /// (vm.max_map_count): 4,096 views leave room for the rest of it.
+    pub const VIEWS_MAX: usize = 4096;
+    /// Largest patch buffer: 1 GiB.
+    pub const BUFFER_BYTES_MAX: u64 = 1 << 30;
+    /// Most live (not yet patched or freed) patch buffers of one pool.
+    pub const BUFFERS_MAX: usize = 1024;
 }
 
 /// The path-and-descriptor interface a program sees (the shape of the POSIX

@@ -29,6 +29,7 @@ mod latency;
 mod mapping;
 mod pmem;
 mod record;
+mod window;
 
 use std::fmt;
 
@@ -36,6 +37,7 @@ pub use arch::{coarse_realtime_ns, detected_flush_kind, detected_nt_kind};
 pub use latency::EmulatedLatency;
 pub use pmem::Pmem;
 pub use record::{replay_stores, Event};
+pub use window::{Window, WindowAccess, WindowPage};
 
 /// Byte offset into the pool.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]

@@ -531,3 +531,213 @@ pub(crate) fn open_file_private(path: &Path, min_len: u64, _shared_lock: bool) -
 pub(crate) fn open_file(path: &Path, _min_len: u64) -> Result<FileMapping, PmemError> {
     Err(ctx(io::Error::from(io::ErrorKind::Unsupported), "file pools need a Unix system; cannot open", path))
 }
+
+/// How one piece of a window maps pool pages.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum PoolMapping {
+    /// Readable only; stores fault.
+    ReadOnly,
+    /// Readable and writable; stores go to the pool file.
+    SharedWritable,
+    /// Readable and writable; stores go to private copies, never to the file.
+    PrivateWritable,
+}
+
+/// One reserved range of the address space holding pool-file mappings and
+/// anonymous pages side by side: the memory of a view, a patch buffer or the
+/// read-only alias of the whole pool (`crate::Window`). It owns the range:
+/// `Drop` unmaps all of it.
+pub(crate) struct WindowMap {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: `WindowMap` owns its mapping until `Drop`, so moving it between
+// threads is sound; every access goes through raw pointers with bounds checked
+// by `at`, as for `Region` (see the `Send` impl there for why concurrent raw
+// copies are the caller's to coordinate).
+unsafe impl Send for WindowMap {}
+// SAFETY: see the `Send` impl above.
+unsafe impl Sync for WindowMap {}
+
+impl WindowMap {
+    /// Reserves `len` bytes (a multiple of 4096, not zero) of address space
+    /// that nothing is mapped in yet: inaccessible, committing no memory.
+    pub(crate) fn reserve(len: usize) -> io::Result<WindowMap> {
+        assert!(len > 0 && len.is_multiple_of(PAGE as usize), "ferrite-pmem: window of {len} bytes");
+        // SAFETY: a fresh anonymous mapping chosen by the kernel (null hint);
+        // it overlaps no Rust object.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(WindowMap { base, len })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// The address of `at` after checking `[at, at + len)` is inside.
+    fn at(&self, at: usize, len: usize) -> *mut u8 {
+        match at.checked_add(len) {
+            Some(end) if end <= self.len => {}
+            _ => {
+                panic!("ferrite-pmem: window access of {len} bytes at {at} is outside the window of {} bytes", self.len)
+            }
+        }
+        // SAFETY: `at <= self.len` and the reservation is `self.len` bytes.
+        unsafe { self.base.as_ptr().add(at) }
+    }
+
+    /// Replaces `[at, at + len)` (page-aligned) with fresh zeroed anonymous
+    /// pages, readable and writable.
+    pub(crate) fn map_anonymous(&self, at: usize, len: usize) -> io::Result<()> {
+        self.check_pages(at, len);
+        let addr = self.at(at, len);
+        // SAFETY: MAP_FIXED over pages inside our own reservation: it
+        // replaces only memory this `WindowMap` owns, which no Rust reference
+        // points into (all access is by raw pointer).
+        let p = unsafe {
+            libc::mmap(
+                addr.cast(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Sets the protection of the whole window: read-only, or read-write.
+    pub(crate) fn protect(&self, writable: bool) -> io::Result<()> {
+        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        // SAFETY: changes the protection of our own reservation only.
+        if unsafe { libc::mprotect(self.base.as_ptr().cast(), self.len, prot) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into the window at `at`. The pages must be writable.
+    pub(crate) fn copy_in(&self, at: usize, data: &[u8]) {
+        let dst = self.at(at, data.len());
+        // SAFETY: in bounds (checked by `at`); `data` is a Rust slice, which
+        // cannot overlap window memory because no reference into it exists.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
+    }
+
+    /// Copies window bytes at `at` into `buf`.
+    pub(crate) fn copy_out(&self, at: usize, buf: &mut [u8]) {
+        let src = self.at(at, buf.len());
+        // SAFETY: in bounds (checked by `at`), and see `copy_in` on overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) }
+    }
+
+    /// Sets `len` bytes at `at` to zero. The pages must be writable.
+    pub(crate) fn zero(&self, at: usize, len: usize) {
+        let dst = self.at(at, len);
+        // SAFETY: in bounds (checked by `at`).
+        unsafe { std::ptr::write_bytes(dst, 0, len) }
+    }
+
+    fn check_pages(&self, at: usize, len: usize) {
+        assert!(
+            at.is_multiple_of(PAGE as usize) && len.is_multiple_of(PAGE as usize) && len > 0,
+            "ferrite-pmem: window piece of {len} bytes at {at} is not whole pages"
+        );
+    }
+}
+
+impl Drop for WindowMap {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly our reservation, and every mapping
+        // placed in it lies inside it; no reference into it outlives `self`.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+impl Region {
+    /// Maps pool bytes `[off, off + len)` (page-aligned) over window bytes
+    /// `[at, at + len)`, if the pool is a shared mapping of a file; returns
+    /// false (nothing done) for a heap pool or a private view, whose bytes
+    /// the caller must copy instead.
+    #[cfg(unix)]
+    pub(crate) fn map_into(
+        &self,
+        window: &WindowMap,
+        at: usize,
+        off: usize,
+        len: usize,
+        how: PoolMapping,
+        map_sync: bool,
+    ) -> io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        let Backing::File { file, shared: true } = &self.backing else { return Ok(false) };
+        window.check_pages(at, len);
+        let _ = self.at(off, len);
+        assert!(off.is_multiple_of(PAGE as usize), "ferrite-pmem: pool mapping at {off} is not page-aligned");
+        let addr = window.at(at, len);
+        let (prot, flags) = match how {
+            PoolMapping::ReadOnly => (libc::PROT_READ, libc::MAP_SHARED),
+            PoolMapping::SharedWritable if map_sync => {
+                // MAP_SHARED_VALIDATE | MAP_SYNC, as the pool itself is mapped.
+                (libc::PROT_READ | libc::PROT_WRITE, 0x03 | 0x80000)
+            }
+            PoolMapping::SharedWritable => (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED),
+            PoolMapping::PrivateWritable => (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE),
+        };
+        // SAFETY: MAP_FIXED inside the window's own reservation (bounds
+        // checked above), of a file we hold open, at an offset inside the
+        // pool; it replaces only memory the window owns.
+        let p = unsafe {
+            libc::mmap(addr.cast(), len, prot, flags | libc::MAP_FIXED, file.as_raw_fd(), off as libc::off_t)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(true)
+    }
+
+    #[cfg(not(unix))]
+    pub(crate) fn map_into(
+        &self,
+        _window: &WindowMap,
+        _at: usize,
+        _off: usize,
+        _len: usize,
+        _how: PoolMapping,
+        _map_sync: bool,
+    ) -> io::Result<bool> {
+        Ok(false)
+    }
+
+    /// Whether pool bytes can be mapped elsewhere (`map_into` works).
+    pub(crate) fn mappable(&self) -> bool {
+        #[cfg(unix)]
+        {
+            matches!(self.backing, Backing::File { shared: true, .. })
+        }
+        #[cfg(not(unix))]
+        false
+    }
+}

@@ -25,9 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Zero-length reads, writes and flushes are accepted at any offset up to
 /// and including the pool length; they touch nothing and record nothing.
 pub struct Pmem {
-    region: Region,
+    pub(crate) region: Region,
     domain: PersistenceDomain,
-    map_sync: bool,
+    pub(crate) map_sync: bool,
     flush_kind: FlushKind,
     nt_kind: NtKind,
     path: Option<PathBuf>,
@@ -35,6 +35,9 @@ pub struct Pmem {
     recording: AtomicBool,
     recorder: Mutex<Recorder>,
     latency: Latency,
+    /// The read-only alias of the whole pool (`read_only_alias`), made on
+    /// first use; `None` inside when the pool has no file to alias.
+    pub(crate) alias: std::sync::OnceLock<Option<crate::mapping::WindowMap>>,
 }
 
 /// Compile-time proof of the thread-safety promise above.
@@ -91,6 +94,7 @@ impl Pmem {
             recording: AtomicBool::new(false),
             recorder: Mutex::new(Recorder::default()),
             latency: Latency::default(),
+            alias: std::sync::OnceLock::new(),
         }
     }
 
@@ -222,7 +226,7 @@ impl Pmem {
     /// panic, naming the operation.
     #[inline]
     #[track_caller]
-    fn range_or_panic(&self, op: &str, offset: PoolOffset, len: u64) -> usize {
+    pub(crate) fn range_or_panic(&self, op: &str, offset: PoolOffset, len: u64) -> usize {
         match self.range(offset, len) {
             Some(off) => off,
             None => out_of_bounds(op, offset, len, self.len()),
@@ -277,7 +281,7 @@ impl Pmem {
     /// one relaxed load. Callers hold the guard across the store and the
     /// push, so the trace order is the store order.
     #[inline]
-    fn recorder(&self) -> Option<MutexGuard<'_, Recorder>> {
+    pub(crate) fn recorder(&self) -> Option<MutexGuard<'_, Recorder>> {
         if self.recording.load(Ordering::Relaxed) {
             Some(self.recorder.lock())
         } else {
