@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Runs of consecutive pages (start, length) handed out by one allocation;
 /// most allocations are one or two runs, kept off the heap.
@@ -183,17 +183,46 @@ pub struct PageAllocator {
     free_total: AtomicU64,
     /// Pages held by zero-copy views (`zerocopy.rs`): a page freed while
     /// held stays allocated until its last view lets go.
-    pins: Mutex<crate::Map<u64, Pin>>,
-    /// How many pages `pins` holds: the free path looks at the map only
-    /// when this is not zero, so files without views pay one load.
+    pins: PinTable,
+}
+
+/// The pin word of one page: how many views hold it (low 31 bits), and
+/// whether its file freed it meanwhile (`PIN_FREED`).
+const PIN_FREED: u32 = 1 << 31;
+
+/// Pages per chunk of pin words: a chunk (16 KiB) is allocated the first
+/// time a page in its 16 MiB of pool is pinned, so a pool never viewed
+/// pays nothing, and a 1 TiB pool at most 1 GiB / 4096 chunks.
+const PIN_CHUNK_PAGES: usize = 4096;
+
+/// One atomic word per data page, in lazily allocated chunks, and a count
+/// of pinned pages so that the free path of a pool without views reads one
+/// counter and nothing else. Pins are taken under the owning inode's read
+/// lock and every free of a file's page happens under its write lock, so a
+/// pin never races with the free of the same page; an unpin may, and the
+/// compare-and-swap loops below settle who frees it.
+struct PinTable {
+    chunks: Box<[std::sync::OnceLock<Box<[AtomicU32]>>]>,
     pinned_pages: AtomicU64,
 }
 
-/// How many views hold a page, and whether it was freed meanwhile.
-#[derive(Clone, Copy, Debug)]
-struct Pin {
-    views: u32,
-    freed: bool,
+impl PinTable {
+    fn new(pages: u64) -> PinTable {
+        let n = (pages as usize).div_ceil(PIN_CHUNK_PAGES);
+        PinTable { chunks: (0..n).map(|_| std::sync::OnceLock::new()).collect(), pinned_pages: AtomicU64::new(0) }
+    }
+
+    /// The pin word of data page `i` (counted from the data start), if its
+    /// chunk exists (or `create`).
+    fn word(&self, i: u64, create: bool) -> Option<&AtomicU32> {
+        let chunk = &self.chunks[i as usize / PIN_CHUNK_PAGES];
+        let words = if create {
+            chunk.get_or_init(|| (0..PIN_CHUNK_PAGES).map(|_| AtomicU32::new(0)).collect())
+        } else {
+            chunk.get()?
+        };
+        Some(&words[i as usize % PIN_CHUNK_PAGES])
+    }
 }
 
 impl PageAllocator {
@@ -207,8 +236,7 @@ impl PageAllocator {
             total_pages,
             span,
             free_total: AtomicU64::new(0),
-            pins: Mutex::new(crate::Map::default()),
-            pinned_pages: AtomicU64::new(0),
+            pins: PinTable::new(data),
         }
     }
 
@@ -227,16 +255,13 @@ impl PageAllocator {
     /// "Zero-copy views and patch buffers").
     pub fn free(&self, start: PageNo, len: u64) {
         self.check_range(start, len);
-        if self.pinned_pages.load(Ordering::Acquire) == 0 {
+        if self.pins.pinned_pages.load(Ordering::Acquire) == 0 {
             self.free_unpinned(start.0, len);
             return;
         }
-        let mut pins = self.pins.lock();
         let mut run_start = start.0;
         for p in start.0..start.0 + len {
-            if let Some(pin) = pins.get_mut(&p) {
-                assert!(!pin.freed, "double free of page {p} (held by a view)");
-                pin.freed = true;
+            if self.mark_freed_if_pinned(p) {
                 if p > run_start {
                     self.free_unpinned(run_start, p - run_start);
                 }
@@ -245,6 +270,24 @@ impl PageAllocator {
         }
         if start.0 + len > run_start {
             self.free_unpinned(run_start, start.0 + len - run_start);
+        }
+    }
+
+    /// If views hold page `p`, mark it freed (their last unpin frees it)
+    /// and say so.
+    fn mark_freed_if_pinned(&self, p: u64) -> bool {
+        let Some(word) = self.pins.word(p - self.data_start, false) else { return false };
+        let mut cur = word.load(Ordering::Acquire);
+        loop {
+            if cur & !PIN_FREED == 0 {
+                assert_eq!(cur, 0, "page {p} freed twice while held by views");
+                return false;
+            }
+            assert_eq!(cur & PIN_FREED, 0, "double free of page {p} (held by a view)");
+            match word.compare_exchange_weak(cur, cur | PIN_FREED, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(v) => cur = v,
+            }
         }
     }
 
@@ -258,59 +301,67 @@ impl PageAllocator {
     /// A view holds `pages` (each in use by a file, whose lock the caller
     /// holds, so none is being freed meanwhile): they stay allocated and
     /// unchanged until `unpin`.
-    pub fn pin(&self, pages: &[PageNo]) {
-        if pages.is_empty() {
-            return;
-        }
-        let mut pins = self.pins.lock();
-        let mut added = 0;
+    pub fn pin(&self, pages: impl IntoIterator<Item = PageNo>) {
         for p in pages {
-            self.check_range(*p, 1);
+            self.check_range(p, 1);
             assert_eq!(self.states.get(p.0), PAGE_CLAIMED, "a view of page {} that no file owns", p.0);
-            let pin = pins.entry(p.0).or_insert_with(|| {
-                added += 1;
-                Pin { views: 0, freed: false }
-            });
-            assert!(!pin.freed, "a view of page {}, freed while held", p.0);
-            pin.views = pin.views.checked_add(1).expect("views of one page overflow u32");
+            let word = self.pins.word(p.0 - self.data_start, true).expect("created");
+            let prev = word.fetch_add(1, Ordering::AcqRel);
+            assert_eq!(prev & PIN_FREED, 0, "a view of page {}, freed while held", p.0);
+            assert!(prev + 1 < PIN_FREED, "views of page {} overflow", p.0);
+            if prev == 0 {
+                self.pins.pinned_pages.fetch_add(1, Ordering::AcqRel);
+            }
         }
-        self.pinned_pages.fetch_add(added, Ordering::Release);
     }
 
     /// A view lets go of `pages`: each that was freed while held, and is
     /// held by no other view now, is freed.
-    pub fn unpin(&self, pages: &[PageNo]) {
-        if pages.is_empty() {
-            return;
-        }
-        let mut pins = self.pins.lock();
-        let mut released = 0;
+    pub fn unpin(&self, pages: impl IntoIterator<Item = PageNo>) {
         for p in pages {
-            let pin = pins.get_mut(&p.0).unwrap_or_else(|| panic!("unpin of page {} that no view holds", p.0));
-            pin.views -= 1;
-            if pin.views == 0 {
-                let freed = pin.freed;
-                pins.remove(&p.0);
-                released += 1;
-                if freed {
+            let word = self
+                .pins
+                .word(p.0 - self.data_start, false)
+                .unwrap_or_else(|| panic!("unpin of page {} that no view holds", p.0));
+            let prev = word.fetch_sub(1, Ordering::AcqRel);
+            assert!(prev & !PIN_FREED != 0, "unpin of page {} that no view holds", p.0);
+            if prev & !PIN_FREED == 1 {
+                if prev & PIN_FREED != 0 {
+                    // The last view of a page its file freed: free it now.
+                    word.store(0, Ordering::Release);
                     self.free_unpinned(p.0, 1);
                 }
+                self.pins.pinned_pages.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        self.pinned_pages.fetch_sub(released, Ordering::Release);
     }
 
     /// Whether a view holds `page` (an fsync-atomic write must then copy
     /// the page instead of writing it in place).
     pub fn is_pinned(&self, page: PageNo) -> bool {
-        self.pinned_pages.load(Ordering::Acquire) != 0 && self.pins.lock().contains_key(&page.0)
+        self.pins.pinned_pages.load(Ordering::Acquire) != 0
+            && self
+                .pins
+                .word(page.0 - self.data_start, false)
+                .is_some_and(|w| w.load(Ordering::Acquire) & !PIN_FREED != 0)
     }
 
     /// Pages views hold, and how many of them were freed meanwhile (held
     /// only by views): for statistics and tests.
     pub fn pinned(&self) -> (u64, u64) {
-        let pins = self.pins.lock();
-        (pins.len() as u64, pins.values().filter(|p| p.freed).count() as u64)
+        let (mut held, mut freed) = (0, 0);
+        for chunk in self.pins.chunks.iter().filter_map(|c| c.get()) {
+            for w in chunk.iter() {
+                let v = w.load(Ordering::Acquire);
+                if v & !PIN_FREED != 0 {
+                    held += 1;
+                    if v & PIN_FREED != 0 {
+                        freed += 1;
+                    }
+                }
+            }
+        }
+        (held, freed)
     }
 
     /// Seed the free lists (format, mount): pages that were not handed out.

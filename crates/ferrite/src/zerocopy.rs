@@ -32,6 +32,7 @@ use crate::types::{limits, Errno, FileType, FsResult};
 use ferrite_pmem::{PoolOffset, Window, WindowAccess, WindowPage};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 const PAGE: usize = PAGE_SIZE as usize;
 
@@ -52,8 +53,9 @@ pub struct Peek {
     pub len: usize,
 }
 
-/// What `patch_buffer` hands out: `len` writable bytes at `ptr` (zeroed),
-/// valid until `patch`, `free_buffer` or the unmount.
+/// What `patch_buffer` hands out: `len` writable bytes at `ptr`, valid
+/// until `patch`, `free_buffer` or the unmount. Their initial contents are
+/// unspecified, as malloc's are.
 #[derive(Clone, Copy, Debug)]
 pub struct PatchBuffer {
     pub id: BufferId,
@@ -83,7 +85,23 @@ struct View {
     bytes: ViewBytes,
     len: usize,
     /// Pool pages pinned for this view.
-    pinned: Vec<PageNo>,
+    pinned: Pinned,
+}
+
+/// The pool pages a view pins: one run (the common case, kept without an
+/// allocation), or a list.
+enum Pinned {
+    Run { first: PageNo, pages: u64 },
+    List(Vec<PageNo>),
+}
+
+impl Pinned {
+    fn pages(&self) -> Box<dyn Iterator<Item = PageNo> + '_> {
+        match self {
+            Pinned::Run { first, pages } => Box::new((0..*pages).map(move |i| PageNo(first.0 + i))),
+            Pinned::List(v) => Box::new(v.iter().copied()),
+        }
+    }
 }
 
 struct Buffer {
@@ -99,7 +117,7 @@ pub(crate) struct ZeroCopy {
     /// the same bytes share an address; they hold the same pages, so
     /// `unpeek` may release any one of them.
     views: Mutex<crate::Map<usize, SmallVec<[View; 1]>>>,
-    view_count: Mutex<usize>,
+    view_count: AtomicUsize,
     buffers: Mutex<crate::Map<usize, Buffer>>,
 }
 
@@ -121,16 +139,14 @@ fn regular(inode: &Inode) -> FsResult<()> {
 impl Ferrite {
     /// Take a view slot (ENOMEM past `VIEWS_MAX`).
     fn reserve_view(&self) -> FsResult<()> {
-        let mut n = self.zero_copy.view_count.lock();
-        if *n >= limits::VIEWS_MAX {
-            return Err(Errno::ENOMEM);
-        }
-        *n += 1;
-        Ok(())
+        let n = &self.zero_copy.view_count;
+        n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| (v < limits::VIEWS_MAX).then_some(v + 1))
+            .map(|_| ())
+            .map_err(|_| Errno::ENOMEM)
     }
 
     fn unreserve_view(&self) {
-        *self.zero_copy.view_count.lock() -= 1;
+        self.zero_copy.view_count.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// A read-only snapshot of bytes `[offset, offset + len)` of a regular
@@ -175,7 +191,9 @@ impl Ferrite {
     fn make_view(&self, inode: &Inode, offset: u64, len: u64, end: u64, map: Option<MapKind>) -> FsResult<Peek> {
         let first = offset >> PAGE_SHIFT;
         let last = (end - 1) >> PAGE_SHIFT;
-        let mut plan: Vec<Planned> = Vec::with_capacity((last - first + 1) as usize);
+        let skew = (offset & (PAGE_SIZE - 1)) as usize;
+        let mut plan: Vec<Planned> = Vec::new();
+        let mut run: Option<PageNo> = None;
         let mut pinned: Vec<PageNo> = Vec::new();
         {
             let d = inode.data.read();
@@ -187,37 +205,62 @@ impl Ferrite {
             }
             let pages = d.pages();
             let any_deltas = pages.delta_bytes() > 0;
-            for p in first..=last {
-                plan.push(match pages.get(&p) {
-                    Some(r) if !any_deltas || pages.deltas(p).is_empty() => {
-                        pinned.push(r.pool);
-                        Planned::Pool(r.pool)
+            // The common case first: a peek of one run of pool pages with no
+            // deltas, shown through the alias without any allocation.
+            if map.is_none() && self.media.pmem.read_only_alias(PoolOffset(0), 0).is_some() {
+                let mut expect: Option<PageNo> = None;
+                let mut start: Option<PageNo> = None;
+                let mut ok = true;
+                for (i, p) in (first..=last).enumerate() {
+                    match pages.get(&p) {
+                        Some(r)
+                            if (!any_deltas || pages.deltas(p).is_empty()) && expect.is_none_or(|e| e == r.pool) =>
+                        {
+                            if i == 0 {
+                                start = Some(r.pool);
+                            }
+                            expect = Some(PageNo(r.pool.0 + 1));
+                        }
+                        _ => {
+                            ok = false;
+                            break;
+                        }
                     }
-                    // A page with deltas exists only as a merge: the view
-                    // gets a copy of the merged bytes.
-                    Some(_) => {
-                        let mut b = Box::new([0u8; PAGE]);
-                        self.read_page(&d, p, &mut b);
-                        Planned::Bytes(b)
-                    }
-                    None => Planned::Zero,
-                });
+                }
+                if ok {
+                    let s = start.expect("at least one page");
+                    self.pages.pin((0..=last - first).map(|i| PageNo(s.0 + i)));
+                    run = Some(s);
+                }
             }
-            // Pinned under the lock: no write can release them in between.
-            self.pages.pin(&pinned);
+            if run.is_none() {
+                plan.reserve((last - first + 1) as usize);
+                for p in first..=last {
+                    plan.push(match pages.get(&p) {
+                        Some(r) if !any_deltas || pages.deltas(p).is_empty() => {
+                            pinned.push(r.pool);
+                            Planned::Pool(r.pool)
+                        }
+                        // A page with deltas exists only as a merge: the view
+                        // gets a copy of the merged bytes.
+                        Some(_) => {
+                            let mut b = Box::new([0u8; PAGE]);
+                            self.read_page(&d, p, &mut b);
+                            Planned::Bytes(b)
+                        }
+                        None => Planned::Zero,
+                    });
+                }
+                // Pinned under the lock: no write can release them in between.
+                self.pages.pin(pinned.iter().copied());
+            }
         }
-        let skew = (offset & (PAGE_SIZE - 1)) as usize;
-        let one_run = pinned.len() == plan.len() && pinned.windows(2).all(|w| w[1].0 == w[0].0 + 1);
-        let bytes = match (map, one_run) {
-            (None, true) => self
-                .media
-                .pmem
-                .read_only_alias(pinned[0].offset(), pinned.len() as u64 * PAGE_SIZE)
-                .map(|_| ViewBytes::Alias(pinned[0].offset() + skew as u64)),
-            _ => None,
-        };
-        let bytes = match bytes {
-            Some(b) => b,
+        let (bytes, pinned, ptr) = match run {
+            Some(s) => {
+                let at = s.offset() + skew as u64;
+                let ptr = self.media.pmem.read_only_alias(at, len).expect("the alias exists");
+                (ViewBytes::Alias(at), Pinned::Run { first: s, pages: last - first + 1 }, ptr)
+            }
             None => {
                 let pages: Vec<WindowPage<'_>> = plan
                     .iter()
@@ -232,19 +275,16 @@ impl Ferrite {
                     _ => WindowAccess::ReadOnly,
                 };
                 match self.media.pmem.map_view(&pages, access) {
-                    Ok(window) => ViewBytes::Window { window, skew },
+                    Ok(window) => {
+                        let ptr = window.as_ptr().wrapping_add(skew);
+                        (ViewBytes::Window { window, skew }, Pinned::List(pinned), ptr)
+                    }
                     Err(_) => {
-                        self.pages.unpin(&pinned);
+                        self.pages.unpin(pinned.iter().copied());
                         return Err(Errno::ENOMEM);
                     }
                 }
             }
-        };
-        let ptr = match &bytes {
-            ViewBytes::Alias(at) => {
-                self.media.pmem.read_only_alias(*at, len).expect("the alias exists once a view used it")
-            }
-            ViewBytes::Window { window, skew } => window.as_ptr().wrapping_add(*skew),
         };
         let id = ViewId(ptr as usize);
         self.zero_copy.views.lock().entry(id.0).or_default().push(View { bytes, len: len as usize, pinned });
@@ -267,7 +307,7 @@ impl Ferrite {
         let View { bytes, pinned, .. } = view;
         // Unmapped before the pages can be reused.
         drop(bytes);
-        self.pages.unpin(&pinned);
+        self.pages.unpin(pinned.pages());
         self.unreserve_view();
         Ok(())
     }
@@ -296,11 +336,11 @@ impl Ferrite {
 
     /// Live views (peeks and mappings).
     pub fn live_views(&self) -> usize {
-        *self.zero_copy.view_count.lock()
+        self.zero_copy.view_count.load(Ordering::Acquire)
     }
 
-    /// `len` bytes (rounded up to pages) of fresh pool pages, writable and
-    /// zeroed, for `patch`. EINVAL: `len` is 0 or above `BUFFER_BYTES_MAX`;
+    /// `len` bytes (rounded up to pages) of fresh pool pages, writable (their
+    /// initial bytes unspecified, as malloc's), for `patch`. EINVAL: `len` is 0 or above `BUFFER_BYTES_MAX`;
     /// ENOSPC; ENOMEM: `BUFFERS_MAX` buffers are live, or the address space
     /// ran out.
     pub fn patch_buffer(&self, len: u64) -> FsResult<PatchBuffer> {
@@ -447,7 +487,7 @@ impl Ferrite {
         let views: Vec<View> = self.zero_copy.views.lock().drain().flat_map(|(_, l)| l).collect();
         for View { bytes, pinned, .. } in views {
             drop(bytes);
-            self.pages.unpin(&pinned);
+            self.pages.unpin(pinned.pages());
             self.unreserve_view();
         }
         let buffers: Vec<Buffer> = self.zero_copy.buffers.lock().drain().map(|(_, b)| b).collect();

@@ -653,13 +653,6 @@ impl WindowMap {
         unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) }
     }
 
-    /// Sets `len` bytes at `at` to zero. The pages must be writable.
-    pub(crate) fn zero(&self, at: usize, len: usize) {
-        let dst = self.at(at, len);
-        // SAFETY: in bounds (checked by `at`).
-        unsafe { std::ptr::write_bytes(dst, 0, len) }
-    }
-
     fn check_pages(&self, at: usize, len: usize) {
         assert!(
             at.is_multiple_of(PAGE as usize) && len.is_multiple_of(PAGE as usize) && len > 0,
@@ -690,6 +683,7 @@ impl Region {
         len: usize,
         how: PoolMapping,
         map_sync: bool,
+        populate: bool,
     ) -> io::Result<bool> {
         use std::os::fd::AsRawFd;
         let Backing::File { file, shared: true } = &self.backing else { return Ok(false) };
@@ -709,8 +703,19 @@ impl Region {
         // SAFETY: MAP_FIXED inside the window's own reservation (bounds
         // checked above), of a file we hold open, at an offset inside the
         // pool; it replaces only memory the window owns.
+        // MAP_POPULATE (`populate`): the page tables are filled in one
+        // call, instead of one fault per page at first touch (about a
+        // microsecond each in a VM), which would cost a view more than the
+        // copy it saves.
         let p = unsafe {
-            libc::mmap(addr.cast(), len, prot, flags | libc::MAP_FIXED, file.as_raw_fd(), off as libc::off_t)
+            libc::mmap(
+                addr.cast(),
+                len,
+                prot,
+                flags | libc::MAP_FIXED | if populate { libc::MAP_POPULATE } else { 0 },
+                file.as_raw_fd(),
+                off as libc::off_t,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -727,6 +732,7 @@ impl Region {
         _len: usize,
         _how: PoolMapping,
         _map_sync: bool,
+        _populate: bool,
     ) -> io::Result<bool> {
         Ok(false)
     }

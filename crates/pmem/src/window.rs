@@ -125,7 +125,7 @@ impl Pmem {
                     }
                     let off = self.range_or_panic("map_view", first, (n * page) as u64);
                     if mappable {
-                        self.region.map_into(&map, i * page, off, n * page, how, self.map_sync)?;
+                        self.region.map_into(&map, i * page, off, n * page, how, self.map_sync, true)?;
                     } else {
                         map.map_anonymous(i * page, n * page)?;
                         let mut buf = vec![0u8; n * page];
@@ -148,16 +148,18 @@ impl Pmem {
                 }
             }
         }
-        if access == WindowAccess::ReadOnly {
+        // Pool pages were mapped with their final protection; only the
+        // anonymous pages (filled above) must become read-only.
+        if access == WindowAccess::ReadOnly && (copied || pages.iter().any(|p| matches!(p, WindowPage::Zero))) {
             map.protect(false)?;
         }
         Ok(Window { map, buffer_runs: Vec::new(), mapped: !copied, writable: access == WindowAccess::PrivateWritable })
     }
 
     /// A patch buffer over pool pages (runs of whole pages the caller has
-    /// allocated and owns, in the order they appear in the window):
-    /// writable, zeroed, so that nothing another file left in those pages
-    /// shows through.
+    /// allocated and owns, in the order they appear in the window),
+    /// writable. Its initial bytes are unspecified (zeros on a heap pool,
+    /// what the pages held on a pool file).
     pub fn map_buffer(&self, runs: &[(PoolOffset, u64)]) -> io::Result<Window> {
         let total: u64 = runs.iter().map(|r| r.1).sum();
         assert!(total > 0, "ferrite-pmem: a buffer of no pages");
@@ -169,18 +171,19 @@ impl Pmem {
             let off = self.range_or_panic("map_buffer", offset, pages * PAGE);
             let len = (pages * PAGE) as usize;
             if mapped {
-                mapped = self.region.map_into(&map, at, off, len, PoolMapping::SharedWritable, self.map_sync)?;
+                mapped = self.region.map_into(&map, at, off, len, PoolMapping::SharedWritable, self.map_sync, true)?;
             }
             if !mapped {
                 map.map_anonymous(at, len)?;
             }
             at += len;
         }
-        if mapped {
-            // Plain stores, as the caller's own will be: `adopt_buffer`
-            // writes every line back before the pages join a file.
-            map.zero(0, map.len());
-        }
+        // A mapped buffer is not zeroed: it shows what its pages held, as
+        // malloc's memory does (the process maps the whole pool anyway), and
+        // zeroing would be one more pass over every byte, paid on every
+        // patch. Bytes the caller leaves unwritten never reach a file: a
+        // patch takes only its `len` bytes and merges the rest of the last
+        // page from the file.
         Ok(Window { map, buffer_runs: runs.to_vec(), mapped, writable: true })
     }
 
@@ -229,7 +232,9 @@ impl Pmem {
                     return None;
                 }
                 let map = WindowMap::reserve(self.region.len()).ok()?;
-                match self.region.map_into(&map, 0, 0, self.region.len(), PoolMapping::ReadOnly, false) {
+                // Not populated: a whole pool's page tables would take tens of
+                // milliseconds; the alias fills as views touch it.
+                match self.region.map_into(&map, 0, 0, self.region.len(), PoolMapping::ReadOnly, false, false) {
                     Ok(true) => Some(map),
                     _ => None,
                 }
