@@ -543,6 +543,16 @@ pub(crate) enum PoolMapping {
     PrivateWritable,
 }
 
+/// How `Region::map_into` maps: the access, whether the pool is mapped
+/// with MAP_SYNC (a writable mapping then is too), and whether the page
+/// tables are filled at once (MAP_POPULATE).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MapHow {
+    pub(crate) access: PoolMapping,
+    pub(crate) map_sync: bool,
+    pub(crate) populate: bool,
+}
+
 /// One reserved range of the address space holding pool-file mappings and
 /// anonymous pages side by side: the memory of a view, a patch buffer or the
 /// read-only alias of the whole pool (`crate::Window`). It owns the range:
@@ -681,11 +691,10 @@ impl Region {
         at: usize,
         off: usize,
         len: usize,
-        how: PoolMapping,
-        map_sync: bool,
-        populate: bool,
+        how: MapHow,
     ) -> io::Result<bool> {
         use std::os::fd::AsRawFd;
+        let MapHow { access: how, map_sync, populate } = how;
         let Backing::File { file, shared: true } = &self.backing else { return Ok(false) };
         window.check_pages(at, len);
         let _ = self.at(off, len);
@@ -730,9 +739,7 @@ impl Region {
         _at: usize,
         _off: usize,
         _len: usize,
-        _how: PoolMapping,
-        _map_sync: bool,
-        _populate: bool,
+        _how: MapHow,
     ) -> io::Result<bool> {
         Ok(false)
     }

@@ -12,7 +12,7 @@
 //!
 //! This module has no `unsafe`; `mapping::WindowMap` does the raw work.
 
-use crate::mapping::{PoolMapping, WindowMap, PAGE};
+use crate::mapping::{MapHow, PoolMapping, WindowMap, PAGE};
 use crate::record::Event;
 use crate::{Pmem, PoolOffset};
 use std::io;
@@ -125,7 +125,13 @@ impl Pmem {
                     }
                     let off = self.range_or_panic("map_view", first, (n * page) as u64);
                     if mappable {
-                        self.region.map_into(&map, i * page, off, n * page, how, self.map_sync, true)?;
+                        self.region.map_into(
+                            &map,
+                            i * page,
+                            off,
+                            n * page,
+                            MapHow { access: how, map_sync: self.map_sync, populate: true },
+                        )?;
                     } else {
                         map.map_anonymous(i * page, n * page)?;
                         let mut buf = vec![0u8; n * page];
@@ -171,7 +177,8 @@ impl Pmem {
             let off = self.range_or_panic("map_buffer", offset, pages * PAGE);
             let len = (pages * PAGE) as usize;
             if mapped {
-                mapped = self.region.map_into(&map, at, off, len, PoolMapping::SharedWritable, self.map_sync, true)?;
+                let how = MapHow { access: PoolMapping::SharedWritable, map_sync: self.map_sync, populate: true };
+                mapped = self.region.map_into(&map, at, off, len, how)?;
             }
             if !mapped {
                 map.map_anonymous(at, len)?;
@@ -234,7 +241,8 @@ impl Pmem {
                 let map = WindowMap::reserve(self.region.len()).ok()?;
                 // Not populated: a whole pool's page tables would take tens of
                 // milliseconds; the alias fills as views touch it.
-                match self.region.map_into(&map, 0, 0, self.region.len(), PoolMapping::ReadOnly, false, false) {
+                let how = MapHow { access: PoolMapping::ReadOnly, map_sync: false, populate: false };
+                match self.region.map_into(&map, 0, 0, self.region.len(), how) {
                     Ok(true) => Some(map),
                     _ => None,
                 }
