@@ -36,6 +36,12 @@ pub(crate) struct Region {
     base: NonNull<u8>,
     len: usize,
     backing: Backing,
+    /// A read-only descriptor of the pool file, opened at the first
+    /// read-only or private window: mappings made from it cannot be made
+    /// writable by `mprotect` (EACCES), so a view cannot be turned into a
+    /// way to store into the pool.
+    #[cfg(unix)]
+    read_only_file: std::sync::OnceLock<Option<File>>,
 }
 
 // SAFETY: `Region` owns its memory (a private heap allocation or a mapping
@@ -62,7 +68,13 @@ impl Region {
         // SAFETY: `layout` has a non-zero size (at least one page).
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let Some(base) = NonNull::new(raw) else { std::alloc::handle_alloc_error(layout) };
-        Region { base, len, backing: Backing::Heap { layout } }
+        Region {
+            base,
+            len,
+            backing: Backing::Heap { layout },
+            #[cfg(unix)]
+            read_only_file: Default::default(),
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -393,7 +405,12 @@ mod file_impl {
         let (base, map_sync) = map(&file, len, path)?;
         let domain = domain(&file, map_sync);
         Ok(FileMapping {
-            region: Region { base, len, backing: Backing::File { file, shared: true } },
+            region: Region {
+                base,
+                len,
+                backing: Backing::File { file, shared: true },
+                read_only_file: Default::default(),
+            },
             map_sync,
             domain,
         })
@@ -495,7 +512,12 @@ mod file_impl {
         })?;
         let base = mmap(&file, len as usize, libc::MAP_PRIVATE).map_err(|e| ctx(e, "map pool file privately", path))?;
         Ok(FileMapping {
-            region: Region { base, len: len as usize, backing: Backing::File { file, shared: false } },
+            region: Region {
+                base,
+                len: len as usize,
+                backing: Backing::File { file, shared: false },
+                read_only_file: Default::default(),
+            },
             map_sync: false,
             domain: PersistenceDomain::Heap,
         })
@@ -694,13 +716,23 @@ impl Region {
         how: MapHow,
     ) -> io::Result<bool> {
         use std::os::fd::AsRawFd;
-        let MapHow { access: how, map_sync, populate } = how;
-        let Backing::File { file, shared: true } = &self.backing else { return Ok(false) };
+        let Backing::File { file: pool_file, shared: true } = &self.backing else { return Ok(false) };
+        let file = match how.access {
+            PoolMapping::SharedWritable => pool_file,
+            // Opened through /proc/self/fd: the same file even if its name
+            // changed since the pool was opened.
+            PoolMapping::ReadOnly | PoolMapping::PrivateWritable => self
+                .read_only_file
+                .get_or_init(|| File::open(format!("/proc/self/fd/{}", pool_file.as_raw_fd())).ok())
+                .as_ref()
+                .ok_or_else(|| io::Error::other("cannot open the pool file read-only"))?,
+        };
+        let MapHow { access, map_sync, populate } = how;
         window.check_pages(at, len);
         let _ = self.at(off, len);
         assert!(off.is_multiple_of(PAGE as usize), "ferrite-pmem: pool mapping at {off} is not page-aligned");
         let addr = window.at(at, len);
-        let (prot, flags) = match how {
+        let (prot, flags) = match access {
             PoolMapping::ReadOnly => (libc::PROT_READ, libc::MAP_SHARED),
             PoolMapping::SharedWritable if map_sync => {
                 // MAP_SHARED_VALIDATE | MAP_SYNC, as the pool itself is mapped.
@@ -709,13 +741,13 @@ impl Region {
             PoolMapping::SharedWritable => (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED),
             PoolMapping::PrivateWritable => (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE),
         };
-        // SAFETY: MAP_FIXED inside the window's own reservation (bounds
-        // checked above), of a file we hold open, at an offset inside the
-        // pool; it replaces only memory the window owns.
         // MAP_POPULATE (`populate`): the page tables are filled in one
         // call, instead of one fault per page at first touch (about a
         // microsecond each in a VM), which would cost a view more than the
         // copy it saves.
+        // SAFETY: MAP_FIXED inside the window's own reservation (bounds
+        // checked above), of a file we hold open, at an offset inside the
+        // pool; it replaces only memory the window owns.
         let p = unsafe {
             libc::mmap(
                 addr.cast(),

@@ -1,7 +1,8 @@
 //! Proves the persistence layer's windows (zero-copy views and patch
 //! buffers): a view shows pool pages, zero pages and given bytes side by
 //! side, on a pool file (mapped) and on a heap pool (copied); a read-only
-//! view faults on a store (a forked child dies of SIGSEGV) while a private
+//! view faults on a store (a forked child dies of SIGSEGV) and cannot be
+//! made writable by mprotect (nor can the alias), while a private
 //! one keeps its stores to itself; a patch buffer's bytes reach the pool
 //! only through `adopt_buffer`, which on a recording pool records them as
 //! stores (so crash simulation sees them) and on a mapped buffer writes
@@ -113,6 +114,15 @@ fn a_store_through_a_read_only_view_faults() {
         // SAFETY: waiting for our own child.
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV, "status {status:#x}");
+    }
+    // Nor can a view or the alias be made writable: their pool pages come
+    // from a read-only descriptor of the pool file.
+    let alias = pmem.read_only_alias(PoolOffset(0), PAGE).unwrap();
+    for (addr, what) in [(w.as_ptr(), "view"), (alias, "alias")] {
+        // SAFETY: mprotect of a page we map (the call is expected to fail).
+        let rc = unsafe { libc::mprotect(addr.cast_mut().cast(), PAGE as usize, libc::PROT_READ | libc::PROT_WRITE) };
+        assert_eq!(rc, -1, "the {what} became writable");
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EACCES));
     }
     drop(w);
     drop(pmem);
