@@ -527,6 +527,96 @@ int ferrite_fget_file_mode(struct ferrite_fs *fs, int fd);
  */
 int ferrite_sync(struct ferrite_fs *fs);
 
+/**
+ * The handle of the pool the preload library serves in this process (a
+ * program run with LD_PRELOAD=libferrite.so, FERRITE_POOL and
+ * FERRITE_ROOT), for the zero-copy calls on its Ferrite descriptors: the
+ * descriptors the program's own open(2) of paths under FERRITE_ROOT
+ * returned. Only `ferrite_peek`, `ferrite_unpeek`, `ferrite_patch_buffer`,
+ * `ferrite_patch` and `ferrite_free_buffer` accept it (every other call
+ * fails with EINVAL: the program's POSIX calls reach the pool already);
+ * it is never unmounted by the program. Returns it, or NULL with errno
+ * ENODEV when the library serves no pool in this process (no
+ * FERRITE_ROOT, the pool held by another process, a forked child, or
+ * after exit began). The zero-copy calls on it fail with ENODEV too once
+ * the library has stopped serving.
+ */
+struct ferrite_fs *ferrite_preload_handle(void);
+
+/**
+ * peek: a read-only view of bytes [offset, offset+len) of the regular file
+ * open at `fd` (readable; O_PATH is EBADF), contiguous in memory, mapping
+ * the pool's pages where they are (no copy). The view shows the file as it
+ * was at this call, whatever is written, truncated, punched or unlinked
+ * later (holes read as zeros), and stays valid until `ferrite_unpeek`,
+ * even after `fd` is closed or the file removed; it never blocks writers.
+ * Stores through it fault (SIGSEGV). `ferrite_unmount` (and, under the
+ * preload library, exit) releases every view; a crash or a killed process
+ * loses them and leaks nothing.
+ *
+ * Returns the address of the first byte (not page-aligned when `offset` is
+ * not), or NULL with errno set: EINVAL for `len` 0, more than 1 GiB
+ * (`VIEW_BYTES_MAX`), a negative `offset` or a range past the end of the
+ * file; EISDIR for a directory (EINVAL for another non-regular file);
+ * ENOMEM when 4096 views (`VIEWS_MAX`) are live; EBADF.
+ */
+const void *ferrite_peek(struct ferrite_fs *fs, int fd, off_t offset, size_t len);
+
+/**
+ * unpeek: release the view `ferrite_peek` returned at `view`, which must
+ * not be used afterwards. Each peek takes one unpeek: two views of the
+ * same bytes may have the same address (a view of one run of pool pages is
+ * served from a read-only alias of the whole pool, which stays mapped),
+ * and each unpeek of it releases one of them. Returns 0, or -1 with errno
+ * set: EINVAL if `view` is not a live view's address (released already,
+ * never one, or inside one), EFAULT for NULL. Under the preload handle,
+ * `view` may also be the address of a read-only or private `mmap` of a
+ * Ferrite file (the same as unmapping it whole).
+ */
+int ferrite_unpeek(struct ferrite_fs *fs, const void *view);
+
+/**
+ * A patch buffer: `len` bytes (rounded up to whole 4096-byte pages) of
+ * fresh pool pages, writable, their initial bytes unspecified (as
+ * malloc's: the bytes to patch must be written). The caller fills it with
+ * ordinary stores and hands it to `ferrite_patch`, or gives it back with
+ * `ferrite_free_buffer`; buffers still held are freed by
+ * `ferrite_unmount`, and after a crash by the next mount's recovery.
+ *
+ * Returns its address (page-aligned), or NULL with errno set: EINVAL for
+ * `len` 0 or more than 1 GiB (`BUFFER_BYTES_MAX`), ENOSPC when the pool has
+ * no room, ENOMEM when 1024 buffers (`BUFFERS_MAX`) are live.
+ */
+void *ferrite_patch_buffer(struct ferrite_fs *fs, size_t len);
+
+/**
+ * patch: make the first `len` bytes of the buffer at `buf` (from
+ * `ferrite_patch_buffer`) the bytes [offset, offset+len) of the regular
+ * file open for writing at `fd`, growing the file if they end past it.
+ * One atomic change: durable when the call returns in a strict file,
+ * pending until the file's next commit point in an fsync-atomic one. When
+ * `offset` is a multiple of 4096 the buffer's pages become the file's (no
+ * copy; a partial last page is merged with the file's bytes after it);
+ * otherwise the bytes are copied as by a write. After success the buffer
+ * is gone (its address is unmapped) and must not be touched or freed; on
+ * failure it is still the caller's, unchanged, and the file is unchanged.
+ *
+ * Returns 0, or -1 with errno set: EINVAL when `buf` is not a live
+ * buffer's address (patched or freed already, never one), for `len` 0 or
+ * more than the buffer's length, or a negative `offset`; EISDIR for a
+ * directory; EBADF when `fd` is not open for writing; EFBIG past the
+ * largest file; EFAULT for a NULL `buf`.
+ */
+int ferrite_patch(struct ferrite_fs *fs, int fd, void *buf, size_t len, off_t offset);
+
+/**
+ * Give back a patch buffer that will not be patched: its pages are free
+ * again and its address is unmapped. Returns 0, or -1 with errno set:
+ * EINVAL when `buf` is not a live buffer's address (patched or freed
+ * already, never one), EFAULT for NULL.
+ */
+int ferrite_free_buffer(struct ferrite_fs *fs, void *buf);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -27,6 +27,7 @@ use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
+use engine::{BufferId, ViewId};
 use engine::{
     Credentials, Errno, Fd, FileMode, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, PoolError, RenameFlags,
     Session, XattrSetMode, AT_FDCWD,
@@ -67,8 +68,15 @@ pub const FERRITE_MODE_FSYNC_ATOMIC: c_int = 1;
 /// `ferrite_format` or `ferrite_mount`, freed by `ferrite_unmount`. The
 /// session is Sync, so one handle may be used from many threads at once.
 pub struct ferrite_fs {
-    session: Session,
+    /// None in the preload handle (`ferrite_preload_handle`), which stands
+    /// for the pool the preload library serves in this process.
+    session: Option<Session>,
 }
+
+/// The one preload handle: the zero-copy calls on it act on the preload
+/// library's session and the process's own (kernel-numbered) Ferrite
+/// descriptors.
+static PRELOAD_HANDLE: ferrite_fs = ferrite_fs { session: None };
 
 /// One directory entry of `ferrite_readdir`.
 #[repr(C)]
@@ -119,7 +127,32 @@ unsafe fn session<'a>(fs: *mut ferrite_fs) -> Result<&'a Session, Errno> {
     // SAFETY: as the caller promises; only shared access is taken, and the
     // session is Sync.
     match unsafe { fs.as_ref() } {
-        Some(h) => Ok(&h.session),
+        Some(ferrite_fs { session: Some(s) }) => Ok(s),
+        // The preload handle serves the zero-copy calls only.
+        Some(ferrite_fs { session: None }) => Err(Errno::EINVAL),
+        None => Err(EFAULT),
+    }
+}
+
+/// Where a zero-copy call goes: a handle's own session, or the preload
+/// library's.
+enum ZeroCopy<'a> {
+    Handle(&'a Session),
+    Preload(&'static crate::preload::Preload),
+}
+
+/// The target of a zero-copy call; EFAULT for NULL, ENODEV for the preload
+/// handle when the preload library does not serve a pool in this process.
+///
+/// # Safety
+/// As `session`, or `fs` is the preload handle.
+unsafe fn zero_copy<'a>(fs: *mut ferrite_fs) -> Result<ZeroCopy<'a>, Errno> {
+    // SAFETY: as the caller promises; only shared access is taken.
+    match unsafe { fs.as_ref() } {
+        Some(ferrite_fs { session: Some(s) }) => Ok(ZeroCopy::Handle(s)),
+        Some(ferrite_fs { session: None }) => {
+            crate::preload::active().map(ZeroCopy::Preload).ok_or(Errno(libc::ENODEV))
+        }
         None => Err(EFAULT),
     }
 }
@@ -276,7 +309,7 @@ unsafe fn pool_path<'a>(p: *const c_char) -> Result<&'a Path, Errno> {
 }
 
 fn into_handle(session: Session) -> *mut ferrite_fs {
-    Box::into_raw(Box::new(ferrite_fs { session }))
+    Box::into_raw(Box::new(ferrite_fs { session: Some(session) }))
 }
 
 // ---- pools --------------------------------------------------------------
@@ -352,10 +385,15 @@ pub unsafe extern "C" fn ferrite_unmount(fs: *mut ferrite_fs) -> c_int {
         if fs.is_null() {
             return Err(EFAULT);
         }
-        // SAFETY: a non-NULL `fs` came from `Box::into_raw` in
-        // `into_handle` and, as the caller promises, is not used again.
+        if std::ptr::eq(fs, &PRELOAD_HANDLE) {
+            // The preload library unmounts its pool itself, at exit.
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: a non-NULL `fs` other than the preload handle came from
+        // `Box::into_raw` in `into_handle` and, as the caller promises, is
+        // not used again.
         let h = unsafe { Box::from_raw(fs) };
-        h.session.unmount().map(|()| 0)
+        h.session.expect("a mounted handle has a session").unmount().map(|()| 0)
     })
 }
 
@@ -1249,6 +1287,159 @@ pub unsafe extern "C" fn ferrite_sync(fs: *mut ferrite_fs) -> c_int {
         // SAFETY: `fs` is NULL or a live handle.
         let s = unsafe { session(fs) }?;
         s.sync_all().map(|()| 0)
+    })
+}
+
+// ---- zero-copy: peek and patch --------------------------------------------
+
+/// The handle of the pool the preload library serves in this process (a
+/// program run with LD_PRELOAD=libferrite.so, FERRITE_POOL and
+/// FERRITE_ROOT), for the zero-copy calls on its Ferrite descriptors: the
+/// descriptors the program's own open(2) of paths under FERRITE_ROOT
+/// returned. Only `ferrite_peek`, `ferrite_unpeek`, `ferrite_patch_buffer`,
+/// `ferrite_patch` and `ferrite_free_buffer` accept it (every other call
+/// fails with EINVAL: the program's POSIX calls reach the pool already);
+/// it is never unmounted by the program. Returns it, or NULL with errno
+/// ENODEV when the library serves no pool in this process (no
+/// FERRITE_ROOT, the pool held by another process, a forked child, or
+/// after exit began). The zero-copy calls on it fail with ENODEV too once
+/// the library has stopped serving.
+#[no_mangle]
+pub extern "C" fn ferrite_preload_handle() -> *mut ferrite_fs {
+    guard(|| match crate::preload::active() {
+        Some(_) => Ok(&PRELOAD_HANDLE as *const ferrite_fs as *mut ferrite_fs),
+        None => Err(Errno(libc::ENODEV)),
+    })
+}
+
+/// peek: a read-only view of bytes [offset, offset+len) of the regular file
+/// open at `fd` (readable; O_PATH is EBADF), contiguous in memory, mapping
+/// the pool's pages where they are (no copy). The view shows the file as it
+/// was at this call, whatever is written, truncated, punched or unlinked
+/// later (holes read as zeros), and stays valid until `ferrite_unpeek`,
+/// even after `fd` is closed or the file removed; it never blocks writers.
+/// Stores through it fault (SIGSEGV). `ferrite_unmount` (and, under the
+/// preload library, exit) releases every view; a crash or a killed process
+/// loses them and leaks nothing.
+///
+/// Returns the address of the first byte (not page-aligned when `offset` is
+/// not), or NULL with errno set: EINVAL for `len` 0, more than 1 GiB
+/// (`VIEW_BYTES_MAX`), a negative `offset` or a range past the end of the
+/// file; EISDIR for a directory (EINVAL for another non-regular file);
+/// ENOMEM when 4096 views (`VIEWS_MAX`) are live; EBADF.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_peek(fs: *mut ferrite_fs, fd: c_int, offset: off_t, len: usize) -> *const c_void {
+    guard(|| {
+        let off = self::offset(offset)?;
+        // SAFETY: `fs` is NULL, a live handle or the preload handle.
+        let ptr = match unsafe { zero_copy(fs) }? {
+            ZeroCopy::Handle(s) => s.peek(self::fd(fd)?, off, len as u64)?.ptr,
+            ZeroCopy::Preload(p) => crate::preload::peek(p, fd, off, len as u64)?,
+        };
+        Ok(ptr as *const c_void)
+    })
+}
+
+/// unpeek: release the view `ferrite_peek` returned at `view`, which must
+/// not be used afterwards. Each peek takes one unpeek: two views of the
+/// same bytes may have the same address (a view of one run of pool pages is
+/// served from a read-only alias of the whole pool, which stays mapped),
+/// and each unpeek of it releases one of them. Returns 0, or -1 with errno
+/// set: EINVAL if `view` is not a live view's address (released already,
+/// never one, or inside one), EFAULT for NULL. Under the preload handle,
+/// `view` may also be the address of a read-only or private `mmap` of a
+/// Ferrite file (the same as unmapping it whole).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_unpeek(fs: *mut ferrite_fs, view: *const c_void) -> c_int {
+    guard(|| {
+        if view.is_null() {
+            return Err(EFAULT);
+        }
+        // SAFETY: `fs` is NULL, a live handle or the preload handle.
+        match unsafe { zero_copy(fs) }? {
+            ZeroCopy::Handle(s) => s.unpeek(ViewId(view as usize))?,
+            ZeroCopy::Preload(p) => crate::preload::unpeek(p, view as usize)?,
+        }
+        Ok(0)
+    })
+}
+
+/// A patch buffer: `len` bytes (rounded up to whole 4096-byte pages) of
+/// fresh pool pages, writable, their initial bytes unspecified (as
+/// malloc's: the bytes to patch must be written). The caller fills it with
+/// ordinary stores and hands it to `ferrite_patch`, or gives it back with
+/// `ferrite_free_buffer`; buffers still held are freed by
+/// `ferrite_unmount`, and after a crash by the next mount's recovery.
+///
+/// Returns its address (page-aligned), or NULL with errno set: EINVAL for
+/// `len` 0 or more than 1 GiB (`BUFFER_BYTES_MAX`), ENOSPC when the pool has
+/// no room, ENOMEM when 1024 buffers (`BUFFERS_MAX`) are live.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_patch_buffer(fs: *mut ferrite_fs, len: usize) -> *mut c_void {
+    guard(|| {
+        // SAFETY: `fs` is NULL, a live handle or the preload handle.
+        let ptr = match unsafe { zero_copy(fs) }? {
+            ZeroCopy::Handle(s) => s.patch_buffer(len as u64)?.ptr,
+            ZeroCopy::Preload(p) => crate::preload::patch_buffer(p, len as u64)?,
+        };
+        Ok(ptr as *mut c_void)
+    })
+}
+
+/// patch: make the first `len` bytes of the buffer at `buf` (from
+/// `ferrite_patch_buffer`) the bytes [offset, offset+len) of the regular
+/// file open for writing at `fd`, growing the file if they end past it.
+/// One atomic change: durable when the call returns in a strict file,
+/// pending until the file's next commit point in an fsync-atomic one. When
+/// `offset` is a multiple of 4096 the buffer's pages become the file's (no
+/// copy; a partial last page is merged with the file's bytes after it);
+/// otherwise the bytes are copied as by a write. After success the buffer
+/// is gone (its address is unmapped) and must not be touched or freed; on
+/// failure it is still the caller's, unchanged, and the file is unchanged.
+///
+/// Returns 0, or -1 with errno set: EINVAL when `buf` is not a live
+/// buffer's address (patched or freed already, never one), for `len` 0 or
+/// more than the buffer's length, or a negative `offset`; EISDIR for a
+/// directory; EBADF when `fd` is not open for writing; EFBIG past the
+/// largest file; EFAULT for a NULL `buf`.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_patch(
+    fs: *mut ferrite_fs,
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    offset: off_t,
+) -> c_int {
+    guard(|| {
+        if buf.is_null() {
+            return Err(EFAULT);
+        }
+        let off = self::offset(offset)?;
+        // SAFETY: `fs` is NULL, a live handle or the preload handle.
+        match unsafe { zero_copy(fs) }? {
+            ZeroCopy::Handle(s) => s.patch(self::fd(fd)?, off, BufferId(buf as usize), len as u64)?,
+            ZeroCopy::Preload(p) => crate::preload::patch(p, fd, off, buf as usize, len as u64)?,
+        }
+        Ok(0)
+    })
+}
+
+/// Give back a patch buffer that will not be patched: its pages are free
+/// again and its address is unmapped. Returns 0, or -1 with errno set:
+/// EINVAL when `buf` is not a live buffer's address (patched or freed
+/// already, never one), EFAULT for NULL.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_free_buffer(fs: *mut ferrite_fs, buf: *mut c_void) -> c_int {
+    guard(|| {
+        if buf.is_null() {
+            return Err(EFAULT);
+        }
+        // SAFETY: `fs` is NULL, a live handle or the preload handle.
+        match unsafe { zero_copy(fs) }? {
+            ZeroCopy::Handle(s) => s.free_buffer(BufferId(buf as usize))?,
+            ZeroCopy::Preload(p) => crate::preload::free_buffer(p, buf as usize)?,
+        }
+        Ok(0)
     })
 }
 

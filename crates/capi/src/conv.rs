@@ -38,6 +38,9 @@ impl FailValue for i64 {
 impl<T> FailValue for *mut T {
     const FAIL: *mut T = std::ptr::null_mut();
 }
+impl<T> FailValue for *const T {
+    const FAIL: *const T = std::ptr::null();
+}
 
 /// The `Ok` value as C's success value, an error as `-1`/NULL + errno.
 pub fn ret<T: FailValue>(r: Result<T, Errno>) -> T {

@@ -225,6 +225,7 @@ real! {
     ioctl(fd: c_int, req: libc::c_ulong; arg: usize) -> c_int;
     mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: libc::off_t) -> *mut c_void;
     munmap(addr: *mut c_void, len: usize) -> c_int;
+    mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int;
     msync(addr: *mut c_void, len: usize, flags: c_int) -> c_int;
     execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;

@@ -5,7 +5,11 @@
 //! `examples/c/modes.c` (consistency modes: the default mode, a file's mode
 //! by path, by descriptor and as the xattr `user.ferrite.mode`, refused
 //! calls, and what fsync-atomic files hold after a process that wrote them
-//! died without unmounting: their last commit point) are
+//! died without unmounting: their last commit point) and
+//! `examples/c/peek.c` (zero-copy views and patch buffers: a view keeps its
+//! bytes across rewrite, truncate and unlink, patches at aligned and
+//! unaligned offsets, the errors of misuse with nothing changed, and views
+//! and buffers released by unmount) are
 //! compiled with the system C compiler with warnings as errors, linked
 //! against the library cargo built for this package, run, and their output
 //! compared line by line with `examples/c/*.expected`.
@@ -121,5 +125,12 @@ fn threads_c_transcript() {
 fn modes_c_transcript() {
     if let Some(exe) = compile("modes") {
         run_and_compare("modes", &exe);
+    }
+}
+
+#[test]
+fn peek_c_transcript() {
+    if let Some(exe) = compile("peek") {
+        run_and_compare("peek", &exe);
     }
 }

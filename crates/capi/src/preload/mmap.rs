@@ -1,9 +1,21 @@
 //! `mmap` of Ferrite descriptors.
 //!
-//! - Private and read-only mappings are anonymous memory filled with the
-//!   file's bytes at the moment of the call (a private mapping's later
-//!   writes never reach the file, as POSIX says; a read-only shared mapping
-//!   does not follow later writes: zero-copy views come with peek).
+//! - Read-only mappings (PROT_READ, MAP_SHARED or MAP_PRIVATE) and private
+//!   writable ones (MAP_PRIVATE, PROT_READ|PROT_WRITE) map the pool's own
+//!   pages, without a copy: each is a view of the engine
+//!   (`Session::map_view`), with peek's isolation. The mapping shows the
+//!   file as it was at the moment of the `mmap` call, whatever is written,
+//!   truncated or removed later; so a read-only MAP_SHARED mapping does not
+//!   follow later writes (Linux's would). Stores through a private mapping
+//!   go to private copies of the pages and never reach the file. Pages past
+//!   the end of the file read as zeros (Linux raises SIGBUS there). How
+//!   `munmap`, `mprotect`, `mremap` and `fork` treat these mappings:
+//!   `views.rs`.
+//! - MAP_FIXED and MAP_FIXED_NOREPLACE requests, executable or
+//!   inaccessible protections, and requests the engine cannot serve as a
+//!   view (more than `VIEW_BYTES_MAX` bytes, `VIEWS_MAX` views live) get
+//!   anonymous memory filled with the file's bytes at the moment of the
+//!   call instead, the same snapshot by a copy.
 //! - Writable shared mappings map a DRAM shadow of the file: one memfd per
 //!   inode, so every mapping of the file in this process shares the same
 //!   pages (SQLite's `-shm`, mapped several times, relies on that). The
@@ -15,14 +27,15 @@
 //!   the file (`munmap` and close do not).
 //!   While a file has a shadow, `read` and `write` keep it coherent: the
 //!   shadow is written back before and reloaded after every write, and
-//!   written back before every read.
+//!   written back before every read (and before a view of the file is
+//!   made, so the view holds the stores made so far).
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::{active, fd, inside, is_ferrite, Preload};
+use super::{active, fd, inside, is_ferrite, views, Preload};
 use crate::conv::fail;
 use crate::real::{self, Off};
-use engine::{Errno, FsResult, InodeNo, PathFs};
+use engine::{Errno, FsResult, InodeNo, MapKind, PathFs};
 use libc::{c_int, c_void};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -127,6 +140,23 @@ unsafe fn map_file(
             return Err(Errno::EACCES);
         }
         return unsafe { map_shadow(p, addr, len, prot, flags, n, off as usize) };
+    }
+    // A view of the pool's pages, where one serves.
+    let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0;
+    let kind = if prot == libc::PROT_READ {
+        Some(MapKind::ReadOnly)
+    } else if prot == libc::PROT_READ | libc::PROT_WRITE && !shared {
+        Some(MapKind::PrivateWritable)
+    } else {
+        None
+    };
+    if let (Some(kind), false) = (kind, fixed) {
+        match views::map(p, n, off as u64, len, kind) {
+            Ok(m) => return Ok(m),
+            // Past the engine's limits on views: a copy serves instead.
+            Err(Errno::EINVAL | Errno::ENOMEM) => {}
+            Err(e) => return Err(e),
+        }
     }
     // A private (or read-only) copy: anonymous memory with the file's bytes.
     let keep = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_POPULATE | libc::MAP_NORESERVE);
@@ -261,8 +291,22 @@ fn unmap_regions(p: &Preload, addr: usize, len: usize) {
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
     if let Some(p) = active() {
         unmap_regions(p, addr as usize, len);
+        if let Some(r) = views::munmap(p, addr as usize, len) {
+            return r;
+        }
     }
     unsafe { real::munmap(addr, len) }
+}
+
+/// mprotect(2): a read-only view (a peek, or a read-only mapping of a
+/// Ferrite file) never becomes writable: EACCES, as Linux answers for a
+/// shared mapping of a file opened read-only.
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
+    if active().is_some() && views::mprotect_refused(addr as usize, len, prot) {
+        return fail(Errno::EACCES);
+    }
+    unsafe { real::mprotect(addr, len, prot) }
 }
 
 #[no_mangle]
@@ -306,6 +350,11 @@ pub unsafe extern "C" fn mremap(
     flags: c_int,
     newaddr: *mut c_void,
 ) -> *mut c_void {
+    if active().is_some() && views::touches_view(addr as usize, old) {
+        // The engine knows a view by its address and length.
+        crate::conv::set_errno(libc::EINVAL);
+        return libc::MAP_FAILED;
+    }
     if SHADOWS.load(Ordering::Relaxed) > 0 && with_table(|t| t.regions.contains_key(&(addr as usize))) {
         // A shadow mapping may be resized in place or moved; the memfd
         // must cover the new length first.

@@ -32,6 +32,9 @@ mod mmap;
 mod modes;
 mod paths;
 mod stdio;
+mod views;
+
+pub use views::{free_buffer, patch, patch_buffer, peek, unpeek};
 
 use crate::conv::{errno, set_errno};
 use crate::real;
@@ -849,7 +852,9 @@ pub fn prepare_exec() -> Option<Vec<u8>> {
         let hex: String = path.iter().map(|b| format!("{b:02x}")).collect();
         list.push(format!("{n},{flags},{pos},{hex}"));
     }
+    let copies = inside(|| views::copy_before_exec(p));
     shutdown();
+    views::place_copies(copies);
     let mut entry = format!("{INHERIT_ENV}=").into_bytes();
     entry.extend_from_slice(list.join(";").as_bytes());
     Some(entry)
@@ -936,6 +941,7 @@ extern "C" fn after_fork_child() {
         unsafe { libc::syscall(libc::SYS_close, n) };
     }
     mmap::close_shadows_in_child();
+    views::copy_in_child();
     unmap_pool(p.pool_ino);
     let mounted = p.mount.try_lock().map(|m| m.is_some()).unwrap_or(false);
     let files: Vec<(c_int, FdInfo)> = match p.files.try_lock() {
