@@ -715,8 +715,35 @@ impl Region {
         len: usize,
         how: MapHow,
     ) -> io::Result<bool> {
+        window.check_pages(at, len);
+        let addr = window.at(at, len);
+        Ok(self.map_pool(Some(addr), off, len, how)?.is_some())
+    }
+
+    /// Maps pool bytes `[off, off + len)` (page-aligned) at an address the
+    /// kernel chooses, as a window of its own: one system call where a
+    /// reservation and a fixed mapping would take two. `None` for a heap
+    /// pool or a private view.
+    #[cfg(unix)]
+    pub(crate) fn map_new(&self, off: usize, len: usize, how: MapHow) -> io::Result<Option<WindowMap>> {
+        assert!(len > 0 && len.is_multiple_of(PAGE as usize), "ferrite-pmem: window of {len} bytes");
+        let Some(p) = self.map_pool(None, off, len, how)? else { return Ok(None) };
+        let base = NonNull::new(p).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Some(WindowMap { base, len }))
+    }
+
+    #[cfg(not(unix))]
+    pub(crate) fn map_new(&self, _off: usize, _len: usize, _how: MapHow) -> io::Result<Option<WindowMap>> {
+        Ok(None)
+    }
+
+    /// The one `mmap` of pool pages: at `fixed` (inside a window the caller
+    /// owns, whose bounds it checked) or anywhere. Returns the address, or
+    /// `None` when the pool has no file to map.
+    #[cfg(unix)]
+    fn map_pool(&self, fixed: Option<*mut u8>, off: usize, len: usize, how: MapHow) -> io::Result<Option<*mut u8>> {
         use std::os::fd::AsRawFd;
-        let Backing::File { file: pool_file, shared: true } = &self.backing else { return Ok(false) };
+        let Backing::File { file: pool_file, shared: true } = &self.backing else { return Ok(None) };
         let file = match how.access {
             PoolMapping::SharedWritable => pool_file,
             // Opened through /proc/self/fd: the same file even if its name
@@ -728,11 +755,9 @@ impl Region {
                 .ok_or_else(|| io::Error::other("cannot open the pool file read-only"))?,
         };
         let MapHow { access, map_sync, populate } = how;
-        window.check_pages(at, len);
         let _ = self.at(off, len);
         assert!(off.is_multiple_of(PAGE as usize), "ferrite-pmem: pool mapping at {off} is not page-aligned");
-        let addr = window.at(at, len);
-        let (prot, flags) = match access {
+        let (prot, mut flags) = match access {
             PoolMapping::ReadOnly => (libc::PROT_READ, libc::MAP_SHARED),
             PoolMapping::SharedWritable if map_sync => {
                 // MAP_SHARED_VALIDATE | MAP_SYNC, as the pool itself is mapped.
@@ -745,23 +770,23 @@ impl Region {
         // call, instead of one fault per page at first touch (about a
         // microsecond each in a VM), which would cost a view more than the
         // copy it saves.
-        // SAFETY: MAP_FIXED inside the window's own reservation (bounds
-        // checked above), of a file we hold open, at an offset inside the
-        // pool; it replaces only memory the window owns.
-        let p = unsafe {
-            libc::mmap(
-                addr.cast(),
-                len,
-                prot,
-                flags | libc::MAP_FIXED | if populate { libc::MAP_POPULATE } else { 0 },
-                file.as_raw_fd(),
-                off as libc::off_t,
-            )
-        };
+        if populate {
+            flags |= libc::MAP_POPULATE;
+        }
+        if fixed.is_some() {
+            flags |= libc::MAP_FIXED;
+        }
+        let addr = fixed.unwrap_or(std::ptr::null_mut());
+        // SAFETY: with `fixed`, a MAP_FIXED mapping inside a window's own
+        // reservation (the caller checked its bounds), which replaces only
+        // memory the window owns; without, a fresh mapping the kernel
+        // places, overlapping no Rust object. Either way of a file we hold
+        // open, at an offset inside the pool (checked by `at`).
+        let p = unsafe { libc::mmap(addr.cast(), len, prot, flags, file.as_raw_fd(), off as libc::off_t) };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(true)
+        Ok(Some(p.cast::<u8>()))
     }
 
     #[cfg(not(unix))]

@@ -104,11 +104,30 @@ impl Pmem {
     /// pages at consecutive offsets are mapped with one `mmap`.
     pub fn map_view(&self, pages: &[WindowPage<'_>], access: WindowAccess) -> io::Result<Window> {
         let page = PAGE as usize;
-        let map = WindowMap::reserve(pages.len().max(1) * page)?;
         let how = match access {
             WindowAccess::ReadOnly => PoolMapping::ReadOnly,
             WindowAccess::PrivateWritable => PoolMapping::PrivateWritable,
         };
+        // One run of pool pages: one mapping where the kernel likes.
+        if let Some(WindowPage::Pool(first)) = pages.first() {
+            let one_run = pages
+                .iter()
+                .enumerate()
+                .all(|(i, p)| matches!(p, WindowPage::Pool(o) if o.0 == first.0 + i as u64 * PAGE));
+            if one_run {
+                let off = self.range_or_panic("map_view", *first, (pages.len() * page) as u64);
+                let direct = MapHow { access: how, map_sync: self.map_sync, populate: true };
+                if let Some(map) = self.region.map_new(off, pages.len() * page, direct)? {
+                    return Ok(Window {
+                        map,
+                        buffer_runs: Vec::new(),
+                        mapped: true,
+                        writable: access == WindowAccess::PrivateWritable,
+                    });
+                }
+            }
+        }
+        let map = WindowMap::reserve(pages.len().max(1) * page)?;
         let mappable = self.region.mappable();
         let mut copied = false;
         let mut i = 0;
@@ -169,6 +188,14 @@ impl Pmem {
     pub fn map_buffer(&self, runs: &[(PoolOffset, u64)]) -> io::Result<Window> {
         let total: u64 = runs.iter().map(|r| r.1).sum();
         assert!(total > 0, "ferrite-pmem: a buffer of no pages");
+        if let [(offset, pages)] = runs {
+            // One run: one mapping where the kernel likes.
+            let off = self.range_or_panic("map_buffer", *offset, pages * PAGE);
+            let how = MapHow { access: PoolMapping::SharedWritable, map_sync: self.map_sync, populate: true };
+            if let Some(map) = self.region.map_new(off, (pages * PAGE) as usize, how)? {
+                return Ok(Window { map, buffer_runs: runs.to_vec(), mapped: true, writable: true });
+            }
+        }
         let map = WindowMap::reserve((total * PAGE) as usize)?;
         let mut mapped = self.region.mappable();
         let mut at = 0usize;
