@@ -20,11 +20,14 @@ impl Drop for TempDir {
     }
 }
 
-const WORKLOADS: [&str; 10] = [
+const WORKLOADS: [&str; 13] = [
     "zc-read-4k",
     "zc-read-64k",
     "zc-read-1m",
     "zc-read-16m",
+    "zc-read-64k-touch",
+    "zc-read-1m-touch",
+    "zc-read-16m-touch",
     "zc-randread-4k",
     "zc-write-4k",
     "zc-write-64k",
