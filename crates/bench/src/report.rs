@@ -524,7 +524,7 @@ const ZC_SERVE_COMPARISONS: [Comparison; 5] = [
 pub fn zerocopy_markdown(results: &[WorkloadResult]) -> String {
     let mut out = String::new();
     for (title, comps) in [
-        ("Reads (each followed by the same use of every byte)", &ZC_READ_COMPARISONS[..]),
+        ("Reads (each followed by the same use on every method)", &ZC_READ_COMPARISONS[..]),
         ("Writes", &ZC_WRITE_COMPARISONS[..]),
         ("Serving files to a socket", &ZC_SERVE_COMPARISONS[..]),
     ] {
