@@ -5,7 +5,9 @@
 //! directories, the hardware limit), `ext4` and `fuse` (mounted targets),
 //! `workload` and `filebench` (what is done, written once against the
 //! `Target` trait), `tree` (real programs copying a real tree into the
-//! kernel-visible targets, with FUSE requests counted by kind), `report` (tables, CSV, JSON, summary against the goals)
+//! kernel-visible targets, with FUSE requests counted by kind), `zerocopy`
+//! (issue 12: peek and patch against pread and pwrite, and a file server's
+//! send path), `report` (tables, CSV, JSON, summary against the goals)
 //! and `plot` (SVG). See docs/BENCHMARKS.md for how to run it and what the
 //! figures mean.
 
@@ -20,6 +22,7 @@ mod stats;
 mod target;
 mod tree;
 mod workload;
+mod zerocopy;
 
 use std::fmt::Write as _;
 use std::io;
@@ -37,7 +40,8 @@ use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, Remount, Wo
     name = "ferrite-bench",
     about = "Benchmark Ferrite against tmpfs, ext4 and the hardware limit, side by side",
     after_help = "Workload groups: fio, sizes, fsync, atomic, mix, threads, meta, filebench, remount (or `all`);\n\
-                  tree (cp -a, tar x, rm -rf of FERRITE_BENCH_TREE, default /usr/share; not in `all`).\n\
+                  tree (cp -a, tar x, rm -rf of FERRITE_BENCH_TREE, default /usr/share; not in `all`);\n\
+                  zerocopy (issue 12: peek/patch against pread/pwrite by size, random 4 KiB peeks, serving files to a socket; not in `all`).\n\
                   Targets: ferrite, ferrite-atomic, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-dev, fuse-direct, preload."
 )]
 struct Args {
@@ -142,9 +146,11 @@ impl Scale {
     }
 }
 
-/// The group left out of `all`: the tree workloads copy a whole real tree
-/// (680 MB for /usr/share) a few times per round and target.
-const NOT_IN_ALL: &str = "tree";
+/// The groups left out of `all`: the tree workloads copy a whole real tree
+/// (680 MB for /usr/share) a few times per round and target; the zero-copy
+/// workloads (issue 12) move 512 MiB per method, round and target, and
+/// have their own goals.
+const NOT_IN_ALL: [&str; 2] = ["tree", zerocopy::GROUP];
 
 fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> {
     let fio = |name: &str,
@@ -216,6 +222,8 @@ fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> 
     for w in tree::TreeWorkload::all(base) {
         v.push(Box::new(w));
     }
+    // Issue 12: zero-copy peek and patch (selected by name or `zerocopy`).
+    v.extend(zerocopy::workloads(quick));
     v
 }
 
@@ -234,7 +242,7 @@ fn run(args: &Args) -> io::Result<()> {
     let all = all_workloads(&scale, args.quick, &args.dir);
     let selected = |w: &dyn Workload| {
         args.workloads.iter().any(|n| {
-            (n == "all" && w.group() != NOT_IN_ALL)
+            (n == "all" && !NOT_IN_ALL.contains(&w.group()))
                 || n == w.name()
                 || n == w.group()
                 || (n == "create-unlink" && w.name() == "dirops")
@@ -332,6 +340,12 @@ fn run(args: &Args) -> io::Result<()> {
     for s in &skipped {
         let _ = writeln!(head, "  - {s}");
     }
+    if workloads.iter().any(|w| w.group() == zerocopy::GROUP) {
+        let _ = writeln!(head, "- zero-copy calls (issue 12 workloads):");
+        for t in &targets {
+            let _ = writeln!(head, "  - `{}`: {}", t.name(), t.zero_copy_note());
+        }
+    }
     let _ = writeln!(head, "- workloads:");
     for w in &workloads {
         let _ = writeln!(head, "  - `{}`: {}", w.name(), w.params());
@@ -362,6 +376,8 @@ fn run(args: &Args) -> io::Result<()> {
     let preload_goals = if with_preload { report::evaluate_preload(&results, args.quick) } else { Vec::new() };
     let with_fuse = target_info.iter().any(|(t, _)| t == "fuse");
     let fuse_goals = if with_fuse { report::evaluate_fuse(&results, args.quick) } else { Vec::new() };
+    let with_zerocopy = results.iter().any(|w| w.group == zerocopy::GROUP);
+    let zc_goals = if with_zerocopy { report::evaluate_zerocopy(&results, args.quick) } else { Vec::new() };
     let mut body = String::new();
     let _ = writeln!(body, "## Results\n");
     let _ = writeln!(
@@ -387,8 +403,22 @@ fn run(args: &Args) -> io::Result<()> {
         let _ = writeln!(body, "\n## Summary against the goals of issue 11 (FUSE mount)\n");
         body.push_str(&report::summary_markdown(&fuse_goals));
     }
+    if with_zerocopy {
+        let _ = writeln!(
+            body,
+            "\n## Zero-copy comparisons (issue 12)\n\nMedians of the per-round ratios (min–max over rounds); > 1 \
+             means the first named is faster. Same-target ratios compare methods that took turns within \
+             each round."
+        );
+        body.push_str(&report::zerocopy_markdown(&results));
+        if ran(&zc_goals) {
+            let _ = writeln!(body, "\n## Summary against the goals of issue 12 (zero-copy peek and patch)\n");
+            body.push_str(&report::summary_markdown(&zc_goals));
+        }
+    }
     goals.extend(preload_goals);
     goals.extend(fuse_goals);
+    goals.extend(zc_goals);
     if !errors.is_empty() {
         let _ = writeln!(body, "\n## Errors\n");
         for e in &errors {

@@ -69,6 +69,20 @@ impl WorkloadResult {
         Spread::of(&self.ratios(self.target_ix(a)?, self.target_ix(b)?, self.metric_ix(key)?)?)
     }
 
+    /// Per-round "how much better is metric `ka` of target `a` than metric
+    /// `kb` of target `b`" (> 1 = `a` better, in `ka`'s direction): the
+    /// zero-copy workloads compare methods across targets (Ferrite's peek
+    /// with tmpfs's pread). Rounds are interleaved, so round i of both ran
+    /// back to back; rounds where either figure is missing are dropped.
+    pub fn cross_ratio_spread(&self, a: &str, ka: &str, b: &str, kb: &str) -> Option<Spread> {
+        let (ma, mb) = (self.metric_ix(ka)?, self.metric_ix(kb)?);
+        let (va, vb) = (self.values[self.target_ix(a)?].as_ref()?, self.values[self.target_ix(b)?].as_ref()?);
+        let better = self.metrics[ma].better;
+        let v: Vec<f64> =
+            va.iter().zip(vb).map(|(ra, rb)| ratio(better, ra[ma], rb[mb])).filter(|x| x.is_finite()).collect();
+        Spread::of(&v)
+    }
+
     /// The accounting rows: (key, label, value per target).
     pub fn accounting_rows(&self) -> Vec<(&'static str, &'static str, Vec<Option<f64>>)> {
         let per = |f: &dyn Fn(&AcctOut) -> Option<f64>| -> Vec<Option<f64>> {
@@ -276,6 +290,7 @@ pub fn group_title(g: &str) -> &str {
         "filebench" => "Filebench-like personalities",
         "remount" => "Remount",
         "tree" => "Tree workloads (issue 11): cp -a, tar x, rm -rf of a real tree by the real programs",
+        "zerocopy" => "Zero-copy peek and patch (issue 12): methods side by side on each target",
         g => g,
     }
 }
@@ -348,6 +363,13 @@ pub enum GoalKind {
     Ratio { other: &'static str, at_least: f64 },
     /// Ferrite's own figure is at most `at_most` (in the metric's unit).
     AtMost { at_most: f64 },
+    /// Ferrite's own figure, a ratio measured within the round (unit `x`),
+    /// is at least `at_least`.
+    AtLeast { at_least: f64 },
+    /// The per-round ratio of Ferrite's `metric` to `other_metric` of
+    /// target `other` (another method on another target) is at least
+    /// `at_least`.
+    Cross { other: &'static str, other_metric: &'static str, at_least: f64 },
 }
 
 pub fn goals() -> Vec<Goal> {
@@ -439,6 +461,108 @@ pub fn fuse_goals() -> Vec<Goal> {
     ]
 }
 
+/// The benchmark goals of issue 12 (zero-copy peek and patch), judged on
+/// the `ferrite` target's zero-copy workloads: peek against Ferrite's own
+/// pread and patch against its own pwrite (ratios within each round), and
+/// random 4 KiB reads by peek against tmpfs's pread.
+pub fn zerocopy_goals() -> Vec<Goal> {
+    use GoalKind::*;
+    let own = |text, workload, metric, at_least| Goal { text, workload, metric, kind: AtLeast { at_least } };
+    vec![
+        own("peek + use ≥ 5× Ferrite's pread + use, 64 KiB", "zc-read-64k", "view_over_pread", 5.0),
+        own("peek + use ≥ 5× Ferrite's pread + use, 1 MiB", "zc-read-1m", "view_over_pread", 5.0),
+        own("peek + use ≥ 5× Ferrite's pread + use, 16 MiB", "zc-read-16m", "view_over_pread", 5.0),
+        own("patch ≥ 2× pwrite, 64 KiB", "zc-write-64k", "patch_over_pwrite", 2.0),
+        own("patch ≥ 2× pwrite, 1 MiB", "zc-write-1m", "patch_over_pwrite", 2.0),
+        own("patch ≥ 2× pwrite, 16 MiB", "zc-write-16m", "patch_over_pwrite", 2.0),
+        Goal {
+            text: "random 4 KiB reads by peek ≥ 3× tmpfs pread",
+            workload: "zc-randread-4k",
+            metric: "view_mb_s",
+            kind: Cross { other: "tmpfs", other_metric: "pread_mb_s", at_least: 3.0 },
+        },
+    ]
+}
+
+/// The goals of issue 12, judged on the `ferrite` target.
+pub fn evaluate_zerocopy(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
+    evaluate_goals(zerocopy_goals(), "ferrite", results, quick)
+}
+
+/// Comparisons across methods and targets for the zero-copy workloads:
+/// (subject target, its metric, other target, its metric, label).
+type Comparison = (&'static str, &'static str, &'static str, &'static str, &'static str);
+
+const ZC_READ_COMPARISONS: [Comparison; 6] = [
+    ("ferrite", "view_mb_s", "ferrite", "pread_mb_s", "peek / Ferrite pread"),
+    ("ferrite", "view_mb_s", "tmpfs", "pread_mb_s", "peek / tmpfs pread"),
+    ("ferrite", "view_mb_s", "tmpfs", "view_mb_s", "peek / tmpfs mmap per read"),
+    ("ferrite", "view_mb_s", "tmpfs", "mapped_mb_s", "peek / tmpfs one mapping kept"),
+    ("ferrite", "pread_mb_s", "tmpfs", "pread_mb_s", "Ferrite pread / tmpfs pread"),
+    ("hw-limit", "view_mb_s", "hw-limit", "pread_mb_s", "hw-limit: pointer / copy (the most a view can win)"),
+];
+
+const ZC_WRITE_COMPARISONS: [Comparison; 4] = [
+    ("ferrite", "patch_mb_s", "ferrite", "pwrite_mb_s", "patch / Ferrite pwrite"),
+    ("ferrite", "patch_mb_s", "tmpfs", "pwrite_mb_s", "patch / tmpfs pwrite"),
+    ("ferrite", "pwrite_mb_s", "tmpfs", "pwrite_mb_s", "Ferrite pwrite / tmpfs pwrite"),
+    ("hw-limit", "patch_mb_s", "hw-limit", "pwrite_mb_s", "hw-limit: in place / NT copy (the most a patch can win)"),
+];
+
+const ZC_SERVE_COMPARISONS: [Comparison; 5] = [
+    ("ferrite", "view_req_s", "ferrite", "pread_req_s", "peek / Ferrite pread"),
+    ("ferrite", "view_req_s", "tmpfs", "pread_req_s", "peek / tmpfs pread"),
+    ("ferrite", "view_req_s", "tmpfs", "view_req_s", "peek / tmpfs mmap"),
+    ("ferrite", "view_req_s", "tmpfs", "sendfile_req_s", "peek / tmpfs sendfile"),
+    ("hw-limit", "view_req_s", "hw-limit", "pread_req_s", "hw-limit: pointer / copy"),
+];
+
+/// The zero-copy comparisons as Markdown: one table per kind of workload
+/// (reads, writes, serving), a row per workload, a column per comparison
+/// (median of the per-round ratios, min–max; > 1 = the first named is
+/// better). Empty when no zero-copy workload ran.
+pub fn zerocopy_markdown(results: &[WorkloadResult]) -> String {
+    let mut out = String::new();
+    for (title, comps) in [
+        ("Reads (each followed by the same use on every method)", &ZC_READ_COMPARISONS[..]),
+        ("Writes", &ZC_WRITE_COMPARISONS[..]),
+        ("Serving files to a socket", &ZC_SERVE_COMPARISONS[..]),
+    ] {
+        let rows: Vec<&WorkloadResult> =
+            results.iter().filter(|w| w.group == "zerocopy" && w.metric_ix(comps[0].1).is_some()).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = write!(
+            out,
+            "
+{title}:
+
+| workload |"
+        );
+        for c in comps {
+            let _ = write!(out, " {} |", c.4);
+        }
+        out.push_str(
+            "
+|---|",
+        );
+        for _ in comps {
+            out.push_str("---:|");
+        }
+        out.push('\n');
+        for w in rows {
+            let _ = write!(out, "| {} |", w.name);
+            for &(a, ka, b, kb, _) in comps {
+                let cell = w.cross_ratio_spread(a, ka, b, kb).map_or("–".to_string(), |s| fmt_spread(s, fmt_ratio));
+                let _ = write!(out, " {cell} |");
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// The goals of issue 11, judged on the `fuse` target.
 pub fn evaluate_fuse(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
     evaluate_goals(fuse_goals(), "fuse", results, quick)
@@ -472,6 +596,16 @@ fn evaluate_goals(list: Vec<Goal>, subject: &str, results: &[WorkloadResult], qu
                     let v = w.and_then(|w| w.spread(subject, g.metric));
                     let c = w.and_then(|w| w.spread("hw-limit", g.metric));
                     (v, format!("≤ {at_most}"), v.map(|s| s.median <= at_most), c)
+                }
+                GoalKind::AtLeast { at_least } => {
+                    let v = w.and_then(|w| w.spread(subject, g.metric));
+                    let c = w.and_then(|w| w.spread("hw-limit", g.metric));
+                    (v, format!("≥ {}", fmt_ratio(at_least)), v.map(|s| s.median >= at_least), c)
+                }
+                GoalKind::Cross { other, other_metric, at_least } => {
+                    let v = w.and_then(|w| w.cross_ratio_spread(subject, g.metric, other, other_metric));
+                    let c = w.and_then(|w| w.cross_ratio_spread("hw-limit", g.metric, other, other_metric));
+                    (v, format!("≥ {}", fmt_ratio(at_least)), v.map(|s| s.median >= at_least), c)
                 }
             };
             let mut note = String::new();

@@ -12,17 +12,23 @@
 //! POSIX call on the descriptor or the NUL-terminated path, which is right
 //! for every target built on [`PosixDir`]: later kernel-path targets (FUSE,
 //! LD_PRELOAD) plug in without implementing them.
+//!
+//! The zero-copy calls of issue 12 ([`Target::view`], [`Target::patch`],
+//! [`Target::sendfile`]) follow the same rule: the defaults are the kernel's
+//! nearest equivalents (a `mmap` per view, `sendfile(2)`, no patch at all),
+//! and the Ferrite library and the hardware limit override them.
 
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use ferrite::{Fd, FileMode, FormatOptions, OpenFlags, PathFs, Session};
+use ferrite::{BufferId, Fd, FileMode, FormatOptions, OpenFlags, PathFs, Session, ViewId};
 use ferrite_pmem::{Event, Pmem, PoolOffset};
 
 use crate::scratch::{unique_path, Scratch};
@@ -61,6 +67,35 @@ pub struct MediaBytes {
     pub lines: Option<u64>,
     /// Store fences, if known.
     pub fences: Option<u64>,
+}
+
+/// A read-only view of file bytes in this process's address space, from
+/// [`Target::view`]: `len` bytes at `ptr`, valid until
+/// [`Target::release`].
+#[derive(Debug)]
+pub struct View {
+    pub ptr: *const u8,
+    pub len: usize,
+    /// What the target needs to release it: a Ferrite view id, or the start
+    /// of the mapping (kernel targets).
+    pub(crate) handle: usize,
+    /// Bytes mapped from `handle` (kernel targets), 0 otherwise.
+    pub(crate) mapped: usize,
+}
+
+/// A writable buffer from [`Target::patch_buffer`]: `len` bytes at `ptr`,
+/// filled by the caller with ordinary stores, then handed to
+/// [`Target::patch`] (or [`Target::free_buffer`]).
+#[derive(Debug)]
+pub struct PatchBuf {
+    pub ptr: *mut u8,
+    pub len: usize,
+    /// A Ferrite buffer id, or a pool offset (hw-limit).
+    pub(crate) handle: usize,
+}
+
+fn unsupported(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, format!("{what}: not available on this target"))
 }
 
 /// Times of one mount of a [`RemountProbe`].
@@ -160,6 +195,90 @@ pub trait Target: Sync {
     /// for targets the kernel does not serve (the library, hw-limit).
     fn kernel_dir(&self) -> Option<&Path> {
         None
+    }
+    /// Zero-copy read: the file's bytes `[offset, offset + len)` readable
+    /// at [`View::ptr`] until [`release`](Target::release). The default is
+    /// the kernel's way: `mmap(PROT_READ, MAP_SHARED)` of the page-aligned
+    /// range on the descriptor, one mapping per call, pages faulted in on
+    /// first touch.
+    fn view(&self, f: FileId, offset: u64, len: usize) -> io::Result<View> {
+        let start = offset & !4095;
+        let delta = (offset - start) as usize;
+        let mapped = delta + len;
+        // SAFETY: a fresh read-only mapping chosen by the kernel; nothing
+        // else refers to that range until it is unmapped by `release`.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.0 as libc::c_int,
+                start as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `delta` < 4096 ≤ the mapping's length.
+        Ok(View { ptr: unsafe { p.cast::<u8>().add(delta) }, len, handle: p as usize, mapped })
+    }
+    /// Gives a view back (the default unmaps it).
+    fn release(&self, v: View) -> io::Result<()> {
+        // SAFETY: the mapping `view` made; nothing refers to it afterwards.
+        cvt(unsafe { libc::munmap(v.handle as *mut libc::c_void, v.mapped) }).map(drop)
+    }
+    /// A buffer of `len` bytes to fill and hand to [`patch`](Target::patch).
+    /// `Unsupported` by default: the kernel's file systems have nothing
+    /// like it.
+    fn patch_buffer(&self, _len: usize) -> io::Result<PatchBuf> {
+        Err(unsupported("patch_buffer"))
+    }
+    /// Makes the first `len` bytes of `b` the file's bytes at `offset`;
+    /// the buffer is gone afterwards.
+    fn patch(&self, _f: FileId, _offset: u64, _b: PatchBuf, _len: usize) -> io::Result<()> {
+        Err(unsupported("patch"))
+    }
+    /// Gives back a buffer that was never patched.
+    fn free_buffer(&self, _b: PatchBuf) -> io::Result<()> {
+        Err(unsupported("free_buffer"))
+    }
+    /// Whether patched bytes can be read back from the file afterwards
+    /// (false for the hardware limit, which keeps them where they were
+    /// stored and has no index to find them by).
+    fn patch_readable(&self) -> bool {
+        true
+    }
+    /// `len` bytes of the file from `offset` written to the descriptor
+    /// `out` (a socket) by `sendfile(2)`, looping until all are sent.
+    /// `Unsupported` where files are not kernel descriptors.
+    fn sendfile(&self, out: RawFd, f: FileId, offset: u64, len: usize) -> io::Result<()> {
+        let mut off = offset as libc::off_t;
+        let mut left = len;
+        while left > 0 {
+            // SAFETY: `off` is a valid off_t the call advances.
+            let n = unsafe { libc::sendfile(out, f.0 as libc::c_int, &mut off, left) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(short("sendfile", len - left, len));
+            }
+            left -= n as usize;
+        }
+        Ok(())
+    }
+    /// What [`view`](Target::view), [`patch`](Target::patch) and
+    /// [`sendfile`](Target::sendfile) are on this target (the zero-copy
+    /// workloads print it).
+    fn zero_copy_note(&self) -> String {
+        "view = mmap(PROT_READ, MAP_SHARED) of the range + munmap, one mapping per view, pages faulted in on \
+         first touch; no patch; sendfile(2)"
+            .into()
     }
     /// Targets whose workloads run in another process (the preload
     /// target): `run_workload` prepares each workload through this instead
@@ -389,6 +508,35 @@ impl Target for FerriteLib {
     #[inline]
     fn stat(&self, path: &TPath) -> io::Result<u64> {
         Ok(self.done(self.fs().stat(&path.0))?.size)
+    }
+    #[inline]
+    fn view(&self, f: FileId, offset: u64, len: usize) -> io::Result<View> {
+        let p = self.done(self.fs().peek(Fd(f.0), offset, len as u64))?;
+        Ok(View { ptr: p.ptr, len: p.len, handle: p.id.0, mapped: 0 })
+    }
+    #[inline]
+    fn release(&self, v: View) -> io::Result<()> {
+        self.done(self.fs().unpeek(ViewId(v.handle)))
+    }
+    #[inline]
+    fn patch_buffer(&self, len: usize) -> io::Result<PatchBuf> {
+        let b = self.done(self.fs().patch_buffer(len as u64))?;
+        Ok(PatchBuf { ptr: b.ptr, len: b.len, handle: b.id.0 })
+    }
+    #[inline]
+    fn patch(&self, f: FileId, offset: u64, b: PatchBuf, len: usize) -> io::Result<()> {
+        self.done(self.fs().patch(Fd(f.0), offset, BufferId(b.handle), len as u64))
+    }
+    fn free_buffer(&self, b: PatchBuf) -> io::Result<()> {
+        self.done(self.fs().free_buffer(BufferId(b.handle)))
+    }
+    fn sendfile(&self, _out: RawFd, _f: FileId, _offset: u64, _len: usize) -> io::Result<()> {
+        Err(unsupported("sendfile (the library's descriptors are not the kernel's)"))
+    }
+    fn zero_copy_note(&self) -> String {
+        "view = Session::peek + unpeek; patch = Session::patch_buffer, stores into it, Session::patch; \
+         no sendfile"
+            .into()
     }
     fn accounting_note(&self) -> &'static str {
         "ferrite_pmem recording backend on this pool (stores, NT stores, commits, flushed lines, fences)"
@@ -645,8 +793,18 @@ impl Target for PosixDir {
 ///
 /// Files live in one data ring: file k starts at k × 64 MiB modulo the ring
 /// and wraps, so any number of files fit (the floor models no allocation).
+///
+/// Zero-copy floor (issue 12): a view is a pointer into the ring (no call,
+/// no mapping: what is left is the use of the bytes); a patch buffer is the
+/// next free stretch of the ring, filled in place by the caller, and patch
+/// writes its lines back and fences (`Pmem::persist`), so the bytes are
+/// durable where they were stored. Both go through a second mapping of the
+/// pool file ([`RawMap`]).
 pub struct HwLimit {
     pmem: Option<Pmem>,
+    raw: RawMap,
+    /// Where the next patch buffer starts, counted in ring bytes.
+    patch_next: AtomicU64,
     pool_len: u64,
     /// Bytes of the data ring, after the metadata lines.
     ring: u64,
@@ -667,7 +825,52 @@ struct Files {
 const META_LINES: u64 = 1024;
 const META_BYTES: u64 = META_LINES * 64;
 /// The largest single I/O: ring offsets stay this far from its end.
-const MAX_IO: u64 = 4 << 20;
+const MAX_IO: u64 = 16 << 20;
+
+/// A second read-write mapping of the hardware limit's pool file: the same
+/// pages as the pool's own mapping, so stores made through it are written
+/// back by `Pmem::flush`/`persist` on the pool's offsets.
+struct RawMap {
+    addr: usize,
+    len: usize,
+}
+
+impl RawMap {
+    fn new(path: &Path, len: u64) -> io::Result<RawMap> {
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+        let len = len as usize;
+        // SAFETY: a fresh shared mapping of a file of at least `len` bytes,
+        // chosen by the kernel; it is unmapped only by `drop`.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(RawMap { addr: p as usize, len })
+    }
+
+    /// The address of pool offset `off` in this mapping.
+    #[inline]
+    fn at(&self, off: PoolOffset) -> *mut u8 {
+        debug_assert!((off.0 as usize) < self.len);
+        (self.addr + off.0 as usize) as *mut u8
+    }
+}
+
+impl Drop for RawMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
 
 impl HwLimit {
     /// A pool with a data ring of `ring` bytes.
@@ -677,8 +880,11 @@ impl HwLimit {
         let pool = Scratch::new(unique_path(base, "limit.pool"));
         let pmem = Pmem::create_file(pool.path(), pool_len, 4096)
             .map_err(|e| io::Error::other(format!("{}: {e}", pool.path().display())))?;
+        let raw = RawMap::new(pool.path(), pool_len)?;
         Ok(HwLimit {
             pmem: Some(pmem),
+            raw,
+            patch_next: AtomicU64::new(0),
             pool_len,
             ring,
             files: Mutex::new(Files::default()),
@@ -819,6 +1025,45 @@ impl Target for HwLimit {
         let h = path.0.iter().fold(0u64, |h, &b| h.wrapping_mul(31).wrapping_add(b as u64));
         self.pmem().read(PoolOffset((h % META_LINES) * 64), &mut line);
         Ok(line[0] as u64)
+    }
+    #[inline]
+    fn view(&self, f: FileId, offset: u64, len: usize) -> io::Result<View> {
+        let off = self.range(f, offset, len)?;
+        Ok(View { ptr: self.raw.at(off), len, handle: 0, mapped: 0 })
+    }
+    #[inline]
+    fn release(&self, _v: View) -> io::Result<()> {
+        Ok(())
+    }
+    #[inline]
+    fn patch_buffer(&self, len: usize) -> io::Result<PatchBuf> {
+        if len as u64 > MAX_IO {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        let at = self.patch_next.fetch_add((len as u64).next_multiple_of(4096), Ordering::Relaxed);
+        let off = PoolOffset(META_BYTES + at % (self.ring - MAX_IO));
+        Ok(PatchBuf { ptr: self.raw.at(off), len, handle: off.0 as usize })
+    }
+    #[inline]
+    fn patch(&self, _f: FileId, _offset: u64, b: PatchBuf, len: usize) -> io::Result<()> {
+        let pmem = self.pmem();
+        pmem.persist(PoolOffset(b.handle as u64), len.min(b.len) as u64);
+        self.acct.after(pmem);
+        Ok(())
+    }
+    fn free_buffer(&self, _b: PatchBuf) -> io::Result<()> {
+        Ok(())
+    }
+    fn patch_readable(&self) -> bool {
+        false
+    }
+    fn sendfile(&self, _out: RawFd, _f: FileId, _offset: u64, _len: usize) -> io::Result<()> {
+        Err(unsupported("sendfile (the floor has no kernel descriptors)"))
+    }
+    fn zero_copy_note(&self) -> String {
+        "view = a pointer into the ring (no call); patch buffer = the next stretch of the ring, filled in \
+         place, patch = write back its lines + 1 fence (Pmem::persist); no sendfile"
+            .into()
     }
     fn accounting_note(&self) -> &'static str {
         "ferrite_pmem recording backend on this pool (stores, NT stores, commits, flushed lines, fences)"
