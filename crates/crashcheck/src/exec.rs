@@ -321,6 +321,10 @@ pub struct CallOutcome {
     /// after it (`Ferrite::pending_file_count`).
     pub epoch_commits: u64,
     pub pending_files: usize,
+    /// Views and patch buffers live after the call (`Ferrite::live_views`,
+    /// `Ferrite::live_buffers`).
+    pub live_views: usize,
+    pub live_buffers: usize,
 }
 
 /// A workload run on the engine (recorded) and on the model.
@@ -524,6 +528,8 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
         let compactions = engine.log_compactions().saturating_sub(gc_before.1);
         let epoch_commits = engine.epoch_commits().saturating_sub(gc_before.2);
         let pending_files = engine.pending_file_count();
+        let live_views = engine.live_views();
+        let live_buffers = engine.live_buffers();
         let before_model = (model.snapshot(), ms.clone());
         let plan = tracker.plan(&model, &ms, c);
         let m = run_call(&model, &mut ms, c);
@@ -563,6 +569,12 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
             }
             Err(err) => divergences.push(format!("after call {i} {c}: tree walk failed: {err:?}")),
         }
+        // Every live view still shows the bytes of its moment.
+        if panicked.is_none() {
+            for d in crate::workload::view_differences(&es, &ms) {
+                divergences.push(format!("after call {i} {c}: {d}"));
+            }
+        }
         // Events so far, with marker positions.
         carried.append(&mut pmem.take_events());
         let mut chunk = carried;
@@ -588,6 +600,8 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
             compactions,
             epoch_commits,
             pending_files,
+            live_views,
+            live_buffers,
         });
         if panicked.is_some() {
             break;

@@ -226,7 +226,7 @@ impl Tracker {
         match call {
             // A zero-byte write changes nothing and syncs nothing.
             Call::Pwrite { len: 0, .. } | Call::Write { len: 0, .. } => {}
-            Call::Pwrite { slot, .. } | Call::Write { slot, .. } => {
+            Call::Pwrite { slot, .. } | Call::Write { slot, .. } | Call::Patch { slot, .. } => {
                 let f = by_fd(slot);
                 if slots.sync.get(*slot as usize).copied().unwrap_or(false) {
                     p.alone.extend(f);
@@ -266,7 +266,12 @@ impl Tracker {
             | Call::Rmdir { .. }
             | Call::Symlink { .. }
             | Call::Mknod { .. }
-            | Call::SetDefaultMode { .. } => {}
+            | Call::SetDefaultMode { .. }
+            | Call::PatchBuffer { .. }
+            | Call::FreeBuffer { .. }
+            | Call::Peek { .. }
+            | Call::MapPrivate { .. }
+            | Call::Unpeek { .. } => {}
         }
         p.atomic = p
             .data

@@ -24,12 +24,23 @@
 //! unmounts it cleanly, and checks that the pool then equals the model.
 //! Pages preallocated past the end of a file could not be put back at
 //! their places, so this workload's fallocate never keeps the size.
+//!
+//! With peek and patch (`zc`, [`Mix::ZeroCopy`]): strict files, and the
+//! calls of [`crate::workload::random_call_zc`] beside the strict ones. On
+//! the pool file a view maps the pool's pages and a patch buffer is pool
+//! pages the child fills with ordinary stores, so the child is killed
+//! holding views, private writable mappings (stored into) and buffers
+//! filled but never patched; after each kill the recovered pool must also
+//! pass the usability pass of [`crate::verify`] on a copy (nothing leaked:
+//! with everything deleted, the free pages and inodes of a fresh pool).
 
-use crate::exec::{build_start, clock_at, mount_options, record_model_call, Geometry, T_CALL};
+use crate::exec::{build_start, clock_at, empty_figures, mount_options, record_model_call, Geometry, T_CALL};
 use crate::hash::{mix, tree_key};
 use crate::oracle::Tracker;
 use crate::verify::fsck_clean;
-use crate::workload::{atomic_prepare, random_call, random_call_modes, run_call, Call, CallResult, Slots, StartKind};
+use crate::workload::{
+    atomic_prepare, random_call, random_call_modes, random_call_zc, run_call, Call, CallResult, Slots, StartKind,
+};
 use ferrite::{Errno, FallocateMode, FileType, ManualClock, OpenFlags, PathFs, Session, TimeSet, TimeSpec, Whence};
 use ferrite_model::{diff_trees, tree_of, ModelFs, Tree};
 use ferrite_pmem::Pmem;
@@ -47,6 +58,31 @@ pub const PROC_GEOMETRY: Geometry = Geometry { pages: 1024, inodes: 256, lanes: 
 
 /// Calls in one process-crash workload (children continue it across kills).
 pub const PROC_CALLS: usize = 1 << 40;
+
+/// Which calls a process-crash workload is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mix {
+    /// [`random_call`]: every file strict.
+    Strict,
+    /// [`random_call_modes`]: the consistency modes mixed (see the module
+    /// comment).
+    Modes,
+    /// [`random_call_zc`]: peek and patch beside the strict calls; the
+    /// child holds live views, private mappings and filled buffers never
+    /// patched when it is killed (they map pool pages of the pool file).
+    ZeroCopy,
+}
+
+impl Mix {
+    /// The child's argument (none for strict).
+    fn arg(self) -> Option<&'static str> {
+        match self {
+            Mix::Strict => None,
+            Mix::Modes => Some("modes"),
+            Mix::ZeroCopy => Some("zc"),
+        }
+    }
+}
 
 fn encode_result(r: &CallResult) -> String {
     match r {
@@ -68,11 +104,12 @@ fn decode_result(s: &str) -> Option<CallResult> {
 /// FROM.. of the random workload of SEED (mixing the consistency modes with
 /// `modes`), appending "i result" to PROGRESS after each.
 pub fn child_main(args: &[String]) -> i32 {
-    let (pool, seed, from, progress, modes) = match args {
-        [pool, seed, from, progress] => (pool, seed, from, progress, false),
-        [pool, seed, from, progress, m] if m == "modes" => (pool, seed, from, progress, true),
+    let (pool, seed, from, progress, mix) = match args {
+        [pool, seed, from, progress] => (pool, seed, from, progress, Mix::Strict),
+        [pool, seed, from, progress, m] if m == "modes" => (pool, seed, from, progress, Mix::Modes),
+        [pool, seed, from, progress, m] if m == "zc" => (pool, seed, from, progress, Mix::ZeroCopy),
         _ => {
-            eprintln!("usage: child POOL SEED FROM PROGRESS [modes]");
+            eprintln!("usage: child POOL SEED FROM PROGRESS [modes|zc]");
             return 2;
         }
     };
@@ -103,10 +140,32 @@ pub fn child_main(args: &[String]) -> i32 {
         }
     };
     let mut slots = Slots::default();
+    // The bytes each live view showed right after the call that made it
+    // (by slot and identity): a view is a snapshot, so it must keep
+    // showing them whatever later calls do to its file.
+    let mut shown: [Option<(usize, Vec<u8>)>; crate::workload::SLOTS] = Default::default();
     for i in from..PROC_CALLS {
-        let c = &proc_call(seed, i, modes);
+        let c = &proc_call(seed, i, mix);
         clock.set(call_time(i));
         let r = run_call(&fs, &mut slots, c);
+        for (v, live) in slots.views.iter().enumerate() {
+            let Some(live) = live else {
+                shown[v] = None;
+                continue;
+            };
+            // SAFETY: the view is live (this child made it and has not
+            // released it; the engine is mounted).
+            let now = unsafe { live.shown() };
+            match &shown[v] {
+                Some((id, bytes)) if *id == live.id => {
+                    if let Some(at) = now.iter().zip(bytes).position(|(a, b)| a != b) {
+                        eprintln!("child: after call {i} `{c}`, view{v} changed at byte {at} (a view is a snapshot)");
+                        return 7;
+                    }
+                }
+                _ => shown[v] = Some((live.id, now.to_vec())),
+            }
+        }
         // One write(2) per line: a kill leaves whole lines only.
         if out.write_all(format!("{i} {}\n", encode_result(&r)).as_bytes()).is_err() {
             return 6;
@@ -121,14 +180,16 @@ fn call_time(i: usize) -> TimeSpec {
 }
 
 /// Call `i` of the process-crash workload of `seed`: the random generator
-/// (mixing the modes with `modes`), each call drawn from its own seed (so
-/// that a child can start anywhere without replaying the generator), with
-/// every slot guessed free.
-pub fn proc_call(seed: u64, i: usize, modes: bool) -> Call {
+/// of `calls`, each call drawn from its own seed (so that a child can
+/// start anywhere without replaying the generator), with every slot
+/// guessed free.
+pub fn proc_call(seed: u64, i: usize, calls: Mix) -> Call {
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
     let open = [i.is_multiple_of(3); crate::workload::SLOTS];
-    if !modes {
-        return random_call(&mut rng, &open);
+    match calls {
+        Mix::Strict => return random_call(&mut rng, &open),
+        Mix::ZeroCopy => return random_call_zc(&mut rng, &open),
+        Mix::Modes => {}
     }
     match random_call_modes(&mut rng, &open) {
         // See the module comment: no pages past the end of a file.
@@ -152,19 +213,32 @@ pub struct ProcReport {
     /// Recoveries (modes) that lost pending changes of fsync-atomic files,
     /// which the parent put back.
     pub restored: usize,
+    /// Kills (zero-copy) that found the child holding live views or
+    /// buffers (by the calls it had reported), and how many it held in all.
+    pub kills_with_live: usize,
+    pub live_views: usize,
+    pub live_buffers: usize,
     pub failures: Vec<String>,
     pub elapsed: Duration,
 }
 
-/// Run `kills` kill-and-recover rounds with the child binary `exe` (mixing
-/// the consistency modes with `modes`).
-pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, modes: bool) -> ProcReport {
+/// Run `kills` kill-and-recover rounds with the child binary `exe`, whose
+/// calls are those of `calls`. With [`Mix::ZeroCopy`], every recovered
+/// pool also goes through the usability pass (`verify::usability`: nothing
+/// leaked, the free pages and inodes those of a fresh pool once everything
+/// is deleted).
+pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, calls: Mix) -> ProcReport {
+    let modes = calls == Mix::Modes;
     let t0 = Instant::now();
     let mut rep = ProcReport::default();
     let dir = std::env::temp_dir();
     let shm = Path::new("/dev/shm");
     let base = if shm.is_dir() { shm } else { dir.as_path() };
-    let tag = format!("ferrite-crashcheck-{}-{seed:x}{}", std::process::id(), if modes { "-modes" } else { "" });
+    let tag = format!(
+        "ferrite-crashcheck-{}-{seed:x}{}",
+        std::process::id(),
+        calls.arg().map_or(String::new(), |a| format!("-{a}"))
+    );
     let pool: PathBuf = base.join(format!("{tag}.pool"));
     let progress: PathBuf = base.join(format!("{tag}.progress"));
     let start = match build_start(StartKind::Empty, PROC_GEOMETRY) {
@@ -205,8 +279,8 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, modes: bool)
             done.to_string(),
             progress.to_string_lossy().into_owned(),
         ];
-        if modes {
-            args.push("modes".into());
+        if let Some(a) = calls.arg() {
+            args.push(a.into());
         }
         let mut child = match Command::new(exe)
             .args(&args)
@@ -271,7 +345,7 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, modes: bool)
                 fail = Some(format!("round {round}: the child reported call {i}, expected {done}"));
                 break;
             }
-            let c = proc_call(seed, *i, modes);
+            let c = proc_call(seed, *i, calls);
             let plan = tracker.as_ref().map(|t| t.plan(&model, &mslots, &c));
             let m = record_model_call(&model, &clock, &mut mslots, &c, call_time(*i), r);
             let applied = match m {
@@ -291,6 +365,16 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, modes: bool)
         if let Some(f) = fail {
             rep.failures.push(f);
             break;
+        }
+        // What the child held when it was killed.
+        if calls == Mix::ZeroCopy {
+            let views = mslots.views.iter().flatten().count();
+            let buffers = mslots.buffers.iter().flatten().count();
+            if views + buffers > 0 {
+                rep.kills_with_live += 1;
+            }
+            rep.live_views += views;
+            rep.live_buffers += buffers;
         }
         // The pool as the kill left it.
         let image = match std::fs::read(&pool) {
@@ -369,7 +453,7 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, modes: bool)
             model.restore(snap.0.clone());
             let mut s2 = snap.1.clone();
             clock.set(call_time(done));
-            let _ = run_call(&model, &mut s2, &proc_call(seed, done, false));
+            let _ = run_call(&model, &mut s2, &proc_call(seed, done, calls));
             model.close_all();
             let after_k1 = model.tree();
             if got == after_k1 {
@@ -379,10 +463,23 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, modes: bool)
                 rep.failures.push(format!(
                     "round {round} (seed {seed:#x}): killed after {done} reported calls; the recovered state is neither the model's after {done} calls nor after {} (call {done} is `{}`)\n  --- after {done} calls:\n{}  --- after {} calls:\n{}{}",
                     done + 1,
-                    proc_call(seed, done, false),
+                    proc_call(seed, done, calls),
                     diff_trees(&after_k, &got),
                     done + 1,
                     diff_trees(&after_k1, &got),
+                    saved()
+                ));
+                break;
+            }
+        }
+        // Views and buffers the child held are gone: nothing leaked (the
+        // usability pass, on a copy).
+        if calls == Mix::ZeroCopy {
+            let r = crate::verify::mount(Pmem::from_image(&image), 1)
+                .and_then(|fs| crate::verify::usability(fs, &got, empty_figures(PROC_GEOMETRY)));
+            if let Err(m) = r {
+                rep.failures.push(format!(
+                    "round {round} (seed {seed:#x}, zero-copy): killed after {done} reported calls: usability pass: {m}\n{}",
                     saved()
                 ));
                 break;
@@ -451,7 +548,7 @@ fn continue_modes(m: Modes<'_>, crashed: &[u8], got: &Tree) -> Result<Continued,
     let Modes { seed, done, round, model, mslots, clock, tracker } = m;
     let before = (model.snapshot(), mslots.clone(), tracker.clone());
     // The next call, on the model, for the states allowed inside it.
-    let c = proc_call(seed, done, true);
+    let c = proc_call(seed, done, Mix::Modes);
     let durable_before = tracker.durable_now().clone();
     clock.set(call_time(done));
     let plan = tracker.plan(model, mslots, &c);

@@ -4,8 +4,10 @@
 //! - SEED: the run's seed (hex), which seeds the random line subsets;
 //! - START: `empty`, `aged`, `full` or `logedge`;
 //! - WORKLOAD: `s1.OP`, `s2.OP+OP`, `s3.OP+OP+OP` (catalogue names),
-//!   `a1.OP`, `a2.OP+OP` (the fsync-atomic catalogue), `rnd.SEED.LEN` and
-//!   `rndm.SEED.LEN` (the random generator, without and with the modes) or
+//!   `a1.OP`, `a2.OP+OP` (the fsync-atomic catalogue), `z1.OP`, `z2.OP+OP`
+//!   (the zero-copy catalogue, pairs possibly with a main catalogue op),
+//!   `rnd.SEED.LEN`, `rndm.SEED.LEN` and `rndz.SEED.LEN` (the random
+//!   generator: strict, mixing the modes, with peek and patch) or
 //!   `sc.NAME` (a scenario);
 //! - POINT: `live` (engine and model disagree without a crash), `pcheck`
 //!   (the persistence checker), or `eN:LABEL` (the crash point before event

@@ -124,6 +124,52 @@ pub enum Call {
     SetDefaultMode {
         mode: FileMode,
     },
+    /// A patch buffer of `len` bytes (`Session::patch_buffer`), filled with
+    /// the bytes of `tag` by ordinary stores through its address, kept live
+    /// in buffer slot `buf` until a patch takes it or it is freed. Nothing
+    /// on the model (which keeps the bytes for the patch).
+    PatchBuffer {
+        buf: u8,
+        len: u32,
+        tag: u32,
+    },
+    /// `patch(fd, off, buffer, len)`: the first `len` bytes of the buffer in
+    /// slot `buf` become the file's bytes at `off` (zero-copy when `off` is
+    /// page-aligned, copied otherwise); the buffer is gone afterwards. On
+    /// the model: a pwrite of those bytes.
+    Patch {
+        slot: u8,
+        buf: u8,
+        off: u64,
+        len: u32,
+    },
+    /// `free_buffer` of the buffer in slot `buf` (never patched).
+    FreeBuffer {
+        buf: u8,
+    },
+    /// `peek(fd, off, len)`, the view kept live in view slot `view`: after
+    /// every later call of a recorded run its bytes must still be the
+    /// model's bytes of that moment (`exec::record`).
+    Peek {
+        view: u8,
+        slot: u8,
+        off: u64,
+        len: u32,
+    },
+    /// `map_view(fd, off, len, PrivateWritable)` kept in view slot `view`,
+    /// then the bytes of `tag` stored into its first `len` bytes: private
+    /// copies, which never reach the file.
+    MapPrivate {
+        view: u8,
+        slot: u8,
+        off: u64,
+        len: u32,
+        tag: u32,
+    },
+    /// `unpeek` of the view in slot `view`.
+    Unpeek {
+        view: u8,
+    },
 }
 
 fn show_path(p: &[u8]) -> String {
@@ -201,6 +247,14 @@ impl std::fmt::Display for Call {
                 write!(f, "fsetxattr(fd{slot}, user.ferrite.mode, {})", mode.as_str())
             }
             Call::SetDefaultMode { mode } => write!(f, "default mode {}", mode.as_str()),
+            Call::PatchBuffer { buf, len, tag } => write!(f, "buf{buf} = patch_buffer({len}) filled #{tag}"),
+            Call::Patch { slot, buf, off, len } => write!(f, "patch(fd{slot}, {off}, buf{buf}, {len})"),
+            Call::FreeBuffer { buf } => write!(f, "free_buffer(buf{buf})"),
+            Call::Peek { view, slot, off, len } => write!(f, "view{view} = peek(fd{slot}, {off}, {len})"),
+            Call::MapPrivate { view, slot, off, len, tag } => {
+                write!(f, "view{view} = map_view(fd{slot}, {off}, {len}, PRIVATE) stored #{tag}")
+            }
+            Call::Unpeek { view } => write!(f, "unpeek(view{view})"),
         }
     }
 }
@@ -216,6 +270,13 @@ impl Call {
             // epoch in fsync-atomic mode.
             Call::Fsync { .. } | Call::Fdatasync { .. } | Call::Sync => true,
             Call::SetDefaultMode { .. } => false,
+            // Buffers and views live in DRAM (and in pool pages no log
+            // names): nothing on media changes until a patch.
+            Call::PatchBuffer { .. }
+            | Call::FreeBuffer { .. }
+            | Call::Peek { .. }
+            | Call::MapPrivate { .. }
+            | Call::Unpeek { .. } => false,
             _ => true,
         }
     }
@@ -239,6 +300,16 @@ impl Call {
             | Call::Fsync { slot }
             | Call::Fdatasync { slot }
             | Call::SetMode { slot, .. } => *slot += by,
+            Call::Patch { slot, buf, .. } => {
+                *slot += by;
+                *buf += by;
+            }
+            Call::Peek { slot, view, .. } | Call::MapPrivate { slot, view, .. } => {
+                *slot += by;
+                *view += by;
+            }
+            Call::PatchBuffer { buf, .. } | Call::FreeBuffer { buf } => *buf += by,
+            Call::Unpeek { view } => *view += by,
             _ => {}
         }
     }
@@ -270,6 +341,41 @@ pub struct Slots {
     pub modes: BTreeMap<u64, FileMode>,
     /// Model side: the mode new regular files get.
     pub default_mode: FileMode,
+    /// Live patch buffers by buffer slot.
+    pub buffers: [Option<LiveBuffer>; SLOTS],
+    /// Live views by view slot.
+    pub views: [Option<LiveView>; SLOTS],
+}
+
+/// A live patch buffer: its identity (engine side; 0 on the model side),
+/// its length and the tag of the bytes it was filled with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveBuffer {
+    pub id: usize,
+    pub len: u32,
+    pub tag: u32,
+}
+
+/// A live view. Engine side: its identity, where its bytes are and how
+/// many; model side: the bytes it must show (`bytes`; the rest zero).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveView {
+    pub id: usize,
+    pub ptr: usize,
+    pub len: usize,
+    pub bytes: Vec<u8>,
+}
+
+impl LiveView {
+    /// Engine side: the bytes the view shows now.
+    ///
+    /// # Safety
+    /// The view must be live (not unpeeked, its engine not unmounted or
+    /// dropped): its `len` bytes at `ptr` are mapped until then.
+    pub unsafe fn shown(&self) -> &[u8] {
+        // SAFETY: the caller guarantees the view is live.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
 }
 
 impl Slots {
@@ -291,15 +397,20 @@ impl Slots {
 }
 
 /// Where a call runs: the engine or the model. The calls beyond `PathFs`
-/// (sync, the consistency modes) differ between the two.
+/// (sync, the consistency modes, peek and patch) differ between the two.
 pub trait Target: PathFs {
     /// The engine behind this side, None for the model.
     fn engine_fs(&self) -> Option<&Ferrite>;
+    /// The engine's session (for peek and patch), None for the model.
+    fn session(&self) -> Option<&Session>;
 }
 
 impl Target for Session {
     fn engine_fs(&self) -> Option<&Ferrite> {
         Some(self.engine())
+    }
+    fn session(&self) -> Option<&Session> {
+        Some(self)
     }
 }
 
@@ -307,6 +418,93 @@ impl Target for ModelFs {
     fn engine_fs(&self) -> Option<&Ferrite> {
         None
     }
+    fn session(&self) -> Option<&Session> {
+        None
+    }
+}
+
+/// Page size of files and of views and buffers.
+const PAGE: u64 = 4096;
+
+/// The bytes `[off, off + len)` of the file open as `fd` on the model,
+/// zeros past its end.
+fn model_bytes(fs: &dyn Target, fd: Fd, off: u64, len: usize) -> Result<Vec<u8>, Errno> {
+    let mut out = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        let n = fs.pread(fd, &mut out[got..], off + got as u64)?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    Ok(out)
+}
+
+/// The model's answer to `peek(fd, off, len)` (the engine's checks, in its
+/// order), and the bytes the view must show.
+fn model_peek(fs: &dyn Target, fd: Fd, off: u64, len: u64) -> Result<Vec<u8>, Errno> {
+    if !fs.getfl(fd)?.read {
+        return Err(Errno::EBADF);
+    }
+    let st = fs.fstat(fd)?;
+    match st.kind {
+        FileType::Directory => return Err(Errno::EISDIR),
+        FileType::Regular => {}
+        _ => return Err(Errno::EINVAL),
+    }
+    if len == 0 || len > ferrite::types::limits::VIEW_BYTES_MAX || off.checked_add(len).is_none_or(|e| e > st.size) {
+        return Err(Errno::EINVAL);
+    }
+    model_bytes(fs, fd, off, len as usize)
+}
+
+/// The model's answer to `map_view(fd, off, len, ..)`: the whole pages
+/// from `off`, zeros past the end of the file.
+fn model_map(fs: &dyn Target, fd: Fd, off: u64, len: u64) -> Result<Vec<u8>, Errno> {
+    if !fs.getfl(fd)?.read {
+        return Err(Errno::EBADF);
+    }
+    let st = fs.fstat(fd)?;
+    match st.kind {
+        FileType::Directory => return Err(Errno::EISDIR),
+        FileType::Regular => {}
+        _ => return Err(Errno::EINVAL),
+    }
+    if len == 0 || len > ferrite::types::limits::VIEW_BYTES_MAX || !off.is_multiple_of(PAGE) {
+        return Err(Errno::EINVAL);
+    }
+    model_bytes(fs, fd, off, len.div_ceil(PAGE) as usize * PAGE as usize)
+}
+
+/// The model's answer to `patch(fd, off, buffer, len)`: the engine's
+/// checks in its order, then a pwrite of the buffer's first `len` bytes at
+/// `off` (at `off` even through an O_APPEND descriptor, as the engine).
+fn model_patch(fs: &dyn Target, fd: Fd, off: u64, buf: &LiveBuffer, len: u32) -> Result<(), Errno> {
+    let fl = fs.getfl(fd)?;
+    if !fl.write {
+        return Err(Errno::EBADF);
+    }
+    match fs.fstat(fd)?.kind {
+        FileType::Directory => return Err(Errno::EISDIR),
+        FileType::Regular => {}
+        _ => return Err(Errno::EINVAL),
+    }
+    if off.checked_add(len as u64).is_none_or(|e| e > ferrite::types::limits::FILE_SIZE_MAX) {
+        return Err(Errno::EFBIG);
+    }
+    if len == 0 || len > buf.len {
+        return Err(Errno::EINVAL);
+    }
+    let data = pattern(buf.tag as u64, len as usize);
+    if fl.append {
+        fs.setfl_append(fd, false)?;
+    }
+    let r = fs.pwrite(fd, &data, off);
+    if fl.append {
+        fs.setfl_append(fd, true)?;
+    }
+    r.map(|_| ())
 }
 
 /// The outcome of a call: a value (bytes written; 0 for calls without one)
@@ -412,7 +610,133 @@ pub fn run_call(fs: &dyn Target, slots: &mut Slots, call: &Call) -> CallResult {
             }
             Ok(0)
         }
+        Call::PatchBuffer { buf, len, tag } => {
+            let b = *buf as usize;
+            if b >= SLOTS || slots.buffers[b].is_some() {
+                return Err(Errno::EBADF);
+            }
+            let data = pattern(*tag as u64, *len as usize);
+            let id = match fs.session() {
+                Some(s) => {
+                    let pb = s.patch_buffer(*len as u64)?;
+                    assert!(pb.len >= data.len(), "patch_buffer({len}) gave {} bytes", pb.len);
+                    // SAFETY: the buffer is live and `pb.len` bytes long;
+                    // the caller fills it with ordinary stores.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), pb.ptr, data.len()) };
+                    pb.id.0
+                }
+                None => {
+                    if *len == 0 {
+                        return Err(Errno::EINVAL);
+                    }
+                    0
+                }
+            };
+            slots.buffers[b] = Some(LiveBuffer { id, len: *len, tag: *tag });
+            Ok(0)
+        }
+        Call::Patch { slot, buf, off, len } => {
+            let f = fd(*slot)?;
+            let b = *buf as usize;
+            let live = slots.buffers.get(b).copied().flatten().ok_or(Errno::EBADF)?;
+            match fs.session() {
+                Some(s) => s.patch(f, *off, ferrite::BufferId(live.id), *len as u64)?,
+                None => model_patch(fs, f, *off, &live, *len)?,
+            }
+            slots.buffers[b] = None;
+            Ok(0)
+        }
+        Call::FreeBuffer { buf } => {
+            let b = *buf as usize;
+            let live = slots.buffers.get(b).copied().flatten().ok_or(Errno::EBADF)?;
+            if let Some(s) = fs.session() {
+                s.free_buffer(ferrite::BufferId(live.id))?;
+            }
+            slots.buffers[b] = None;
+            Ok(0)
+        }
+        Call::Peek { view, slot, off, len } => {
+            let f = fd(*slot)?;
+            let v = *view as usize;
+            if v >= SLOTS || slots.views[v].is_some() {
+                return Err(Errno::EBADF);
+            }
+            let live = match fs.session() {
+                Some(s) => {
+                    let pk = s.peek(f, *off, *len as u64)?;
+                    LiveView { id: pk.id.0, ptr: pk.ptr as usize, len: pk.len, bytes: Vec::new() }
+                }
+                None => {
+                    let bytes = model_peek(fs, f, *off, *len as u64)?;
+                    LiveView { id: 0, ptr: 0, len: bytes.len(), bytes }
+                }
+            };
+            slots.views[v] = Some(live);
+            Ok(0)
+        }
+        Call::MapPrivate { view, slot, off, len, tag } => {
+            let f = fd(*slot)?;
+            let v = *view as usize;
+            if v >= SLOTS || slots.views[v].is_some() {
+                return Err(Errno::EBADF);
+            }
+            let data = pattern(*tag as u64, *len as usize);
+            let live = match fs.session() {
+                Some(s) => {
+                    let pk = s.map_view(f, *off, *len as u64, ferrite::MapKind::PrivateWritable)?;
+                    assert!(pk.len >= data.len(), "map_view of {len} bytes gave {}", pk.len);
+                    // SAFETY: a private writable mapping of `pk.len` bytes,
+                    // live until unpeek; stores go to private copies.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), pk.ptr as *mut u8, data.len()) };
+                    LiveView { id: pk.id.0, ptr: pk.ptr as usize, len: pk.len, bytes: Vec::new() }
+                }
+                None => {
+                    let mut bytes = model_map(fs, f, *off, *len as u64)?;
+                    bytes[..data.len()].copy_from_slice(&data);
+                    LiveView { id: 0, ptr: 0, len: bytes.len(), bytes }
+                }
+            };
+            slots.views[v] = Some(live);
+            Ok(0)
+        }
+        Call::Unpeek { view } => {
+            let v = *view as usize;
+            let live = slots.views.get(v).cloned().flatten().ok_or(Errno::EBADF)?;
+            if let Some(s) = fs.session() {
+                s.unpeek(ferrite::ViewId(live.id))?;
+            }
+            slots.views[v] = None;
+            Ok(0)
+        }
     }
+}
+
+/// Engine and model views that differ (after a call of a recorded run):
+/// one line per view slot. A view is a snapshot: whatever happened to its
+/// file since, it shows the bytes of its moment (and, for a private
+/// mapping, the stores made into it).
+pub fn view_differences(engine: &Slots, model: &Slots) -> Vec<String> {
+    let mut out = Vec::new();
+    for (v, (e, m)) in engine.views.iter().zip(&model.views).enumerate() {
+        match (e, m) {
+            (None, None) => {}
+            (Some(e), Some(m)) => {
+                // SAFETY: the engine side's views are live (a crash or a
+                // remount clears the slots, `Slots::reopen`).
+                let shown = unsafe { e.shown() };
+                if shown.len() != m.len {
+                    out.push(format!("view{v}: {} bytes, the model's {}", shown.len(), m.len));
+                } else if let Some(at) = shown.iter().zip(&m.bytes).position(|(a, b)| a != b) {
+                    out.push(format!(
+                        "view{v}: byte {at} is {:#04x}, the model's {:#04x} (a view must keep the bytes of its moment)",
+                        shown[at], m.bytes[at]
+                    ));
+                }
+            }
+            _ => out.push(format!("view{v}: live on one side only (engine {}, model {})", e.is_some(), m.is_some())),
+        }
+    }
+    out
 }
 
 /// A workload: preparing calls that may change the pool (scenarios only:
@@ -774,6 +1098,184 @@ pub fn atomic_seq2() -> Vec<Workload> {
     out
 }
 
+// ---------------------------------------------------------------------------
+// The zero-copy catalogue (peek and patch).
+
+/// The zero-copy catalogue (`z1.NAME`, `z2.A+B`), over the file set of
+/// [`catalogue`] (all strict until an operation makes a file fsync-atomic):
+/// - patches (a buffer filled, then patched: two calls, so that there are
+///   crash images with the filled buffer live and nothing patched):
+///   zero-copy at a page-aligned offset (a whole mapped page, pages with a
+///   partial last page past the end, the holes of `/A/bar`, a partial page
+///   over data whose tail must be kept, past the end leaving a hole, into
+///   an empty file, the first 5000 bytes of a three-page buffer) and
+///   copying at an unaligned one (small, crossing pages, past the end);
+/// - buffers never patched: left live at the crash, live while a write
+///   allocates pages, freed; a patch that fails (EFBIG) leaves the buffer
+///   the caller's: a write allocates pages, then the same buffer is
+///   patched elsewhere;
+/// - views left live at the crash: a page written over while viewed (copy
+///   on write), the file truncated and unlinked while viewed (pages freed
+///   only at unpeek), a view released after a write, a private writable
+///   mapping stored into (never reaching the file), and a clean unmount
+///   with a buffer and a view live (unmount releases them; the saved
+///   allocator must not keep their pages);
+/// - fsync-atomic files: a patch left pending, and patches (zero-copy and
+///   copying) committed by fsync.
+pub fn zc_catalogue() -> Vec<OpDef> {
+    let rdwr = OpenFlags::RDWR;
+    let fill = |buf: u8, len: u32, tag: u32| Call::PatchBuffer { buf, len, tag };
+    let patch = |slot: u8, buf: u8, off: u64, len: u32| Call::Patch { slot, buf, off, len };
+    let peek = |view: u8, slot: u8, off: u64, len: u32| Call::Peek { view, slot, off, len };
+    let pw = |slot: u8, off: u64, len: u32, tag: u32| Call::Pwrite { slot, off, len, tag };
+    // A buffer of `buf_len` bytes filled, then its first `len` bytes
+    // patched into `path` at `off`.
+    let fp = |name: &'static str, path: &str, off: u64, buf_len: u32, len: u32, tag: u32| {
+        op(name, vec![open(0, path, rdwr)], vec![fill(0, buf_len, tag), patch(0, 0, off, len)])
+    };
+    let fa = Call::SetMode { slot: 0, mode: FileMode::FsyncAtomic };
+    vec![
+        // ---- zero-copy patches (page-aligned offsets) ----
+        fp("patch_page", "/A/foo", 0, 4096, 4096, 71),
+        fp("patch_partial_last_past_eof", "/A/foo", 4096, 6000, 6000, 72),
+        fp("patch_into_holes", "/A/bar", 4096, 8192, 8192, 73),
+        fp("patch_partial_page_over_data", "/foo", 4096, 500, 500, 74),
+        fp("patch_past_eof_hole", "/bar", 16384, 4096, 4096, 75),
+        fp("patch_empty_file", "/A/C/foo", 0, 10, 10, 76),
+        fp("patch_short_of_buffer", "/A/foo", 0, 12288, 5000, 77),
+        // Over a page holding an inline delta (inside the patched bytes):
+        // the delta must not come back over the patched page.
+        op(
+            "patch_over_inline",
+            vec![open(0, "/A/foo", rdwr)],
+            vec![pw(0, 100, 50, 95), fill(0, 1000, 96), patch(0, 0, 0, 1000)],
+        ),
+        // ---- copying patches (unaligned offsets) ----
+        fp("patch_unaligned_small", "/foo", 1000, 100, 100, 78),
+        fp("patch_unaligned_crossing", "/A/foo", 3000, 5000, 5000, 79),
+        fp("patch_unaligned_past_eof", "/bar", 9000, 3000, 3000, 80),
+        // ---- buffers never patched ----
+        op("buffer_live", vec![], vec![fill(0, 8192, 81)]),
+        op("buffer_live_write", vec![open(0, "/bar", rdwr)], vec![fill(0, 8192, 82), pw(0, 0, 8192, 83)]),
+        op("buffer_freed", vec![], vec![fill(0, 4096, 84), Call::FreeBuffer { buf: 0 }]),
+        // On the nearly full image (2 free pages to mount) the copying
+        // patch (two pages) fails for lack of space with the buffer's page
+        // taken: the buffer stays the caller's and its page stays taken (a
+        // two-page write finds no room), then it is patched zero-copy.
+        // Elsewhere the first patch takes the buffer and the second finds
+        // none (EBADF).
+        op(
+            "patch_enospc_then_reused",
+            vec![open(0, "/bar", rdwr), open(1, "/A/C/foo", rdwr)],
+            vec![fill(0, 4096, 97), patch(0, 0, 100, 4096), pw(1, 0, 8192, 98), patch(1, 0, 0, 4096)],
+        ),
+        op(
+            "patch_failed_then_reused",
+            vec![open(0, "/foo", rdwr), open(1, "/bar", rdwr)],
+            vec![
+                fill(0, 4096, 85),
+                patch(0, 0, ferrite::types::limits::FILE_SIZE_MAX - 100, 4096),
+                pw(1, 0, 8192, 86),
+                patch(0, 0, 0, 4096),
+            ],
+        ),
+        // ---- views ----
+        op("peek_live_overwrite", vec![open(0, "/A/foo", rdwr)], vec![peek(0, 0, 0, 8192), pw(0, 0, 4096, 87)]),
+        op(
+            "peek_live_truncate",
+            vec![open(0, "/A/foo", rdwr)],
+            vec![peek(0, 0, 1000, 6000), Call::Ftruncate { slot: 0, size: 0 }],
+        ),
+        op(
+            "peek_live_unlink",
+            vec![open(0, "/foo", OpenFlags::RDONLY)],
+            vec![peek(0, 0, 0, 5000), Call::Unlink { path: p("/foo") }, Call::Close { slot: 0 }],
+        ),
+        op(
+            "peek_unpeek_after_write",
+            vec![open(0, "/A/foo", rdwr)],
+            vec![peek(0, 0, 4000, 4192), pw(0, 4096, 4096, 88), Call::Unpeek { view: 0 }],
+        ),
+        op(
+            "map_private_store",
+            vec![open(0, "/foo", OpenFlags::RDONLY)],
+            vec![Call::MapPrivate { view: 0, slot: 0, off: 4096, len: 6000, tag: 89 }],
+        ),
+        // A mapping of the last page of a file shrunk mid-page: past the
+        // end it reads zeros (the pool page keeps the old bytes).
+        op(
+            "map_after_shrink",
+            vec![open(0, "/A/foo", rdwr)],
+            vec![
+                Call::Ftruncate { slot: 0, size: 5000 },
+                Call::MapPrivate { view: 0, slot: 0, off: 4096, len: 10, tag: 99 },
+            ],
+        ),
+        op(
+            "remount_with_live",
+            vec![open(0, "/foo", rdwr)],
+            vec![fill(0, 8192, 90), peek(0, 0, 0, 5000), pw(0, 0, 4096, 91), Call::Remount],
+        ),
+        // ---- fsync-atomic files ----
+        op(
+            "fa_patch_pending",
+            vec![open(0, "/A/foo", rdwr)],
+            vec![fa.clone(), fill(0, 4096, 92), patch(0, 0, 0, 4096)],
+        ),
+        op(
+            "fa_patch_fsync",
+            vec![open(0, "/A/foo", rdwr)],
+            vec![fa.clone(), fill(0, 8192, 93), patch(0, 0, 4096, 8192), Call::Fsync { slot: 0 }],
+        ),
+        op(
+            "fa_patch_unaligned_fsync",
+            vec![open(0, "/foo", rdwr)],
+            vec![fa, fill(0, 3000, 94), patch(0, 0, 2000, 3000), Call::Fsync { slot: 0 }],
+        ),
+    ]
+}
+
+/// Concatenate operations of the zero-copy catalogue into a workload (as
+/// [`sequence`]; buffer and view slots shift with the descriptors).
+pub fn zc_sequence(ops: &[&OpDef]) -> Workload {
+    let w = sequence(ops);
+    Workload { id: format!("z{}", &w.id[1..]), ..w }
+}
+
+/// Every zero-copy operation alone.
+pub fn zc_seq1() -> Vec<Workload> {
+    let cat = zc_catalogue();
+    cat.iter().map(|o| zc_sequence(&[o])).collect()
+}
+
+/// Every ordered pair of zero-copy operations.
+pub fn zc_seq2() -> Vec<Workload> {
+    let cat = zc_catalogue();
+    let mut out = Vec::with_capacity(cat.len() * cat.len());
+    for a in &cat {
+        for b in &cat {
+            out.push(zc_sequence(&[a, b]));
+        }
+    }
+    out
+}
+
+/// Every zero-copy operation before and after every operation of the main
+/// catalogue (`z2.OP+ZOP`, `z2.ZOP+OP`): patches and live views and buffers
+/// beside every namespace, data and attribute change (a longer run).
+pub fn zc_cross() -> Vec<Workload> {
+    let zc = zc_catalogue();
+    let cat = catalogue();
+    let mut out = Vec::with_capacity(2 * zc.len() * cat.len());
+    for z in &zc {
+        for c in &cat {
+            out.push(zc_sequence(&[c, z]));
+            out.push(zc_sequence(&[z, c]));
+        }
+    }
+    out
+}
+
 /// Every operation alone.
 pub fn seq1() -> Vec<Workload> {
     let cat = catalogue();
@@ -825,14 +1327,35 @@ pub fn workload_by_id(id: &str) -> Result<Workload, String> {
         let len: usize = len.parse().map_err(|_| format!("bad length in {id:?}"))?;
         return Ok(random_workload_modes(seed, len));
     }
+    if let Some(rest) = id.strip_prefix("rndz.") {
+        let (seed, len) = rest.split_once('.').ok_or_else(|| format!("bad random workload id {id:?}"))?;
+        let seed = parse_u64(seed).ok_or_else(|| format!("bad seed in {id:?}"))?;
+        let len: usize = len.parse().map_err(|_| format!("bad length in {id:?}"))?;
+        return Ok(random_workload_zc(seed, len));
+    }
     let (kind, names) = id.split_once('.').ok_or_else(|| format!("bad workload id {id:?}"))?;
     let atomic = kind.starts_with('a');
-    let cat = if atomic { atomic_catalogue() } else { catalogue() };
+    let zc = kind.starts_with('z');
+    let cat = if atomic {
+        atomic_catalogue()
+    } else if zc {
+        // Zero-copy pairs may mix in operations of the main catalogue
+        // ([`zc_cross`]); the names differ.
+        zc_catalogue().into_iter().chain(catalogue()).collect()
+    } else {
+        catalogue()
+    };
     let mut ops = Vec::new();
     for n in names.split('+') {
         ops.push(cat.iter().find(|o| o.name == n).ok_or_else(|| format!("no operation {n:?} in the catalogue"))?);
     }
-    let w = if atomic { atomic_sequence(&ops) } else { sequence(&ops) };
+    let w = if atomic {
+        atomic_sequence(&ops)
+    } else if zc {
+        zc_sequence(&ops)
+    } else {
+        sequence(&ops)
+    };
     if w.id != id {
         return Err(format!("workload id {id:?} is not canonical (expected {})", w.id));
     }
@@ -1052,6 +1575,81 @@ pub fn random_workload_modes(seed: u64, len: usize) -> Workload {
         calls.push(c);
     }
     Workload { id: format!("rndm.{seed:#x}.{len}"), prepare: atomic_prepare(), setup: w.setup, calls }
+}
+
+/// One random call of a workload with peek and patch: the calls of
+/// [`random_call`], plus patch buffers filled and patched (at page-aligned
+/// and unaligned offsets, all of a buffer or less, into any descriptor),
+/// buffers freed or left live, views and private writable mappings taken
+/// and released or left live. Buffer and view slots 0..8 are guessed (a
+/// wrong guess is EBADF on both sides).
+pub fn random_call_zc(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
+    let used: Vec<u8> = (0..SLOTS as u8).filter(|&s| open[s as usize]).collect();
+    let slot = |rng: &mut ChaCha8Rng| -> u8 {
+        if !used.is_empty() && rng.gen_bool(0.9) {
+            used[rng.gen_range(0..used.len())]
+        } else {
+            rng.gen_range(0..8)
+        }
+    };
+    let tag = rng.gen::<u32>() & 0xFFFF;
+    let len = |rng: &mut ChaCha8Rng| -> u32 {
+        match rng.gen_range(0..4) {
+            0 => rng.gen_range(1..300),
+            1 => 4096 * rng.gen_range(1..4),
+            _ => rng.gen_range(1..13000),
+        }
+    };
+    let off = |rng: &mut ChaCha8Rng| -> u64 {
+        if rng.gen_bool(0.6) {
+            rng.gen_range(0..6) * 4096
+        } else {
+            roffset(rng)
+        }
+    };
+    match rng.gen_range(0..100) {
+        0..=9 => Call::PatchBuffer { buf: rng.gen_range(0..8), len: len(rng), tag },
+        10..=21 => {
+            let l = len(rng);
+            Call::Patch { slot: slot(rng), buf: rng.gen_range(0..8), off: off(rng), len: l }
+        }
+        22..=23 => Call::FreeBuffer { buf: rng.gen_range(0..8) },
+        24..=29 => Call::Peek { view: rng.gen_range(0..8), slot: slot(rng), off: roffset(rng) % 6000, len: len(rng) },
+        30..=31 => Call::MapPrivate {
+            view: rng.gen_range(0..8),
+            slot: slot(rng),
+            off: rng.gen_range(0..4) * 4096,
+            len: len(rng),
+            tag,
+        },
+        32..=35 => Call::Unpeek { view: rng.gen_range(0..8) },
+        _ => random_call(rng, open),
+    }
+}
+
+/// A seeded random workload of `len` calls with peek and patch
+/// (`rndz.SEED.LEN`): [`random_call_zc`], with the descriptors of
+/// [`random_workload`].
+pub fn random_workload_zc(seed: u64, len: usize) -> Workload {
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x00AD_0002));
+    let w = random_workload(seed, 0);
+    let mut open = [false; SLOTS];
+    for c in &w.setup {
+        if let Call::Open { slot, .. } = c {
+            open[*slot as usize] = true;
+        }
+    }
+    let mut calls = Vec::with_capacity(len);
+    for _ in 0..len {
+        let c = random_call_zc(&mut rng, &open);
+        match &c {
+            Call::Open { slot, .. } => open[*slot as usize] = true,
+            Call::Close { slot } => open[*slot as usize] = false,
+            _ => {}
+        }
+        calls.push(c);
+    }
+    Workload { id: format!("rndz.{seed:#x}.{len}"), prepare: Vec::new(), setup: w.setup, calls }
 }
 
 /// A seed for anything derived from a workload id.

@@ -6,37 +6,55 @@
 //! reported complete). A second test mixes the consistency modes (files
 //! fsync-atomic from the start and by mode changes, sync, O_SYNC
 //! descriptors): after every kill the pool must hold a state the
-//! fsync-atomic oracle allows after k calls or inside call k.
+//! fsync-atomic oracle allows after k calls or inside call k. A third
+//! runs peek and patch beside the strict calls: the child is killed while
+//! it holds live views, private mappings and filled buffers never patched
+//! (pool pages of the pool file); after every kill the pool must also pass
+//! the usability pass (nothing leaked: once everything is deleted, the
+//! free pages and inodes of a fresh pool), and some kills must have found
+//! the child holding views or buffers.
 //!
 //! `CRASHCHECK_KILLS` sets the number of kills of each test (defaults 300
-//! strict, 200 with the modes mixed), `CRASHCHECK_PROC_SEED` the workload
-//! seed.
+//! strict, 200 with the modes mixed, 150 with peek and patch),
+//! `CRASHCHECK_PROC_SEED` the workload seed.
 
-use ferrite_crashcheck::proc_crash::run;
+use ferrite_crashcheck::proc_crash::{run, Mix};
 use std::path::Path;
 use std::time::Duration;
 
 #[test]
 fn sigkill_at_random_moments_recovers_to_a_completed_call() {
-    kill_test(300, false);
+    kill_test(300, Mix::Strict);
 }
 
 #[test]
 fn sigkill_with_modes_mixed_recovers_to_a_state_the_oracle_allows() {
-    kill_test(200, true);
+    kill_test(200, Mix::Modes);
 }
 
-fn kill_test(default_kills: usize, modes: bool) {
+#[test]
+fn sigkill_with_live_views_and_buffers_recovers_and_leaks_nothing() {
+    kill_test(150, Mix::ZeroCopy);
+}
+
+fn kill_test(default_kills: usize, calls: Mix) {
     let kills: usize = std::env::var("CRASHCHECK_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(default_kills);
     let seed = std::env::var("CRASHCHECK_PROC_SEED")
         .ok()
         .and_then(|s| ferrite_crashcheck::workload::parse_u64(&s))
         .unwrap_or(0x5161_4B11);
     let exe = Path::new(env!("CARGO_BIN_EXE_ferrite-crashcheck"));
-    let rep = run(exe, seed, kills, Duration::from_millis(3), modes);
+    let rep = run(exe, seed, kills, Duration::from_millis(3), calls);
+    let what = match calls {
+        Mix::Strict => String::new(),
+        Mix::Modes => " (modes mixed)".into(),
+        Mix::ZeroCopy => format!(
+            " (peek and patch: {} kills with views or buffers live, {} views and {} buffers in all)",
+            rep.kills_with_live, rep.live_views, rep.live_buffers
+        ),
+    };
     ferrite_crashcheck::harness::say(&format!(
-        "process crash{}: {} kills ({} after the child had completed calls), {} calls completed, {} recoveries showed the unreported call in flight as done, {} lost pending changes put back, {:.1?} (replay: CRASHCHECK_PROC_SEED={seed:#x} CRASHCHECK_KILLS={kills})",
-        if modes { " (modes mixed)" } else { "" },
+        "process crash{what}: {} kills ({} after the child had completed calls), {} calls completed, {} recoveries showed the unreported call in flight as done, {} lost pending changes put back, {:.1?} (replay: CRASHCHECK_PROC_SEED={seed:#x} CRASHCHECK_KILLS={kills})",
         rep.kills, rep.kills_mid_workload, rep.calls_completed, rep.matched_next, rep.restored, rep.elapsed
     ));
     assert!(rep.failures.is_empty(), "process crash test failed (seed {seed:#x}):\n{}", rep.failures.join("\n\n"));
@@ -45,4 +63,7 @@ fn kill_test(default_kills: usize, modes: bool) {
     // fast it starts on a loaded machine; the test only needs some (the
     // figure is printed above), never a share tied to timing.
     assert!(rep.kills_mid_workload > 0, "no kill landed mid-workload ({} kills)", rep.kills);
+    if calls == Mix::ZeroCopy {
+        assert!(rep.kills_with_live > 0, "no kill found the child holding a view or a buffer ({} kills)", rep.kills);
+    }
 }

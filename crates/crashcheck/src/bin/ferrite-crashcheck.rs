@@ -14,6 +14,9 @@
 //!   --seq3 N                 N sampled ordered triples
 //!   --aseq1 --aseq2          the fsync-atomic catalogue (every op alone / every ordered pair)
 //!   --arandom N              N random workloads mixing the consistency modes (of --len calls)
+//!   --zseq1 --zseq2          the zero-copy catalogue (peek and patch: every op alone / every pair)
+//!   --zcross                 every zero-copy op before and after every op of the main catalogue
+//!   --zrandom N              N random workloads with peek and patch (of --len calls)
 //!   --scenarios              the scenarios (GC of files and directories, src/scenario.rs)
 //!   --random N --len L       N random workloads of L calls
 //!   --start LIST             start images: empty,aged,full (default: all)
@@ -32,8 +35,8 @@ use ferrite_crashcheck::crash::Caps;
 use ferrite_crashcheck::harness::{run_all, Config};
 use ferrite_crashcheck::verify::{RecoveryCrash, VerifyOpts};
 use ferrite_crashcheck::workload::{
-    atomic_seq1, atomic_seq2, parse_u64, random_workload, random_workload_modes, seq1, seq2, seq3_sampled, StartKind,
-    Workload,
+    atomic_seq1, atomic_seq2, parse_u64, random_workload, random_workload_modes, random_workload_zc, seq1, seq2,
+    seq3_sampled, zc_cross, zc_seq1, zc_seq2, StartKind, Workload,
 };
 use std::time::Duration;
 
@@ -50,6 +53,10 @@ struct Opts {
     aseq1: bool,
     aseq2: bool,
     arandom: usize,
+    zseq1: bool,
+    zseq2: bool,
+    zcross: bool,
+    zrandom: usize,
     seq3: usize,
     scenarios: bool,
     random: usize,
@@ -68,6 +75,10 @@ fn parse(args: &[String], exhaustive: bool) -> Opts {
         aseq1: exhaustive,
         aseq2: exhaustive,
         arandom: if exhaustive { 400 } else { 0 },
+        zseq1: exhaustive,
+        zseq2: exhaustive,
+        zcross: exhaustive,
+        zrandom: if exhaustive { 200 } else { 0 },
         seq3: if exhaustive { 2000 } else { 0 },
         scenarios: exhaustive,
         random: if exhaustive { 400 } else { 0 },
@@ -98,6 +109,10 @@ fn parse(args: &[String], exhaustive: bool) -> Opts {
             "--aseq1" => o.aseq1 = true,
             "--aseq2" => o.aseq2 = true,
             "--arandom" => o.arandom = num(&mut i) as usize,
+            "--zseq1" => o.zseq1 = true,
+            "--zseq2" => o.zseq2 = true,
+            "--zcross" => o.zcross = true,
+            "--zrandom" => o.zrandom = num(&mut i) as usize,
             "--scenarios" => o.scenarios = true,
             "--seq3" => o.seq3 = num(&mut i) as usize,
             "--random" => o.random = num(&mut i) as usize,
@@ -140,6 +155,15 @@ fn run(o: Opts) -> i32 {
     if o.aseq2 {
         workloads.extend(atomic_seq2());
     }
+    if o.zseq1 {
+        workloads.extend(zc_seq1());
+    }
+    if o.zseq2 {
+        workloads.extend(zc_seq2());
+    }
+    if o.zcross {
+        workloads.extend(zc_cross());
+    }
     if o.seq3 > 0 {
         workloads.extend(seq3_sampled(o.cfg.seed, o.seq3));
     }
@@ -151,6 +175,9 @@ fn run(o: Opts) -> i32 {
     }
     for n in 0..o.arandom {
         workloads.push(random_workload_modes(ferrite_crashcheck::hash::mix(o.cfg.seed ^ 0xA70 ^ n as u64), o.len));
+    }
+    for n in 0..o.zrandom {
+        workloads.push(random_workload_zc(ferrite_crashcheck::hash::mix(o.cfg.seed ^ 0x2C0 ^ n as u64), o.len));
     }
     if let Some(id) = &o.only {
         workloads = match ferrite_crashcheck::workload::workload_by_id(id) {
