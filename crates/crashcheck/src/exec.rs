@@ -449,9 +449,57 @@ fn same_result(call: &Call, e: &CallResult, m: &CallResult) -> bool {
 /// recording, then run each call between markers and record the model's
 /// state after it. The engine is dropped at the end (a crash).
 pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
+    record_on(start, w, Backing::Heap)
+}
+
+/// What a recorded run's pool is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// A heap pool: views and patch buffers are anonymous memory with
+    /// copied bytes, and a patch streams the buffer into its pool pages.
+    Heap,
+    /// A pool file in /dev/shm (unlinked once mapped): views map the
+    /// pool's pages, a patch buffer is pool pages mapped writable, and a
+    /// patch writes the buffer's lines back (`Pmem::adopt_buffer`, the
+    /// mapped branch, recorded as stores of the lines' bytes then flushes).
+    /// A page a view holds that is changed shows in the live view check.
+    File,
+}
+
+/// A recording pool of `backing` holding `image`.
+fn recording_pool(image: &[u8], backing: Backing) -> Pmem {
+    match backing {
+        Backing::Heap => Pmem::recording_from_image(image),
+        Backing::File => {
+            let p = file_pool(image);
+            p.start_recording();
+            p
+        }
+    }
+}
+
+/// A pool file in /dev/shm (or the temporary directory) holding `image`,
+/// mapped and unlinked.
+fn file_pool(image: &[u8]) -> Pmem {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("ferrite-crashcheck-rec-{}-{n}.pool", std::process::id()));
+    std::fs::write(&path, image).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    let p = Pmem::open_file(&path, 0).unwrap_or_else(|e| panic!("mapping {}: {e}", path.display()));
+    let _ = std::fs::remove_file(&path);
+    p
+}
+
+/// [`record`] on a pool of `backing`.
+pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recording {
     let clock = clock_at(T_CALL - 10);
-    let engine =
-        Session::mount(Pmem::from_image(&start.image), &mount_options(&clock, 1)).expect("mount the start image");
+    let pool = match backing {
+        Backing::Heap => Pmem::from_image(&start.image),
+        Backing::File => file_pool(&start.image),
+    };
+    let engine = Session::mount(pool, &mount_options(&clock, 1)).expect("mount the start image");
     let model = ModelFs::from_state(start.model.clone(), clock.clone());
     let layout = engine.layout();
     let mut es = Slots::default();
@@ -500,7 +548,7 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
             // A clean unmount, then a mount of the same pool (continuing
             // the trace on a new recording pool that starts from the image
             // the unmount left).
-            match remount(engine, &clock) {
+            match remount(engine, &clock, backing) {
                 Ok((fs, ev)) => {
                     carried = ev;
                     engine = fs;
@@ -629,11 +677,11 @@ pub fn record(start: &Arc<Start>, w: &Workload) -> Recording {
 
 /// Unmount cleanly (recorded), then mount the resulting image on a new
 /// recording pool. Returns the new mount and the unmount's events.
-fn remount(fs: Session, clock: &Arc<ManualClock>) -> Result<(Session, Vec<Event>), String> {
+fn remount(fs: Session, clock: &Arc<ManualClock>, backing: Backing) -> Result<(Session, Vec<Event>), String> {
     let old = fs.pmem().clone();
     fs.unmount().map_err(|e| format!("unmount: {e:?}"))?;
     let events = old.stop_recording();
-    let fs = Session::mount(Pmem::recording_from_image(&old.image()), &mount_options(clock, 1))
+    let fs = Session::mount(recording_pool(&old.image(), backing), &mount_options(clock, 1))
         .map_err(|e| format!("mount: {e}"))?;
     Ok((fs, events))
 }

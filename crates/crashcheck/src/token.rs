@@ -8,7 +8,8 @@
 //!   (the zero-copy catalogue, pairs possibly with a main catalogue op),
 //!   `rnd.SEED.LEN`, `rndm.SEED.LEN` and `rndz.SEED.LEN` (the random
 //!   generator: strict, mixing the modes, with peek and patch) or
-//!   `sc.NAME` (a scenario);
+//!   `sc.NAME` (a scenario); any of these prefixed with `file.` when the
+//!   workload was recorded on a pool file (`exec::Backing::File`);
 //! - POINT: `live` (engine and model disagree without a crash), `pcheck`
 //!   (the persistence checker), or `eN:LABEL` (the crash point before event
 //!   N of the workload's trace, and the candidate image's label, see
@@ -18,7 +19,7 @@
 //! Replay: `cargo run -p ferrite-crashcheck -- replay TOKEN`.
 
 use crate::crash::Sim;
-use crate::exec::{record, start};
+use crate::exec::{record_on, start, Backing};
 use crate::harness::{allowed, describe_point, mismatch, point_seed, Config};
 use crate::hash::tree_key;
 use crate::verify::{crash_recovery, fsck_clean, mount, verify};
@@ -75,9 +76,15 @@ fn event_text(e: &Event) -> String {
 /// whether the failure reproduced.
 pub fn replay(token: &str) -> Result<(String, bool), String> {
     let t: Token = token.parse()?;
-    let w = workload_by_id(&t.workload)?;
+    // `file.ID`: the workload was recorded on a pool file.
+    let (backing, id) = match t.workload.strip_prefix("file.") {
+        Some(id) => (Backing::File, id),
+        None => (Backing::Heap, t.workload.as_str()),
+    };
+    let mut w = workload_by_id(id)?;
+    w.id = t.workload.clone();
     let st = start(t.start);
-    let rec = record(&st, &w);
+    let rec = record_on(&st, &w, backing);
     let mut out = String::new();
     let _ = writeln!(out, "token:    {t}");
     let _ = writeln!(out, "start:    {} image", t.start.name());

@@ -1184,7 +1184,7 @@ pub fn zc_catalogue() -> Vec<OpDef> {
         op(
             "peek_live_truncate",
             vec![open(0, "/A/foo", rdwr)],
-            vec![peek(0, 0, 1000, 6000), Call::Ftruncate { slot: 0, size: 0 }],
+            vec![peek(0, 0, 1000, 6000), Call::Ftruncate { slot: 0, size: 0 }, pw(0, 0, 8192, 100)],
         ),
         op(
             "peek_live_unlink",

@@ -19,6 +19,12 @@
 //!   sizing of `ci.rs` (32 line subsets);
 //! - random workloads with peek and patch (`workload::random_workload_zc`),
 //!   8 of 24 calls on the empty and log-edge images;
+//! - seq-1 and 8 random workloads recorded on a pool file in /dev/shm
+//!   (`exec::Backing::File`; everything else runs on heap pools, whose
+//!   views and buffers are anonymous copies): views map the pool's pages
+//!   and buffers are pool pages, so the write-back of a mapped buffer is in
+//!   the trace (checked and crashed) and a page changed under a view fails
+//!   the live view check;
 //! - a check that the catalogue reaches what it is named for (buffers and
 //!   views live at its crash points, released by unmount, a failed patch
 //!   keeping its buffer, patches pending in an fsync-atomic file).
@@ -31,6 +37,8 @@
 mod common;
 
 use common::{config, run, scale, seed};
+use ferrite_crashcheck::exec::{record_on, start, Backing};
+use ferrite_crashcheck::harness::{check_recording, Config, Figures};
 use ferrite_crashcheck::verify::RecoveryCrash;
 use ferrite_crashcheck::workload::{random_workload_zc, zc_catalogue, zc_seq1, zc_sequence, StartKind};
 
@@ -70,6 +78,44 @@ fn random_on(kind: StartKind, count: usize, len: usize) {
         })
         .collect();
     run(&format!("zc random {}", kind.name()), jobs, &config(32, RecoveryCrash::Off));
+}
+
+/// Workloads recorded on a pool file (`exec::Backing::File`): views map
+/// the pool's pages and patch buffers are pool pages mapped writable, so
+/// the write-back of a mapped buffer is in the trace and a page changed
+/// under a view shows in the live view check. Checked one after the other
+/// (as `run`, without its worker threads).
+fn on_file(kind: StartKind, name: &str, workloads: Vec<ferrite_crashcheck::workload::Workload>, cfg: &Config) {
+    ferrite_crashcheck::tune_allocator();
+    let st = start(kind);
+    let t0 = std::time::Instant::now();
+    let mut total = Figures::default();
+    let mut failures = Vec::new();
+    let n = workloads.len();
+    for mut w in workloads {
+        // Its tokens replay on a pool file too (`token::replay`).
+        w.id = format!("file.{}", w.id);
+        let rec = record_on(&st, &w, Backing::File);
+        let (f, fl) = check_recording(kind, &rec, cfg);
+        total.add(&f);
+        failures.extend(fl);
+    }
+    total.elapsed = t0.elapsed();
+    common::report(name, n, &total, &failures);
+}
+
+#[test]
+fn zc_seq1_empty_file() {
+    on_file(StartKind::Empty, "zc seq1 empty (pool file)", zc_seq1(), &config(128, RecoveryCrash::Busy));
+}
+
+#[test]
+fn zc_random_empty_file() {
+    let count = ((8.0 * scale()).round() as usize).max(1);
+    let ws = (0..count)
+        .map(|i| random_workload_zc(ferrite_crashcheck::hash::mix(seed() ^ 0xF11E ^ (i as u64) << 8), 24))
+        .collect();
+    on_file(StartKind::Empty, "zc random empty (pool file)", ws, &config(32, RecoveryCrash::Off));
 }
 
 #[test]
@@ -130,7 +176,7 @@ fn zc_random_logedge() {
 fn zc_catalogue_reaches_its_paths() {
     use ferrite::format::Entry;
     use ferrite::Errno;
-    use ferrite_crashcheck::exec::{record, start, Recording};
+    use ferrite_crashcheck::exec::{record, Recording};
     use ferrite_crashcheck::workload::workload_by_id;
     let st = start(StartKind::Empty);
     let kinds = |rec: &Recording, i: usize| -> Vec<&'static str> {
