@@ -3,11 +3,13 @@
 //! OSDI'18). See `docs/TESTING.md` for how to run it.
 //!
 //! - [`workload`]: calls, the seq-1/seq-2/seq-3 catalogue over a small file
-//!   set, the random generator, the start images (empty, aged, nearly full);
+//!   set, the fsync-atomic and zero-copy (peek and patch) catalogues, the
+//!   random generators, the start images (empty, aged, nearly full);
 //! - [`scenario`]: workloads that need many preparing calls (fast GC and
 //!   compaction of files and directories) and the operations ported from
 //!   the retired `crash_smoke` test;
-//! - [`exec`]: a recorded run of a workload on the engine beside the model;
+//! - [`exec`]: a recorded run of a workload on the engine beside the model
+//!   (on a heap pool, or on a pool file for the zero-copy workloads);
 //! - [`pcheck`]: the persistence checker (pmemcheck-like);
 //! - [`crash`]: crash points and candidate images (Vinter's model);
 //! - [`verify`]: recovering one image and checking it (fsck, usability,

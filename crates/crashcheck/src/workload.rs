@@ -1120,8 +1120,9 @@ pub fn atomic_seq2() -> Vec<Workload> {
 ///   mapping stored into (never reaching the file), and a clean unmount
 ///   with a buffer and a view live (unmount releases them; the saved
 ///   allocator must not keep their pages);
-/// - fsync-atomic files: a patch left pending, and patches (zero-copy and
-///   copying) committed by fsync.
+/// - fsync-atomic files: a patch left pending, patches (zero-copy and
+///   copying) committed by fsync, and a page of the epoch viewed, then
+///   written again (copied, not in place: the view holds it).
 pub fn zc_catalogue() -> Vec<OpDef> {
     let rdwr = OpenFlags::RDWR;
     let fill = |buf: u8, len: u32, tag: u32| Call::PatchBuffer { buf, len, tag };
@@ -1191,6 +1192,12 @@ pub fn zc_catalogue() -> Vec<OpDef> {
             vec![open(0, "/foo", OpenFlags::RDONLY)],
             vec![peek(0, 0, 0, 5000), Call::Unlink { path: p("/foo") }, Call::Close { slot: 0 }],
         ),
+        // A view of a file that is unlinked but open, then its last close.
+        op(
+            "peek_unlinked_open",
+            vec![open(0, "/bar", OpenFlags::RDONLY)],
+            vec![Call::Unlink { path: p("/bar") }, peek(0, 0, 0, 100), Call::Close { slot: 0 }],
+        ),
         op(
             "peek_unpeek_after_write",
             vec![open(0, "/A/foo", rdwr)],
@@ -1226,6 +1233,19 @@ pub fn zc_catalogue() -> Vec<OpDef> {
             "fa_patch_fsync",
             vec![open(0, "/A/foo", rdwr)],
             vec![fa.clone(), fill(0, 8192, 93), patch(0, 0, 4096, 8192), Call::Fsync { slot: 0 }],
+        ),
+        // A page of the epoch (copied on write) viewed, then written
+        // again: not in place (the view holds it) but copied.
+        op(
+            "fa_peek_epoch_page",
+            vec![open(0, "/foo", rdwr)],
+            vec![
+                Call::SetMode { slot: 0, mode: FileMode::FsyncAtomic },
+                pw(0, 8192, 4096, 101),
+                peek(0, 0, 8192, 4096),
+                pw(0, 8300, 100, 102),
+                Call::Fsync { slot: 0 },
+            ],
         ),
         op(
             "fa_patch_unaligned_fsync",

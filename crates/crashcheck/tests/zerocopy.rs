@@ -281,6 +281,11 @@ fn zc_catalogue_reaches_its_paths() {
         );
     }
     check(
+        "z1.peek_unlinked_open",
+        &|r| r.outcomes.iter().all(|o| o.engine.is_ok()) && live(r, 2) == (1, 0),
+        "a view of an unlinked open file, live past its last close",
+    );
+    check(
         "z1.peek_unpeek_after_write",
         &|r| live(r, 1) == (1, 0) && live(r, 2) == (0, 0),
         "a view live over a write, then released",
@@ -305,6 +310,11 @@ fn zc_catalogue_reaches_its_paths() {
             "a patch pending in an fsync-atomic file, committed by fsync",
         );
     }
+    check(
+        "z1.fa_peek_epoch_page",
+        &|r| live(r, 3) == (1, 0) && r.outcomes[3].engine == Ok(100) && r.outcomes[4].epoch_commits == 1,
+        "a view of a page of the epoch, a write over it, then the fsync",
+    );
     // On the nearly full image a patch fails for lack of space and keeps
     // its buffer (and the buffer its pages: the write that follows finds
     // no room either), and the buffer is then patched.
