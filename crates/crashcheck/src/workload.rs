@@ -1576,7 +1576,22 @@ pub fn random_call_modes(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
 /// the files of [`ATOMIC_FILES`] fsync-atomic ([`atomic_prepare`]), then
 /// [`random_call_modes`], with the descriptors of [`random_workload`].
 pub fn random_workload_modes(seed: u64, len: usize) -> Workload {
-    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x00AD_0001));
+    let mut w = random_workload_of(seed ^ 0x00AD_0001, seed, len, random_call_modes);
+    w.id = format!("rndm.{seed:#x}.{len}");
+    w.prepare = atomic_prepare();
+    w
+}
+
+/// `len` calls drawn by `call` (from a generator seeded with `salted`),
+/// after the descriptors [`random_workload`] opens for `seed`, keeping track
+/// of which slots are open; no id, no preparation.
+fn random_workload_of(
+    salted: u64,
+    seed: u64,
+    len: usize,
+    call: fn(&mut ChaCha8Rng, &[bool; SLOTS]) -> Call,
+) -> Workload {
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(salted));
     let w = random_workload(seed, 0);
     let mut open = [false; SLOTS];
     for c in &w.setup {
@@ -1586,7 +1601,7 @@ pub fn random_workload_modes(seed: u64, len: usize) -> Workload {
     }
     let mut calls = Vec::with_capacity(len);
     for _ in 0..len {
-        let c = random_call_modes(&mut rng, &open);
+        let c = call(&mut rng, &open);
         match &c {
             Call::Open { slot, .. } => open[*slot as usize] = true,
             Call::Close { slot } => open[*slot as usize] = false,
@@ -1594,7 +1609,7 @@ pub fn random_workload_modes(seed: u64, len: usize) -> Workload {
         }
         calls.push(c);
     }
-    Workload { id: format!("rndm.{seed:#x}.{len}"), prepare: atomic_prepare(), setup: w.setup, calls }
+    Workload { id: String::new(), prepare: Vec::new(), setup: w.setup, calls }
 }
 
 /// One random call of a workload with peek and patch: the calls of
@@ -1651,25 +1666,9 @@ pub fn random_call_zc(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
 /// (`rndz.SEED.LEN`): [`random_call_zc`], with the descriptors of
 /// [`random_workload`].
 pub fn random_workload_zc(seed: u64, len: usize) -> Workload {
-    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x00AD_0002));
-    let w = random_workload(seed, 0);
-    let mut open = [false; SLOTS];
-    for c in &w.setup {
-        if let Call::Open { slot, .. } = c {
-            open[*slot as usize] = true;
-        }
-    }
-    let mut calls = Vec::with_capacity(len);
-    for _ in 0..len {
-        let c = random_call_zc(&mut rng, &open);
-        match &c {
-            Call::Open { slot, .. } => open[*slot as usize] = true,
-            Call::Close { slot } => open[*slot as usize] = false,
-            _ => {}
-        }
-        calls.push(c);
-    }
-    Workload { id: format!("rndz.{seed:#x}.{len}"), prepare: Vec::new(), setup: w.setup, calls }
+    let mut w = random_workload_of(seed ^ 0x00AD_0002, seed, len, random_call_zc);
+    w.id = format!("rndz.{seed:#x}.{len}");
+    w
 }
 
 /// A seed for anything derived from a workload id.
