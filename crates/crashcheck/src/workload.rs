@@ -1088,11 +1088,15 @@ pub fn atomic_seq1() -> Vec<Workload> {
 
 /// Every ordered pair of fsync-atomic operations.
 pub fn atomic_seq2() -> Vec<Workload> {
-    let cat = atomic_catalogue();
+    ordered_pairs(&atomic_catalogue(), atomic_sequence)
+}
+
+/// `sequence` of every ordered pair of `cat`'s operations, in order.
+fn ordered_pairs(cat: &[OpDef], sequence: fn(&[&OpDef]) -> Workload) -> Vec<Workload> {
     let mut out = Vec::with_capacity(cat.len() * cat.len());
-    for a in &cat {
-        for b in &cat {
-            out.push(atomic_sequence(&[a, b]));
+    for a in cat {
+        for b in cat {
+            out.push(sequence(&[a, b]));
         }
     }
     out
@@ -1270,14 +1274,7 @@ pub fn zc_seq1() -> Vec<Workload> {
 
 /// Every ordered pair of zero-copy operations.
 pub fn zc_seq2() -> Vec<Workload> {
-    let cat = zc_catalogue();
-    let mut out = Vec::with_capacity(cat.len() * cat.len());
-    for a in &cat {
-        for b in &cat {
-            out.push(zc_sequence(&[a, b]));
-        }
-    }
-    out
+    ordered_pairs(&zc_catalogue(), zc_sequence)
 }
 
 /// Every zero-copy operation before and after every operation of the main
@@ -1304,14 +1301,7 @@ pub fn seq1() -> Vec<Workload> {
 
 /// Every ordered pair of operations (including an operation twice).
 pub fn seq2() -> Vec<Workload> {
-    let cat = catalogue();
-    let mut out = Vec::with_capacity(cat.len() * cat.len());
-    for a in &cat {
-        for b in &cat {
-            out.push(sequence(&[a, b]));
-        }
-    }
-    out
+    ordered_pairs(&catalogue(), sequence)
 }
 
 /// `count` triples sampled (seeded) from all ordered triples.
