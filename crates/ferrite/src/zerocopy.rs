@@ -95,11 +95,12 @@ enum Pinned {
     List(Vec<PageNo>),
 }
 
-impl Pinned {
-    fn pages(&self) -> Box<dyn Iterator<Item = PageNo> + '_> {
-        match self {
-            Pinned::Run { first, pages } => Box::new((0..*pages).map(move |i| PageNo(first.0 + i))),
-            Pinned::List(v) => Box::new(v.iter().copied()),
+impl Ferrite {
+    /// Let go of a view's pages.
+    fn unpin_view(&self, pinned: &Pinned) {
+        match pinned {
+            Pinned::Run { first, pages } => self.pages.unpin((0..*pages).map(|i| PageNo(first.0 + i))),
+            Pinned::List(v) => self.pages.unpin(v.iter().copied()),
         }
     }
 }
@@ -307,7 +308,7 @@ impl Ferrite {
         let View { bytes, pinned, .. } = view;
         // Unmapped before the pages can be reused.
         drop(bytes);
-        self.pages.unpin(pinned.pages());
+        self.unpin_view(&pinned);
         self.unreserve_view();
         Ok(())
     }
@@ -487,7 +488,7 @@ impl Ferrite {
         let views: Vec<View> = self.zero_copy.views.lock().drain().flat_map(|(_, l)| l).collect();
         for View { bytes, pinned, .. } in views {
             drop(bytes);
-            self.pages.unpin(pinned.pages());
+            self.unpin_view(&pinned);
             self.unreserve_view();
         }
         let buffers: Vec<Buffer> = self.zero_copy.buffers.lock().drain().map(|(_, b)| b).collect();
