@@ -163,12 +163,7 @@ impl Ferrite {
             return Err(Errno::EINVAL);
         }
         let end = offset.checked_add(len).ok_or(Errno::EINVAL)?;
-        self.reserve_view()?;
-        let made = self.make_view(inode, offset, len, end, None);
-        if made.is_err() {
-            self.unreserve_view();
-        }
-        made
+        self.make_view(inode, offset, len, end, None)
     }
 
     /// A mapping of file bytes from `offset` (page-aligned) for `len` bytes
@@ -181,15 +176,28 @@ impl Ferrite {
         }
         let len = len.next_multiple_of(PAGE_SIZE);
         let end = offset.checked_add(len).ok_or(Errno::EINVAL)?;
+        self.make_view(inode, offset, len, end, Some(kind))
+    }
+
+    /// A view slot taken (ENOMEM past `VIEWS_MAX`), then the view made;
+    /// the slot goes back if that fails.
+    fn make_view(&self, inode: &Inode, offset: u64, len: u64, end: u64, map: Option<MapKind>) -> FsResult<Peek> {
         self.reserve_view()?;
-        let made = self.make_view(inode, offset, len, end, Some(kind));
+        let made = self.make_view_reserved(inode, offset, len, end, map);
         if made.is_err() {
             self.unreserve_view();
         }
         made
     }
 
-    fn make_view(&self, inode: &Inode, offset: u64, len: u64, end: u64, map: Option<MapKind>) -> FsResult<Peek> {
+    fn make_view_reserved(
+        &self,
+        inode: &Inode,
+        offset: u64,
+        len: u64,
+        end: u64,
+        map: Option<MapKind>,
+    ) -> FsResult<Peek> {
         let first = offset >> PAGE_SHIFT;
         let last = (end - 1) >> PAGE_SHIFT;
         let skew = (offset & (PAGE_SIZE - 1)) as usize;
