@@ -79,6 +79,13 @@ impl BufferedOptions {
     }
 }
 
+/// Log GC of an inode with queued operations waits for them (it judges
+/// liveness in DRAM); making them durable on the calling thread costs a
+/// batch, so it is done only once this many log pages are dead, or the log
+/// has this many pages (times four) and is due for compaction. An inode with
+/// nothing queued is collected as in strict mode.
+pub(crate) const BUFFERED_GC_DEAD_PAGES: usize = 16;
+
 /// What the persister has done since mount (`Ferrite::buffered_stats`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BufferedStats {
@@ -249,6 +256,11 @@ impl Buffered {
             let _ = self.persist_upto(seq, true);
         }
         seq
+    }
+
+    /// Is every operation up to `seq` durable?
+    pub fn is_durable(&self, seq: u64) -> bool {
+        self.state.lock().durable_seq >= seq
     }
 
     /// The sequence number of the last operation queued.
