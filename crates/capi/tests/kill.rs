@@ -20,8 +20,10 @@
 //! (a measurement, not a test: docs/TESTING.md quotes it).
 //!
 //! And the buffered guarantee under kills: the same driver with SQLite's
-//! WAL (and, every other round, DELETE) journal and synchronous=FULL on a
-//! buffered mount (`FERRITE_MODE=buffered`, FERRITE_KILL_ROUNDS/2 kills):
+//! WAL journal and synchronous=FULL (and, every other round, the DELETE
+//! journal and synchronous=EXTRA, since there the unlink of the journal
+//! commits and only EXTRA syncs the directory after it) on a buffered
+//! mount (`FERRITE_MODE=buffered`, FERRITE_KILL_ROUNDS/2 kills):
 //! every COMMIT's fsync makes everything before it durable, so after each
 //! kill the database is whole and holds exactly the transactions whose
 //! COMMIT had returned, plus, or not, the one in flight; and what the
@@ -379,7 +381,7 @@ fn sqlite3_wal_and_delete_on_a_buffered_mount_killed_mid_transaction() {
     }
     let (rounds, seed) = plan();
     let rounds = rounds.div_ceil(2);
-    let journal = |round: usize| if round % 2 == 0 { "WAL" } else { "DELETE" };
+    let journal = |round: usize| if round.is_multiple_of(2) { "WAL" } else { "DELETE" };
     let seen = kill_rounds(Env::buffered("kill-buffered", false), false, journal, rounds, seed, true);
     eprintln!(
         "sqlite3 (WAL and DELETE) on a buffered mount: {} kills, every database exact ({} commits; the \

@@ -19,8 +19,10 @@
 //! while close, nothing, a truncate and stores after the msync were not.
 //!
 //! And buffered mounts (`FERRITE_MODE=buffered`): calls.c, sqlite3 in WAL
-//! and DELETE modes, and git and make through a shell whose children reach
-//! the owner through its mount give the same output as on tmpfs, and each
+//! and DELETE modes, git and make through a shell whose children reach
+//! the owner through its mount, and exec handing the pool over (the new
+//! image must find what the old one wrote a moment before) give the same
+//! output as on tmpfs, and each
 //! program's exit leaves the pool cleanly unmounted (exit drains the
 //! persister); `user.ferrite.mode` reads `buffered`, the mode stored in a
 //! file created there is the pool's default and shows on a later strict
@@ -389,10 +391,20 @@ ls
 
 #[test]
 fn exec_hands_the_pool_and_inherited_descriptors_over() {
+    exec_hands_over_in(Env::new("exec", false));
+}
+
+/// On a buffered mount the exec must make everything durable before the
+/// next image mounts the pool (it unmounts cleanly).
+#[test]
+fn exec_hands_the_pool_and_inherited_descriptors_over_buffered() {
+    exec_hands_over_in(Env::buffered("exec-buffered", false));
+}
+
+fn exec_hands_over_in(env: Env) {
     if !tool("sh") || !tool("cat") {
         return;
     }
-    let env = Env::new("exec", false);
     // The shell opens the file itself (descriptor 3), then execs cat, which
     // inherits it: the new image must reopen it at the same number and
     // offset, in-process.

@@ -204,11 +204,6 @@ fn ignored(key: &str) -> bool {
         || key.starts_with("comment=")
 }
 
-/// Longest `buffered_lag_ms=`: one minute.
-const BUFFERED_LAG_MS_MAX: f64 = 60_000.0;
-/// Largest `buffered_ops_max=`.
-const BUFFERED_OPS_MAX: u64 = 1 << 20;
-
 /// Parse a size: bytes, or a number with a binary suffix K, M, G, T.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -331,15 +326,17 @@ impl MountConfig {
             ("buffered_lag_ms", v) => {
                 let v = need(key, v)?;
                 let ms: f64 = v.parse().map_err(|_| format!("option {key}: `{v}` is not a number of milliseconds"))?;
-                if !(0.0..=BUFFERED_LAG_MS_MAX).contains(&ms) {
-                    return Err(format!("option {key}={v}: use 0..={BUFFERED_LAG_MS_MAX} (milliseconds)"));
+                let max_ms = ferrite::BUFFERED_LAG_NS_MAX / 1_000_000;
+                let ns = (ms * 1e6).round();
+                if !(1.0..=ferrite::BUFFERED_LAG_NS_MAX as f64).contains(&ns) {
+                    return Err(format!("option {key}={v}: use more than 0 and at most {max_ms} (milliseconds)"));
                 }
-                self.buffered_lag_ns = Some((ms * 1e6).round() as u64);
+                self.buffered_lag_ns = Some(ns as u64);
             }
             ("buffered_ops_max", v) => {
                 let n = parse_u64(key, need(key, v)?)?;
-                if !(1..=BUFFERED_OPS_MAX).contains(&n) {
-                    return Err(format!("option {key}={n}: use 1..={BUFFERED_OPS_MAX}"));
+                if !(1..=ferrite::BUFFERED_OPS_MAX).contains(&n) {
+                    return Err(format!("option {key}={n}: use 1..={}", ferrite::BUFFERED_OPS_MAX));
                 }
                 self.buffered_ops_max = Some(n);
             }
@@ -439,7 +436,7 @@ Mount options (-o, comma-separated; may be repeated):
                            (their stored modes apply again on a later mount
                            without it); user.ferrite.mode reads `buffered`
   buffered_lag_ms=MS       buffered: an operation is durable at most MS ms after
-                           it returns (default 5; decimals allowed)
+                           it returns (default 5; decimals allowed; at most 10000)
   buffered_ops_max=N       buffered: at most N operations returned but not yet
                            durable (default 4096); callers wait beyond either
   ro                       read-only mount
@@ -510,6 +507,11 @@ mod tests {
         assert!(MountConfig::parse(["buffered_ops_max=3,mode=strict"]).is_err());
         assert!(MountConfig::parse(["mode=buffered,buffered_ops_max=0"]).is_err());
         assert!(MountConfig::parse(["mode=buffered,buffered_lag_ms=-1"]).is_err());
+        assert!(MountConfig::parse(["mode=buffered,buffered_lag_ms=0"]).is_err());
+        assert!(MountConfig::parse(["mode=buffered,buffered_lag_ms=10001"]).is_err());
+        assert!(MountConfig::parse(["mode=buffered,buffered_ops_max=1048577"]).is_err());
+        let c = MountConfig::parse(["mode=buffered,buffered_lag_ms=10000,buffered_ops_max=1048576"]).unwrap();
+        c.buffered_options().unwrap().validate().unwrap();
         assert!(MountConfig::parse(["mode=buffered,buffered_lag_ms=x"]).is_err());
         let c = MountConfig::parse(["mode=buffered,mode=fsync-atomic"]).unwrap();
         assert!(!c.buffered && c.buffered_options().is_none());

@@ -17,10 +17,12 @@
 //!   send it to a /dev/fuse daemon: docs/FUSE.md).
 //! - The prefix guarantee across a killed daemon: a writer creates and
 //!   fills files one after another, fsyncs one of them, and the daemon is
-//!   killed right after that fsync returned while the writer goes on; the
-//!   recovered pool holds every file up to the fsynced one, whole, and of
-//!   the later ones a prefix in creation order (never a file without all
-//!   the earlier ones), fsck-clean.
+//!   killed a while after that fsync returned, while the writer goes on,
+//!   with a long lag (what follows the fsync is still queued) and with a
+//!   1 ms lag (the persister is in the middle of it); the recovered pool
+//!   holds every file up to the fsynced one, whole, and of the later ones
+//!   a prefix in creation order (never a file without all the earlier
+//!   ones), fsck-clean.
 
 mod common;
 
@@ -130,7 +132,7 @@ fn unmount_drains_everything() {
     make_tree(&src.0, 400);
     let pool = Pool::new("buffered-drain");
     // A long lag and a large bound: much is pending when the unmount comes.
-    let m = Mount::new(&pool, "mode=buffered,buffered_lag_ms=60000,buffered_ops_max=1000000");
+    let m = Mount::new(&pool, "mode=buffered,buffered_lag_ms=10000,buffered_ops_max=1000000");
     sh(&m.dir, &format!("cp -a {} {}/copy", src.0.display(), m.dir.display()));
     m.unmount(); // at once; says "is clean"
     assert!(pool.marked_clean());
@@ -154,7 +156,7 @@ fn fsync_makes_everything_before_it_durable() {
         return;
     }
     let pool = Pool::new("buffered-fsync");
-    let m = Mount::new(&pool, "mode=buffered,buffered_lag_ms=60000,buffered_ops_max=1000000");
+    let m = Mount::new(&pool, "mode=buffered,buffered_lag_ms=10000,buffered_ops_max=1000000");
     let mut must = Vec::new();
     // Each group: files written without a sync, then one sync point of
     // another file; everything written before it must survive.
@@ -219,10 +221,11 @@ fn fsync_makes_everything_before_it_durable() {
 }
 
 /// The writer of `prefix_after_a_killed_daemon`: files f0000.. created and
-/// filled one after another; after file SYNC_AT it fsyncs it and says so.
+/// filled one after another; after file SYNC_AT it fsyncs it and says so,
+/// and it says when it has written file REACH (no fsync there).
 const WRITER: &str = r#"
 import os, sys
-d, n, sync_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d, n, sync_at, reach = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 for i in range(n):
     fd = os.open(os.path.join(d, "f%04d" % i), os.O_CREAT | os.O_WRONLY, 0o644)
     os.write(fd, bytes([i % 251]) * (100 + i))
@@ -230,6 +233,8 @@ for i in range(n):
         os.fsync(fd)
         print("synced", flush=True)
     os.close(fd)
+    if i == reach:
+        print("reached", flush=True)
 print("done", flush=True)
 "#;
 
@@ -238,10 +243,20 @@ fn prefix_after_a_killed_daemon() {
     if !fuse_usable() || !tool("python3", "apt-get install -y python3") {
         return;
     }
+    // A long lag: what follows the fsync is still queued at the kill. A
+    // short one: the persister keeps up, and the kill lands somewhere in
+    // the middle of what it persists.
+    for lag in ["10000", "1"] {
+        prefix_after_a_killed_daemon_with(&format!("mode=buffered,buffered_lag_ms={lag},buffered_ops_max=1000000"));
+    }
+}
+
+fn prefix_after_a_killed_daemon_with(opts: &str) {
     const N: usize = 4000;
     const SYNC_AT: usize = 300;
+    const REACH: usize = 2000;
     let pool = Pool::new("buffered-prefix");
-    let m = Mount::new(&pool, "mode=buffered,buffered_lag_ms=60000,buffered_ops_max=1000000");
+    let m = Mount::new(&pool, opts);
     fs::create_dir(m.path("w")).unwrap();
     let mut writer = Command::new("python3")
         .arg("-c")
@@ -249,12 +264,14 @@ fn prefix_after_a_killed_daemon() {
         .arg(m.path("w"))
         .arg(N.to_string())
         .arg(SYNC_AT.to_string())
+        .arg(REACH.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn python3");
     let mut lines = BufReader::new(writer.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().map(|l| l.unwrap()).as_deref(), Some("synced"), "the writer did not reach its fsync");
+    assert_eq!(lines.next().map(|l| l.unwrap()).as_deref(), Some("reached"), "the writer did not reach f{REACH:04}");
     m.kill(); // while the writer goes on
     let _ = writer.kill();
     let _ = writer.wait();
@@ -276,7 +293,7 @@ fn prefix_after_a_killed_daemon() {
         }
     }
     assert!(present > SYNC_AT, "only {present} files: the fsync of f{SYNC_AT:04} did not make them durable");
-    eprintln!("after the kill: {present} of the files (f{SYNC_AT:04} was fsynced), a prefix");
+    eprintln!("-o {opts}: after the kill, {present} of the files (f{SYNC_AT:04} was fsynced), a prefix");
     m.unmount();
     pool.fsck_clean();
 }

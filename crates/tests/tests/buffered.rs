@@ -39,8 +39,8 @@
 //!
 //! Every run prints its seed; replay one with
 //! `FERRITE_SEED=<seed> cargo test -p ferrite-tests --test buffered <test name>`.
-//! `FERRITE_STEPS` sets the steps per seed (default 1500) and
-//! `FERRITE_SEEDS=<n>` the number of seeds per configuration (default 2).
+//! `FERRITE_STEPS` sets the steps per seed (default 2000) and
+//! `FERRITE_SEEDS=<n>` the number of seeds per configuration (default 3).
 
 use ferrite::{
     BufferedOptions, FallocateMode, Fd, FileMode, FileType, FormatOptions, FsResult, ManualClock, MountOptions,
@@ -85,12 +85,15 @@ impl Config {
     }
 }
 
+/// The extended attributes of one inode: (name, value), in name order.
+type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// What a comparison looks at: the tree and the extended attributes of
 /// every regular file and directory (by path).
 #[derive(PartialEq, Eq, Debug)]
 struct Snap {
     tree: Tree,
-    xattrs: BTreeMap<Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>>,
+    xattrs: BTreeMap<Vec<u8>, Xattrs>,
 }
 
 fn snap(fs: &dyn PathFs) -> FsResult<Snap> {
@@ -670,14 +673,14 @@ fn run_one(seed: u64, cfg: Config, steps: usize) -> Stats {
 }
 
 fn steps() -> usize {
-    std::env::var("FERRITE_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(1500)
+    std::env::var("FERRITE_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)
 }
 
 fn seeds(test: &str, default: u64) -> Vec<u64> {
     if std::env::var("FERRITE_SEED").is_ok() {
         return vec![seed_from_env("FERRITE_SEED", test, default)];
     }
-    let n: u64 = std::env::var("FERRITE_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
+    let n: u64 = std::env::var("FERRITE_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     (0..n)
         .map(|i| {
             let s = default + i;
@@ -708,14 +711,14 @@ fn buffered_persister_thread_heap() {
         ops_max: BufferedOptions::default().ops_max,
         lag_ns_max: BufferedOptions::default().lag_ns_max,
     };
-    run_config("buffered_persister_thread_heap", cfg, 0xb0f1);
+    run_config("buffered_persister_thread_heap", cfg, 0xb100);
 }
 
 #[test]
 fn buffered_persister_thread_shm_small_bounds() {
     let cfg =
         Config { name: "thread-shm", pool: PoolKind::Shm, persister_thread: true, ops_max: 16, lag_ns_max: 1_000_000 };
-    run_config("buffered_persister_thread_shm_small_bounds", cfg, 0xb0f2);
+    run_config("buffered_persister_thread_shm_small_bounds", cfg, 0xb200);
 }
 
 /// Without a persister thread, operations become durable only at sync
@@ -730,9 +733,9 @@ fn buffered_no_thread_heap() {
         pool: PoolKind::Heap,
         persister_thread: false,
         ops_max: 8,
-        lag_ns_max: 60_000_000_000,
+        lag_ns_max: u64::MAX,
     };
-    let all = run_config("buffered_no_thread_heap", cfg, 0xb0f3);
+    let all = run_config("buffered_no_thread_heap", cfg, 0xb300);
     let lost: u64 = all.iter().map(|s| s.crashes_lost).sum();
     assert!(lost > 0, "no crash lost an operation: is the mount buffered at all? {all:?}");
 }
@@ -744,9 +747,9 @@ fn buffered_no_thread_shm() {
         pool: PoolKind::Shm,
         persister_thread: false,
         ops_max: 3,
-        lag_ns_max: 60_000_000_000,
+        lag_ns_max: u64::MAX,
     };
-    let all = run_config("buffered_no_thread_shm", cfg, 0xb0f4);
+    let all = run_config("buffered_no_thread_shm", cfg, 0xb400);
     let lost: u64 = all.iter().map(|s| s.crashes_lost).sum();
     assert!(lost > 0, "no crash lost an operation: is the mount buffered at all? {all:?}");
 }
