@@ -128,13 +128,15 @@ typedef struct ferrite_mount_options {
   int mode;
   /**
    * Buffered mounts: the longest an operation stays not durable after it
-   * returns, in nanoseconds (0: the default, 5 ms). Calls wait rather
-   * than exceed it.
+   * returns, in nanoseconds (0: the default, 5 ms; at most 10 s, or
+   * UINT64_MAX for no bound: durable only at syncs and by
+   * `buffered_ops_max`). Calls wait rather than exceed it.
    */
   uint64_t buffered_lag_ns;
   /**
    * Buffered mounts: the most operations returned but not yet durable
-   * (0: the default, 4096). Calls wait rather than exceed it.
+   * (0: the default, 4096; at most 1048576). Calls wait rather than
+   * exceed it.
    */
   uint64_t buffered_ops_max;
   /**

@@ -89,11 +89,13 @@ pub struct ferrite_mount_options {
     /// Anything else is EINVAL.
     pub mode: c_int,
     /// Buffered mounts: the longest an operation stays not durable after it
-    /// returns, in nanoseconds (0: the default, 5 ms). Calls wait rather
-    /// than exceed it.
+    /// returns, in nanoseconds (0: the default, 5 ms; at most 10 s, or
+    /// UINT64_MAX for no bound: durable only at syncs and by
+    /// `buffered_ops_max`). Calls wait rather than exceed it.
     pub buffered_lag_ns: u64,
     /// Buffered mounts: the most operations returned but not yet durable
-    /// (0: the default, 4096). Calls wait rather than exceed it.
+    /// (0: the default, 4096; at most 1048576). Calls wait rather than
+    /// exceed it.
     pub buffered_ops_max: u64,
     /// Must be zero (EINVAL otherwise): room for later options.
     pub reserved: [u64; 4],
@@ -249,6 +251,8 @@ unsafe fn mount_options(opts: *const ferrite_mount_options) -> Result<MountOptio
         if o.buffered_ops_max != 0 {
             b.ops_max = o.buffered_ops_max;
         }
+        // Out of the engine's limits: refused before any file is touched.
+        b.validate().map_err(|_| Errno::EINVAL)?;
         m.buffered = Some(b);
     } else {
         m.default_mode = file_mode(o.mode)?;

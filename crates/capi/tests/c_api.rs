@@ -28,11 +28,13 @@ use std::process::Command;
 
 /// The directory holding `libferrite.so`: the test executable is
 /// `target/<profile>/deps/c_api-<hash>`, and cargo puts the package's
-/// cdylib in `target/<profile>` (and in `deps`).
+/// cdylib for the tests in `deps` (and in `target/<profile>` only on
+/// `cargo build`, where it may be older than this test's: so `deps`
+/// first).
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its own path");
     let deps = exe.parent().expect("the test executable is in a directory");
-    for dir in [deps.parent(), Some(deps)].into_iter().flatten() {
+    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
         if dir.join("libferrite.so").is_file() {
             return dir.to_path_buf();
         }

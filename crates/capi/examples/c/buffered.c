@@ -177,6 +177,11 @@ int main(int argc, char **argv) {
     bad.buffered_ops_max = 16;
     EXPECT_NULL("mount_with buffered_ops_max on a strict mount", ferrite_mount_with(pool, &bad));
     EXPECT_NULL("mount_with NULL path", ferrite_mount_with(NULL, &o));
+    bad = buffered_options();
+    bad.buffered_lag_ns = 60ull * 1000 * 1000 * 1000; /* a minute: more than the 10 s limit */
+    EXPECT_NULL("mount_with a lag of a minute", ferrite_mount_with(pool, &bad));
+    EXPECT_NULL("format_with a lag of a minute", ferrite_format_with("/dev/shm/ferrite-never-made.pool", 64 << 20, &bad));
+    printf("the refused format made no file: %s\n", access("/dev/shm/ferrite-never-made.pool", F_OK) < 0 ? "yes" : "NO");
 
     /* Unmount drains: write, unmount at once, mount (not buffered), read. */
     fs = ferrite_mount_with(pool, &o);
