@@ -401,13 +401,11 @@ pub unsafe extern "C" fn ferrite_format(pool_path: *const c_char, size_bytes: u6
 }
 
 /// As `ferrite_format`, then mounted as `opts` says (NULL: as
-/// `ferrite_format`), e.g. buffered:
-///
-///     struct ferrite_mount_options o = {0};
-///     o.mode = FERRITE_MODE_BUFFERED;
-///     struct ferrite_fs *fs = ferrite_format_with("/dev/shm/my.pool", 256 << 20, &o);
-///
-/// EINVAL also for options that are not valid (see `ferrite_mount_with`).
+/// `ferrite_format`), e.g. buffered: `struct ferrite_mount_options o =
+/// {0}; o.mode = FERRITE_MODE_BUFFERED; fs =
+/// ferrite_format_with("/dev/shm/my.pool", 256 << 20, &o);`. EINVAL also
+/// for options that are not valid (see `ferrite_mount_with`), and then no
+/// file is created.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_format_with(
     pool_path: *const c_char,
@@ -469,14 +467,10 @@ pub unsafe extern "C" fn ferrite_mount(pool_path: *const c_char) -> *mut ferrite
 }
 
 /// As `ferrite_mount`, with options (NULL: as `ferrite_mount`). A buffered
-/// mount (`mode` FERRITE_MODE_BUFFERED, see there):
-///
-///     struct ferrite_mount_options o = {0};
-///     o.mode = FERRITE_MODE_BUFFERED;
-///     o.buffered_lag_ns = 2000000;   // durable within 2 ms
-///     struct ferrite_fs *fs = ferrite_mount_with("/dev/shm/my.pool", &o);
-///
-/// Buffered is a property of this mount only (nothing is stored in the
+/// mount (`mode` FERRITE_MODE_BUFFERED, see there), durable within 2 ms:
+/// `struct ferrite_mount_options o = {0}; o.mode = FERRITE_MODE_BUFFERED;
+/// o.buffered_lag_ns = 2000000; fs = ferrite_mount_with("/dev/shm/my.pool",
+/// &o);`. Buffered is a property of this mount only (nothing is stored in the
 /// pool): the next mount chooses again. `ferrite_unmount` makes every
 /// operation durable first; a process that exits without it loses at most
 /// the operations of the last `buffered_lag_ns` (those after its last
