@@ -39,7 +39,7 @@
 //!
 //! Every run prints its seed; replay one with
 //! `FERRITE_SEED=<seed> cargo test -p ferrite-tests --test buffered <test name>`.
-//! `FERRITE_STEPS` sets the steps per seed (default 2000) and
+//! `FERRITE_STEPS` sets the steps per seed (default 1500) and
 //! `FERRITE_SEEDS=<n>` the number of seeds per configuration (default 3).
 
 use ferrite::{
@@ -673,7 +673,7 @@ fn run_one(seed: u64, cfg: Config, steps: usize) -> Stats {
 }
 
 fn steps() -> usize {
-    std::env::var("FERRITE_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)
+    std::env::var("FERRITE_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(1500)
 }
 
 fn seeds(test: &str, default: u64) -> Vec<u64> {
