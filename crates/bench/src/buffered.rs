@@ -194,7 +194,12 @@ pub struct BufDirOps {
 }
 
 static BURST_DIR_METRICS: [Metric; 9] = [
-    Metric { key: "create_us", label: "create (open excl + close), mean over bursts", unit: "us", better: Better::Lower },
+    Metric {
+        key: "create_us",
+        label: "create (open excl + close), mean over bursts",
+        unit: "us",
+        better: Better::Lower,
+    },
     Metric { key: "unlink_us", label: "unlink, mean over bursts", unit: "us", better: Better::Lower },
     Metric { key: "mkdir_us", label: "mkdir, mean over bursts", unit: "us", better: Better::Lower },
     Metric { key: "rmdir_us", label: "rmdir, mean over bursts", unit: "us", better: Better::Lower },
@@ -372,10 +377,7 @@ impl Workload for BufWrite {
                 self.file_size >> 20
             )
         };
-        format!(
-            "{what}; {}; one Instant per op (latency percentiles over the writes); 1 thread",
-            self.shape.describe()
-        )
+        format!("{what}; {}; one Instant per op (latency percentiles over the writes); 1 thread", self.shape.describe())
     }
     fn metrics(&self) -> &'static [Metric] {
         match self.shape {

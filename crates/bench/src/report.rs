@@ -508,13 +508,7 @@ pub fn buffered_goals() -> Vec<Goal> {
         r("buffered: unlink ≥ 3× tmpfs", "dirops", "unlink_us", "tmpfs", 3.0),
         r("buffered: mkdir ≥ 3× tmpfs", "dirops", "mkdir_us", "tmpfs", 3.0),
         r("buffered: rmdir ≥ 3× tmpfs", "dirops", "rmdir_us", "tmpfs", 3.0),
-        r(
-            "buffered: random 4 KiB writes in bursts ≥ 2× tmpfs ops/s",
-            "burst-randwrite-4k",
-            "ops_per_s",
-            "tmpfs",
-            2.0,
-        ),
+        r("buffered: random 4 KiB writes in bursts ≥ 2× tmpfs ops/s", "burst-randwrite-4k", "ops_per_s", "tmpfs", 2.0),
         r(
             "buffered: random 4 KiB writes sustained (final sync included) ≥ 1× tmpfs ops/s",
             "sustained-randwrite-4k",

@@ -500,14 +500,17 @@ pub fn describe_buffered(b: &BufferedOptions) -> String {
     )
 }
 
-/// Nanoseconds as "5 ms", "250 µs", "1.5 s".
+/// Nanoseconds as "5 ms", "250 µs", "1.5 s", "12.91 ms" (at most two
+/// decimals, trailing zeros dropped).
 pub fn fmt_ns(ns: u64) -> String {
-    match ns {
-        n if n >= 1_000_000_000 => format!("{} s", n as f64 / 1e9),
-        n if n >= 1_000_000 => format!("{} ms", n as f64 / 1e6),
-        n if n >= 1_000 => format!("{} µs", n as f64 / 1e3),
-        n => format!("{n} ns"),
-    }
+    let (v, unit) = match ns {
+        n if n >= 1_000_000_000 => (n as f64 / 1e9, "s"),
+        n if n >= 1_000_000 => (n as f64 / 1e6, "ms"),
+        n if n >= 1_000 => (n as f64 / 1e3, "µs"),
+        n => (n as f64, "ns"),
+    };
+    let s = format!("{v:.2}");
+    format!("{} {unit}", s.trim_end_matches('0').trim_end_matches('.'))
 }
 
 impl Target for FerriteLib {
