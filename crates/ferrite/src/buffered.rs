@@ -157,6 +157,9 @@ pub(crate) struct Buffered {
     /// from their (still live) slots.
     dying: Mutex<crate::Set<InodeNo>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Fault injection (`Ferrite::inject_persist_failure`): the next batch
+    /// panics before it sets a word.
+    fail_next: std::sync::atomic::AtomicBool,
     ops_queued: AtomicU64,
     ops_persisted: AtomicU64,
     batches: AtomicU64,
@@ -190,6 +193,7 @@ impl Buffered {
             persist_lock: Mutex::new(()),
             dying: Mutex::new(Default::default()),
             thread: Mutex::new(None),
+            fail_next: Default::default(),
             ops_queued: AtomicU64::new(0),
             ops_persisted: AtomicU64::new(0),
             batches: AtomicU64::new(0),
@@ -338,6 +342,7 @@ impl Buffered {
     /// Set a batch's words atomically and durably, then free what its
     /// operations released. The caller holds `persist_lock`.
     fn persist_batch(&self, batch: Vec<Queued>, inline: bool) {
+        assert!(!self.fail_next.swap(false, Ordering::Relaxed), "injected persister failure");
         // Merge the words: the last value of each word wins; the journal
         // records each word's durable (old) value once.
         let mut index: Map<u64, usize> = Map::default();
@@ -463,6 +468,12 @@ impl Buffered {
         if let Some(h) = self.thread.lock().take() {
             let _ = h.join();
         }
+    }
+
+    /// Make the next batch fail (a panic before it sets any word), to test
+    /// that the mount then refuses changes and sync points.
+    pub fn inject_failure(&self) {
+        self.fail_next.store(true, Ordering::Relaxed);
     }
 
     pub fn stats(&self) -> BufferedStats {

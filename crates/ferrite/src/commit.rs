@@ -556,6 +556,16 @@ impl Ferrite {
         self.sync_all()
     }
 
+    /// Fault injection for tests: the next batch the persister of a
+    /// buffered mount starts fails (panics, on whichever thread runs it),
+    /// which makes the mount read-only. Nothing in a strict mount.
+    #[doc(hidden)]
+    pub fn inject_persist_failure(&self) {
+        if let Some(b) = &self.buffered {
+            b.inject_failure();
+        }
+    }
+
     /// What the persister of a buffered mount has done (all zero in a
     /// strict mount).
     pub fn buffered_stats(&self) -> crate::buffered::BufferedStats {
