@@ -4,8 +4,8 @@
 //! the persister must keep up.
 //!
 //! - Burst: bursts of [`BURST`] operations (below the default `ops_max`
-//!   of 4,096, so a burst fits the queue and meets no back-pressure), each
-//!   timed without a sync; after each burst an untimed `sync_all` empties
+//!   of 4,096, so a burst fits the queue; only the lag bound can make a
+//!   slow burst wait or wake the persister), each timed without a sync; after each burst an untimed `sync_all` empties
 //!   the queue (its time is reported on its own row).
 //! - Sustained: many more operations than the queue holds, timed together
 //!   with a final `sync_all`: the figure includes everything the persister
