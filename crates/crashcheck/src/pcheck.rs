@@ -43,7 +43,7 @@
 //!   thread, in a real run) while F's stores to it were still in flight.
 
 use crate::exec::{begin_mark, end_mark};
-use crate::oracle::{CallMode, FileId};
+use crate::oracle::{owner_name, CallMode, FileId};
 use ferrite::format::{self, InodeSlot, Layout, PageNo, INODE_SLOT_SIZE, LOG_NEXT_OFFSET, LOG_PAGE_MAGIC, PAGE_SIZE};
 use ferrite::InodeNo;
 use ferrite_pmem::Event;
@@ -271,7 +271,8 @@ impl Checker<'_> {
                     ev,
                     line * 64,
                     format!(
-                        "a line that the pending epoch of fsync-atomic file {f} stored to at event {at} and never fenced is stored to by another operation (its page freed and reused before a fence)"
+                        "a line that {} stored to at event {at} and never fenced is stored to by another operation (its page freed and reused before a fence)",
+                        owner_name(f)
                     ),
                 );
             }
@@ -405,7 +406,7 @@ impl Checker<'_> {
             }
             let at_commit = match owner {
                 Some(f) if !touched => {
-                    format!(" (a store of the pending epoch of fsync-atomic file {f}, at its commit point)")
+                    format!(" (a store of {}, at its commit point)", owner_name(f))
                 }
                 _ => String::new(),
             };

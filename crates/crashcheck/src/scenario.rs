@@ -395,7 +395,7 @@ impl Prep {
 }
 
 fn sc(name: &'static str, expect: Expect, prepare: Vec<Call>, setup: Vec<Call>, calls: Vec<Call>) -> Scenario {
-    Scenario { name, expect, workload: Workload { id: format!("sc.{name}"), prepare, setup, calls } }
+    Scenario { name, expect, workload: Workload { id: format!("sc.{name}"), prepare, setup, calls, buffered: None } }
 }
 
 fn build() -> Vec<Scenario> {
