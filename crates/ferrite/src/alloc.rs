@@ -184,6 +184,10 @@ pub struct PageAllocator {
     /// Pages held by zero-copy views (`zerocopy.rs`): a page freed while
     /// held stays allocated until its last view lets go.
     pins: PinTable,
+    /// Called once when an allocation finds too few free pages: a
+    /// buffered mount's queue holds pages that become free when it is
+    /// persisted. Returns whether trying again may succeed.
+    reclaim: std::sync::OnceLock<Reclaim>,
 }
 
 /// The pin word of one page: how many views hold it (low 31 bits), and
@@ -237,6 +241,7 @@ impl PageAllocator {
             span,
             free_total: AtomicU64::new(0),
             pins: PinTable::new(data),
+            reclaim: std::sync::OnceLock::new(),
         }
     }
 
@@ -437,7 +442,18 @@ impl PageAllocator {
 
     /// Allocate `count` pages, as few contiguous runs as the free lists
     /// allow. All or nothing: ENOSPC leaves the lists unchanged.
+    pub fn set_reclaim(&self, reclaim: Reclaim) {
+        assert!(self.reclaim.set(reclaim).is_ok(), "page allocator reclaim set twice");
+    }
+
     pub fn alloc(&self, count: u64) -> FsResult<Runs> {
+        match self.alloc_once(count) {
+            Err(Errno::ENOSPC) if self.reclaim.get().is_some_and(|r| r()) => self.alloc_once(count),
+            r => r,
+        }
+    }
+
+    fn alloc_once(&self, count: u64) -> FsResult<Runs> {
         assert!(count > 0);
         // Reserve first, so concurrent allocations cannot both succeed past
         // the end of space.
@@ -489,10 +505,15 @@ impl PageAllocator {
     }
 }
 
+/// What an allocator calls when it runs out (see `PageAllocator::reclaim`).
+pub type Reclaim = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// The inode number allocator: per-lane stacks of free slots.
 pub struct InodeAllocator {
     lanes: Vec<Mutex<Vec<u64>>>,
     free_total: AtomicU64,
+    /// As `PageAllocator::reclaim`, for inode numbers.
+    reclaim: std::sync::OnceLock<Reclaim>,
 }
 
 impl InodeAllocator {
@@ -500,6 +521,7 @@ impl InodeAllocator {
         InodeAllocator {
             lanes: (0..lane_count).map(|_| Mutex::new(Vec::new())).collect(),
             free_total: AtomicU64::new(0),
+            reclaim: std::sync::OnceLock::new(),
         }
     }
 
@@ -522,7 +544,18 @@ impl InodeAllocator {
         self.free_total.load(Ordering::Relaxed)
     }
 
+    pub fn set_reclaim(&self, reclaim: Reclaim) {
+        assert!(self.reclaim.set(reclaim).is_ok(), "inode allocator reclaim set twice");
+    }
+
     pub fn alloc(&self) -> FsResult<InodeNo> {
+        match self.alloc_once() {
+            Err(Errno::ENOSPC) if self.reclaim.get().is_some_and(|r| r()) => self.alloc_once(),
+            r => r,
+        }
+    }
+
+    fn alloc_once(&self) -> FsResult<InodeNo> {
         let home = thread_lane(self.lanes.len());
         for i in 0..self.lanes.len() {
             let lane = (home + i) % self.lanes.len();

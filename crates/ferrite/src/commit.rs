@@ -24,6 +24,7 @@ use crate::inode::{Attrs, Inode, InodeData, Staged};
 use crate::journal::Transaction;
 use crate::types::{Errno, FileMode, FileType, FsResult, InodeNo};
 use parking_lot::RwLockWriteGuard;
+use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -95,8 +96,17 @@ impl Ferrite {
         fresh: Fresh,
         change: Change,
     ) -> FsResult<()> {
-        let pending =
-            change == Change::Data && inode.kind == FileType::Regular && d.attrs.mode == FileMode::FsyncAtomic;
+        // A buffered mount applies no per-file mode: every file is buffered.
+        let pending = change == Change::Data
+            && inode.kind == FileType::Regular
+            && d.attrs.mode == FileMode::FsyncAtomic
+            && self.buffered.is_none();
+        if let Some(b) = &self.buffered {
+            if let Err(e) = b.check_writable() {
+                self.abandon(fresh, Vec::new());
+                return Err(e);
+            }
+        }
         if !pending {
             self.seal_pending(inode, d);
         }
@@ -109,6 +119,20 @@ impl Ferrite {
         };
         if pending {
             self.apply_pending(inode, d, staged, fresh);
+            return Ok(());
+        }
+        let slot = self.media.slot_offset(inode.ino);
+        if let Some(b) = &self.buffered {
+            // Buffered commit point: this thread's stores (data, entries)
+            // complete, the change applied to DRAM, the tail word queued.
+            let new_tail = staged.new_tail.0;
+            let extended = !staged.new_pages.is_empty();
+            self.media.fence();
+            let mut released = Vec::new();
+            d.commit_staged(inode.kind, staged, &mut released);
+            let seq = b.push(SmallVec::from_slice(&[(slot + INODE_TAIL_OFFSET, new_tail)]), released, SmallVec::new());
+            inode.last_seq.store(seq, Ordering::Relaxed);
+            self.collect_buffered(b, inode, d, extended, seq);
             return Ok(());
         }
         // The commit point. Strict mode: fence (entries and data durable),
@@ -159,6 +183,15 @@ impl Ferrite {
                 }
             }
         }
+        if let Some(b) = &self.buffered {
+            if let Err(e) = b.check_writable() {
+                if let Some(n) = new {
+                    self.inodes_free.free(n.ino);
+                }
+                self.abandon(fresh, Vec::new());
+                return Err(e);
+            }
+        }
         // The new inode first: its slot (not live) and its first log page.
         let new_inode = match new {
             None => None,
@@ -201,6 +234,9 @@ impl Ferrite {
                 }
             }
         }
+        if let Some(b) = &self.buffered {
+            return Ok(self.commit_journaled_buffered(b, &parts, guards, staged, new_inode));
+        }
         // The commit point: one journal transaction.
         let mut tx = Transaction::default();
         for (i, part) in parts.iter().enumerate() {
@@ -238,6 +274,90 @@ impl Ferrite {
             self.cache_insert(new.clone());
             new
         }))
+    }
+
+    /// The buffered commit point of a multi-inode change, whose entries are
+    /// staged: fence this thread's stores, apply every part to DRAM (an
+    /// inode freed leaves the cache at once, its number and pages wait for
+    /// the batch), and queue the words the journal transaction would set.
+    fn commit_journaled_buffered(
+        &self,
+        b: &crate::buffered::Buffered,
+        parts: &[Part<'_>],
+        guards: &mut [&mut InodeData],
+        mut staged: Vec<Option<Staged>>,
+        new_inode: Option<(Arc<Inode>, Staged)>,
+    ) -> Option<Arc<Inode>> {
+        let mut words: SmallVec<[(format::PoolOffset, u64); 4]> = SmallVec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let slot = self.media.slot_offset(part.inode.ino);
+            assert!(guards[i].pending.is_none(), "inode {}: an epoch in a buffered mount", part.inode.ino.0);
+            if part.free {
+                words.push((slot + INODE_STATE_OFFSET, 0));
+            } else if let Some(s) = &staged[i] {
+                words.push((slot + INODE_TAIL_OFFSET, s.new_tail.0));
+            }
+        }
+        if let Some((new, _)) = &new_inode {
+            words.push((self.media.slot_offset(new.ino) + INODE_STATE_OFFSET, format::inode_live_word(new.generation)));
+        }
+        self.media.fence();
+        let mut released = Vec::new();
+        let mut freed: SmallVec<[InodeNo; 1]> = SmallVec::new();
+        let mut extended = vec![false; parts.len()];
+        for (i, part) in parts.iter().enumerate() {
+            if part.free {
+                b.mark_dying(part.inode.ino);
+                released.extend(self.release_inode_dram(part.inode, guards[i]));
+                freed.push(part.inode.ino);
+            } else if let Some(s) = staged[i].take() {
+                extended[i] = !s.new_pages.is_empty();
+                guards[i].commit_staged(part.inode.kind, s, &mut released);
+            }
+        }
+        let new = new_inode.map(|(new, s)| {
+            let mut none = Vec::new();
+            new.data.write().commit_staged(new.kind, s, &mut none);
+            assert!(none.is_empty(), "a new inode {} released pages", new.ino.0);
+            self.cache_insert(new.clone());
+            new
+        });
+        let seq = b.push(words, released, freed);
+        for part in parts {
+            part.inode.last_seq.store(seq, Ordering::Relaxed);
+        }
+        if let Some(n) = &new {
+            n.last_seq.store(seq, Ordering::Relaxed);
+        }
+        for (i, part) in parts.iter().enumerate() {
+            if !part.free {
+                self.collect_buffered(b, part.inode, guards[i], extended[i], seq);
+            }
+        }
+        new
+    }
+
+    /// Log GC after a buffered change to `inode` (operation `seq`): GC
+    /// judges liveness in DRAM, which runs ahead of the durable log while
+    /// the inode has queued operations, so when there is garbage to collect
+    /// the queue is persisted up to this operation first (on this thread;
+    /// the inode's lock keeps new operations on it out meanwhile).
+    fn collect_buffered(
+        &self,
+        b: &crate::buffered::Buffered,
+        inode: &Inode,
+        d: &mut InodeData,
+        extended: bool,
+        seq: u64,
+    ) {
+        if !extended || (d.dead_log_pages() == 0 && !d.compaction_due()) {
+            return;
+        }
+        if b.persist_upto(seq, true).is_err() {
+            // Persisting failed: the file system is read-only; no GC.
+            return;
+        }
+        self.after_commit(inode, d, true, Vec::new());
     }
 
     /// Give back what a change that will not commit had allocated: its
@@ -319,12 +439,36 @@ impl Ferrite {
     /// last name is gone and its last handle closed).
     pub(crate) fn free_inode_now(&self, inode: &Inode, d: &mut InodeData) {
         let slot = self.media.slot_offset(inode.ino);
+        if let Some(b) = &self.buffered {
+            // Queued like any change: the unlink that made it an orphan may
+            // not be durable yet, and its free must not overtake it.
+            b.mark_dying(inode.ino);
+            let pages = self.release_inode_dram(inode, d);
+            let seq = b.push(
+                SmallVec::from_slice(&[(slot + INODE_STATE_OFFSET, 0)]),
+                pages,
+                SmallVec::from_slice(&[inode.ino]),
+            );
+            inode.last_seq.store(seq, Ordering::Relaxed);
+            return;
+        }
         self.media.commit_u64(slot + INODE_STATE_OFFSET, 0);
         self.release_inode(inode, d);
     }
 
-    /// DRAM side of freeing an inode whose state word is already zero.
+    /// Freeing an inode whose state word is already zero: its DRAM state,
+    /// its pages and its number.
     pub(crate) fn release_inode(&self, inode: &Inode, d: &mut InodeData) {
+        for p in self.release_inode_dram(inode, d) {
+            self.pages.free(p, 1);
+        }
+        self.inodes_free.free(inode.ino);
+    }
+
+    /// The DRAM side of freeing an inode: it leaves the cache and its state
+    /// is emptied. Returns the pages it owned, for the caller to free once
+    /// the free is durable. (A buffered mount marks it dying first.)
+    pub(crate) fn release_inode_dram(&self, inode: &Inode, d: &mut InodeData) -> Vec<PageNo> {
         // Its pending epoch dies with it: the pages it set aside or could not
         // free yet go back with the rest (the slot is free, so no log holds them).
         if let Some(p) = d.pending.take() {
@@ -334,9 +478,7 @@ impl Ferrite {
             }
             self.pending_files.lock().remove(&inode.ino);
         }
-        for p in d.owned_pages() {
-            self.pages.free(p, 1);
-        }
+        let owned = d.owned_pages();
         d.alive = false;
         d.body = match inode.kind {
             FileType::Directory => crate::inode::Body::Dir(Default::default()),
@@ -344,7 +486,7 @@ impl Ferrite {
         };
         d.log.live = Default::default();
         self.cache_remove(inode.ino);
-        self.inodes_free.free(inode.ino);
+        owned
     }
 
     /// Make everything `ino` has done durable: the engine's one durability
@@ -372,13 +514,40 @@ impl Ferrite {
             let mut d = inode.data.write();
             self.commit_pending(inode, &mut d);
         }
+        // Buffered: everything queued before this call becomes durable, not
+        // only this file's operations (the prefix guarantee).
+        if let Some(b) = &self.buffered {
+            b.persist_all()?;
+        }
         self.sync_domain()
     }
 
-    /// Make everything durable (sync, syncfs): commit every pending epoch.
+    /// Make everything durable (sync, syncfs): commit every pending epoch,
+    /// persist a buffered mount's queue.
     pub fn sync_all(&self) -> FsResult<()> {
         self.commit_all_pending();
+        if let Some(b) = &self.buffered {
+            b.persist_all()?;
+        }
         self.sync_domain()
+    }
+
+    /// Whether this mount is buffered.
+    pub fn is_buffered(&self) -> bool {
+        self.buffered.is_some()
+    }
+
+    /// Make every operation that has returned durable: a buffered mount's
+    /// queue persisted (the same as `sync_all`; nothing to do in a strict
+    /// mount but what `sync_all` does).
+    pub fn persist_now(&self) -> FsResult<()> {
+        self.sync_all()
+    }
+
+    /// What the persister of a buffered mount has done (all zero in a
+    /// strict mount).
+    pub fn buffered_stats(&self) -> crate::buffered::BufferedStats {
+        self.buffered.as_ref().map(|b| b.stats()).unwrap_or_default()
     }
 
     /// Write back the pool's pages where the persistence domain needs it.

@@ -82,6 +82,10 @@ pub struct MountOptions {
     /// The consistency mode of regular files created from now on
     /// (`Ferrite::set_default_mode` changes it later).
     pub default_mode: FileMode,
+    /// Mount in buffered mode (docs/DESIGN.md, "Buffered mode"): every
+    /// operation atomic, durable in the background in the order operations
+    /// returned, within the given lag; `None` mounts strict.
+    pub buffered: Option<crate::buffered::BufferedOptions>,
 }
 
 impl Default for MountOptions {
@@ -90,6 +94,7 @@ impl Default for MountOptions {
             clock: Arc::new(SystemClock),
             recovery_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).min(8),
             default_mode: FileMode::Strict,
+            buffered: None,
         }
     }
 }
@@ -111,9 +116,9 @@ const INODE_SHARDS: usize = 64;
 pub struct Ferrite {
     pub(crate) media: Media,
     pub(crate) sb: Mutex<Superblock>,
-    pub(crate) pages: PageAllocator,
-    pub(crate) inodes_free: InodeAllocator,
-    pub(crate) journals: Journals,
+    pub(crate) pages: Arc<PageAllocator>,
+    pub(crate) inodes_free: Arc<InodeAllocator>,
+    pub(crate) journals: Arc<Journals>,
     inodes: Vec<Mutex<Map<InodeNo, Arc<Inode>>>>,
     pub(crate) clock: Arc<dyn Clock>,
     /// Serializes renames across directories, so that the check "not into
@@ -132,6 +137,9 @@ pub struct Ferrite {
     pub(crate) epoch_commits: AtomicU64,
     /// Live zero-copy views and patch buffers (`zerocopy.rs`).
     pub(crate) zero_copy: crate::zerocopy::ZeroCopy,
+    /// The queue and persister of a buffered mount (`buffered.rs`); `None`
+    /// in a strict mount.
+    pub(crate) buffered: Option<Arc<crate::buffered::Buffered>>,
 }
 
 impl Ferrite {
@@ -219,18 +227,37 @@ impl Ferrite {
             data_start: sb.data_start,
         };
         let media = Media { pmem, layout };
+        if let Some(b) = &opts.buffered {
+            b.validate().map_err(PoolError::Invalid)?;
+        }
         let fs = Ferrite::new_mounted(media, sb, opts.clock.clone(), MountReport::default());
-        let fs = crate::recovery::mount_existing(fs, opts.recovery_threads.max(1))?;
+        let mut fs = crate::recovery::mount_existing(fs, opts.recovery_threads.max(1))?;
         fs.set_default_mode(opts.default_mode);
+        if let Some(b) = &opts.buffered {
+            let buffered = crate::buffered::Buffered::start(
+                b.clone(),
+                &fs.media,
+                fs.pages.clone(),
+                fs.inodes_free.clone(),
+                fs.journals.clone(),
+            );
+            // Running out of pages or inode numbers with frees waiting for
+            // their batch: persist the queue and try once more.
+            let weak = Arc::downgrade(&buffered);
+            fs.pages.set_reclaim(Box::new(move || weak.upgrade().is_some_and(|b| b.reclaim())));
+            let weak = Arc::downgrade(&buffered);
+            fs.inodes_free.set_reclaim(Box::new(move || weak.upgrade().is_some_and(|b| b.reclaim())));
+            fs.buffered = Some(buffered);
+        }
         Ok(fs)
     }
 
     pub(crate) fn new_mounted(media: Media, sb: Superblock, clock: Arc<dyn Clock>, report: MountReport) -> Ferrite {
         let lanes = media.layout.lane_count as usize;
         Ferrite {
-            pages: PageAllocator::new(lanes, media.layout.data_start, media.layout.total_pages),
-            inodes_free: InodeAllocator::new(lanes),
-            journals: Journals::new(lanes),
+            pages: Arc::new(PageAllocator::new(lanes, media.layout.data_start, media.layout.total_pages)),
+            inodes_free: Arc::new(InodeAllocator::new(lanes)),
+            journals: Arc::new(Journals::new(lanes)),
             media,
             sb: Mutex::new(sb),
             inodes: (0..INODE_SHARDS).map(|_| Mutex::new(Map::default())).collect(),
@@ -244,6 +271,7 @@ impl Ferrite {
             pending_files: Mutex::new(crate::Set::default()),
             epoch_commits: AtomicU64::new(0),
             zero_copy: Default::default(),
+            buffered: None,
         }
     }
 
@@ -254,6 +282,13 @@ impl Ferrite {
     /// unmount). Dropping a `Ferrite` without this is a crash as far as the
     /// pool is concerned: the next mount recovers.
     pub fn unmount(self) -> FsResult<()> {
+        // A buffered mount drains its queue first, so that what follows
+        // (and the saved allocator) sees every operation durable.
+        if let Some(b) = &self.buffered {
+            let drained = b.persist_all();
+            b.stop(true);
+            drained?;
+        }
         // Views and buffers first: their pins and pages go back to the
         // allocator before it is saved (a crash needs no such step).
         self.release_zero_copy();
@@ -355,6 +390,11 @@ impl Ferrite {
         if ino.0 == 0 || ino.0 >= self.media.layout.inode_count {
             return Err(Errno::ENOENT);
         }
+        // Freed in DRAM, its slot still live on media until the free's batch
+        // is durable: gone, as far as lookups go.
+        if self.buffered.as_ref().is_some_and(|b| b.is_dying(ino)) {
+            return Err(Errno::ENOENT);
+        }
         let slot = self.media.read_slot(ino).map_err(|c| self.corrupt(c))?;
         let format::InodeSlot::Live { header, head, tail } = slot else {
             return Err(Errno::ENOENT);
@@ -429,6 +469,12 @@ impl Drop for Ferrite {
         // Without `unmount` the pool stays marked dirty: the next mount
         // recovers it exactly as after a crash.
         let _ = self.unmounted.load(Ordering::SeqCst);
+        // A buffered mount dropped without unmount persists nothing more:
+        // its persister stops where it is, as in a crash (after a clean
+        // unmount the queue is already empty and the thread gone).
+        if let Some(b) = &self.buffered {
+            b.stop(false);
+        }
     }
 }
 

@@ -148,11 +148,24 @@ pub struct Inode {
     /// writes (Libnvmmio's read/write mix; halved as they grow).
     pub reads: AtomicU32,
     pub writes: AtomicU32,
+    /// Buffered mode: the sequence number of the last queued operation that
+    /// changed this inode (0: none since mount). Its log may be collected
+    /// only once that operation is durable. Set under the write lock.
+    pub last_seq: std::sync::atomic::AtomicU64,
 }
 
 impl Inode {
     pub fn new(ino: InodeNo, kind: FileType, generation: u32, rdev: u64, data: InodeData) -> Inode {
-        Inode { ino, kind, generation, rdev, data: data.into(), reads: AtomicU32::new(0), writes: AtomicU32::new(0) }
+        Inode {
+            ino,
+            kind,
+            generation,
+            rdev,
+            data: data.into(),
+            reads: AtomicU32::new(0),
+            writes: AtomicU32::new(0),
+            last_seq: Default::default(),
+        }
     }
 
     /// stat of this inode, whose data the caller has locked.

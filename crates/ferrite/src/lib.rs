@@ -13,6 +13,7 @@
 
 mod alloc;
 mod attr;
+mod buffered;
 mod commit;
 mod dir;
 pub mod dump;
@@ -42,6 +43,7 @@ mod zerocopy;
 pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
+pub use buffered::{BufferedOptions, BufferedStats, BUFFERED_LAG_NS_MAX, BUFFERED_OPS_MAX};
 pub use dir::NodeSpec;
 pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
 pub use inode::Inode;

@@ -92,7 +92,7 @@ impl Pair {
 }
 
 fn mount_opts(clock: &Arc<ManualClock>, default_mode: FileMode) -> MountOptions {
-    MountOptions { clock: clock.clone(), recovery_threads: 2, default_mode }
+    MountOptions { clock: clock.clone(), recovery_threads: 2, default_mode, buffered: None }
 }
 
 /// Inline entries in the log of every regular file of `tree`, from the

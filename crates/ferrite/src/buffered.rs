@@ -1,0 +1,473 @@
+//! Buffered mode (HiNFS + SoupFS, on Ferrite's logs): operations run at
+//! DRAM speed and become durable in the background, in the order they
+//! returned.
+//!
+//! The calling thread does everything strict mode does except the commit
+//! point: it stages the entries after the tails (data in fresh pages,
+//! entries flushed), fences its own stores, applies the entries to the DRAM
+//! state (every reader sees the change at once), and appends the words the
+//! commit point would set (log tails, inode state words) to one global
+//! queue, in the order operations return. A persister sets those words in
+//! queue order, a batch at a time, each batch in one journal transaction,
+//! so that a crash leaves the durable state equal to the state after a
+//! *prefix* of the operations: never a later one without an earlier one.
+//! What an operation releases (pages, its inode number) is freed only once
+//! its batch is durable, since until then a crash brings back the log that
+//! refers to it. docs/DESIGN.md, "Buffered mode", tells the whole story.
+//!
+//! Who persists: a background thread (`persister_thread`), woken when the
+//! queue fills or its oldest operation has waited half the lag bound; and
+//! any caller that must not wait for it: a sync point (fsync, sync) or
+//! back-pressure persists inline, on its own core, which saves the
+//! cross-core wake-up. One persister at a time (`persist_lock`) keeps the
+//! order.
+
+use crate::alloc::{InodeAllocator, PageAllocator};
+use crate::format::{PageNo, JOURNAL_RECORDS_MAX};
+use crate::journal::{Journals, Transaction};
+use crate::media::Media;
+use crate::types::{Errno, FsResult, InodeNo};
+use crate::Map;
+use ferrite_pmem::PoolOffset;
+use parking_lot::{Condvar, Mutex};
+use smallvec::SmallVec;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Parameters of a buffered mount (`MountOptions::buffered`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BufferedOptions {
+    /// An operation is durable at most this long after it returns: the
+    /// persister starts a batch when the oldest queued operation has waited
+    /// half of it, and an operation that finds the oldest one older than
+    /// all of it persists the queue itself before it returns.
+    pub lag_ns_max: u64,
+    /// Operations returned but not yet durable, at most: the operation that
+    /// reaches it persists the queue before it returns (back-pressure).
+    pub ops_max: u64,
+    /// Run a background persister thread. Without it operations become
+    /// durable only at sync points, at back-pressure and in
+    /// `Ferrite::persist_now`: deterministic, for the crash harness.
+    pub persister_thread: bool,
+}
+
+/// Limits of the buffered options (TIGER_STYLE: a limit on everything).
+pub const BUFFERED_LAG_NS_MAX: u64 = 10_000_000_000;
+pub const BUFFERED_OPS_MAX: u64 = 1 << 20;
+
+impl Default for BufferedOptions {
+    fn default() -> Self {
+        BufferedOptions { lag_ns_max: 5_000_000, ops_max: 4096, persister_thread: true }
+    }
+}
+
+impl BufferedOptions {
+    /// Check the options against their limits.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.lag_ns_max == 0 || self.lag_ns_max > BUFFERED_LAG_NS_MAX && self.lag_ns_max != u64::MAX {
+            return Err(format!(
+                "buffered lag {} ns outside 1..={BUFFERED_LAG_NS_MAX} (or unbounded)",
+                self.lag_ns_max
+            ));
+        }
+        if self.ops_max == 0 || self.ops_max > BUFFERED_OPS_MAX {
+            return Err(format!("buffered ops_max {} outside 1..={BUFFERED_OPS_MAX}", self.ops_max));
+        }
+        Ok(())
+    }
+}
+
+/// What the persister has done since mount (`Ferrite::buffered_stats`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BufferedStats {
+    /// Operations queued since mount.
+    pub ops_queued: u64,
+    /// Operations made durable since mount.
+    pub ops_persisted: u64,
+    /// Batches (journal transactions or single tail stores) since mount.
+    pub batches: u64,
+    /// Batches run by a caller (sync point, back-pressure, GC, ENOSPC)
+    /// rather than by the persister thread.
+    pub batches_inline: u64,
+    /// Operations returned but not yet durable, now.
+    pub pending_now: u64,
+    /// The longest an operation has waited between its return and the end
+    /// of its batch, since mount.
+    pub lag_ns_max_seen: u64,
+    /// Operations that persisted the queue before returning because it
+    /// was full or its oldest operation was at the lag bound.
+    pub backpressure_waits: u64,
+}
+
+/// One operation in the queue: the commit-point words it sets, and what it
+/// released, to be freed once it is durable.
+struct Queued {
+    seq: u64,
+    words: SmallVec<[(PoolOffset, u64); 4]>,
+    free_pages: Vec<PageNo>,
+    free_inodes: SmallVec<[InodeNo; 1]>,
+    queued_at: Instant,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stop {
+    Running,
+    /// Unmount: the queue has been drained; exit.
+    Drain,
+    /// The file system was dropped without unmount (a crash, as far as the
+    /// pool is concerned): persist nothing more.
+    Abandon,
+}
+
+struct QueueState {
+    ops: VecDeque<Queued>,
+    /// The sequence number the next operation gets (the first is 1).
+    next_seq: u64,
+    /// Every operation with a sequence number up to this one is durable.
+    durable_seq: u64,
+    stop: Stop,
+    /// Set when persisting failed: nothing more is made durable, changes
+    /// fail with EROFS and sync points with EIO.
+    failed: bool,
+}
+
+/// The buffered-mode state of a mount, shared with the persister thread.
+pub(crate) struct Buffered {
+    pub opts: BufferedOptions,
+    media: Media,
+    pages: Arc<PageAllocator>,
+    inodes_free: Arc<InodeAllocator>,
+    journals: Arc<Journals>,
+    state: Mutex<QueueState>,
+    /// The persister thread waits on it for work.
+    work: Condvar,
+    /// One persister at a time: batches are made durable in queue order.
+    persist_lock: Mutex<()>,
+    /// Inodes freed in DRAM whose free is not durable yet: their numbers
+    /// are not reusable and a lookup by number must not load them again
+    /// from their (still live) slots.
+    dying: Mutex<crate::Set<InodeNo>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    ops_queued: AtomicU64,
+    ops_persisted: AtomicU64,
+    batches: AtomicU64,
+    batches_inline: AtomicU64,
+    lag_ns_max_seen: AtomicU64,
+    backpressure_waits: AtomicU64,
+}
+
+impl Buffered {
+    pub fn start(
+        opts: BufferedOptions,
+        media: &Media,
+        pages: Arc<PageAllocator>,
+        inodes_free: Arc<InodeAllocator>,
+        journals: Arc<Journals>,
+    ) -> Arc<Buffered> {
+        let b = Arc::new(Buffered {
+            opts,
+            media: Media { pmem: media.pmem.clone(), layout: media.layout },
+            pages,
+            inodes_free,
+            journals,
+            state: Mutex::new(QueueState {
+                ops: VecDeque::new(),
+                next_seq: 1,
+                durable_seq: 0,
+                stop: Stop::Running,
+                failed: false,
+            }),
+            work: Condvar::new(),
+            persist_lock: Mutex::new(()),
+            dying: Mutex::new(Default::default()),
+            thread: Mutex::new(None),
+            ops_queued: AtomicU64::new(0),
+            ops_persisted: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            batches_inline: AtomicU64::new(0),
+            lag_ns_max_seen: AtomicU64::new(0),
+            backpressure_waits: AtomicU64::new(0),
+        });
+        if b.opts.persister_thread {
+            let me = b.clone();
+            let handle = std::thread::Builder::new()
+                .name("ferrite-persister".into())
+                .spawn(move || me.thread_main())
+                .expect("spawn the persister thread");
+            *b.thread.lock() = Some(handle);
+        }
+        b
+    }
+
+    /// EROFS once persisting has failed: no change may be acknowledged that
+    /// could never become durable.
+    pub fn check_writable(&self) -> FsResult<()> {
+        if self.state.lock().failed {
+            return Err(Errno::EROFS);
+        }
+        Ok(())
+    }
+
+    /// Queue an operation's commit-point words and what it released; the
+    /// caller has fenced its own stores (entries and data are durable, only
+    /// the words that make them part of the file system are not) and holds
+    /// the locks of every inode the operation changed, so operations that
+    /// depend on each other are queued in the order they happen. Returns
+    /// the operation's sequence number. Persists the queue first if the
+    /// operation finds it at the back-pressure or lag bound.
+    pub fn push(
+        &self,
+        words: SmallVec<[(PoolOffset, u64); 4]>,
+        free_pages: Vec<PageNo>,
+        free_inodes: SmallVec<[InodeNo; 1]>,
+    ) -> u64 {
+        for &ino in &free_inodes {
+            assert!(self.is_dying(ino), "inode {} freed without being marked dying first", ino.0);
+        }
+        let now = Instant::now();
+        let (seq, over) = {
+            let mut st = self.state.lock();
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            let was_empty = st.ops.is_empty();
+            st.ops.push_back(Queued { seq, words, free_pages, free_inodes, queued_at: now });
+            let pending = seq - st.durable_seq;
+            let oldest_ns = now.duration_since(st.ops.front().expect("just pushed").queued_at).as_nanos() as u64;
+            let over = pending >= self.opts.ops_max || oldest_ns >= self.opts.lag_ns_max;
+            if was_empty || over {
+                self.work.notify_one();
+            }
+            (seq, over)
+        };
+        self.ops_queued.fetch_add(1, Ordering::Relaxed);
+        if over {
+            // Back-pressure: the bound holds because this operation does
+            // not return until the queue is durable (inline, on this core).
+            self.backpressure_waits.fetch_add(1, Ordering::Relaxed);
+            let _ = self.persist_upto(seq, true);
+        }
+        seq
+    }
+
+    /// The sequence number of the last operation queued.
+    pub fn last_seq(&self) -> u64 {
+        self.state.lock().next_seq - 1
+    }
+
+    /// Before an inode leaves the DRAM cache: until its free is durable a
+    /// lookup by number must find nothing, not load its live slot again.
+    pub fn mark_dying(&self, ino: InodeNo) {
+        self.dying.lock().insert(ino);
+    }
+
+    pub fn is_dying(&self, ino: InodeNo) -> bool {
+        self.dying.lock().contains(&ino)
+    }
+
+    /// Make every operation up to `seq` durable, on this thread unless the
+    /// persister is already doing it. EIO if persisting failed.
+    pub fn persist_upto(&self, seq: u64, inline: bool) -> FsResult<()> {
+        loop {
+            {
+                let st = self.state.lock();
+                if st.failed {
+                    return Err(Errno::EIO);
+                }
+                if st.durable_seq >= seq || st.stop == Stop::Abandon {
+                    return Ok(());
+                }
+            }
+            let _one = self.persist_lock.lock();
+            // Take a batch from the front, under the queue lock; the
+            // persist lock keeps batches in order.
+            let batch = {
+                let mut st = self.state.lock();
+                if st.failed {
+                    return Err(Errno::EIO);
+                }
+                if st.durable_seq >= seq || st.stop == Stop::Abandon {
+                    return Ok(());
+                }
+                take_batch(&mut st.ops)
+            };
+            assert!(!batch.is_empty(), "operations up to {seq} are not durable but none is queued");
+            self.persist_batch(batch, inline);
+        }
+    }
+
+    /// Out of pages or inode numbers: make the queue durable, so that what
+    /// its operations released is free. Whether there was anything queued
+    /// (worth trying the allocation again).
+    pub fn reclaim(&self) -> bool {
+        let seq = {
+            let st = self.state.lock();
+            if st.durable_seq == st.next_seq - 1 {
+                return false;
+            }
+            st.next_seq - 1
+        };
+        self.persist_upto(seq, true).is_ok()
+    }
+
+    /// Make every queued operation durable.
+    pub fn persist_all(&self) -> FsResult<()> {
+        let seq = self.last_seq();
+        self.persist_upto(seq, true)
+    }
+
+    /// Set a batch's words atomically and durably, then free what its
+    /// operations released. The caller holds `persist_lock`.
+    fn persist_batch(&self, batch: Vec<Queued>, inline: bool) {
+        // Merge the words: the last value of each word wins; the journal
+        // records each word's durable (old) value once.
+        let mut index: Map<u64, usize> = Map::default();
+        let mut words: Vec<(PoolOffset, u64)> = Vec::new();
+        for op in &batch {
+            for &(off, value) in &op.words {
+                match index.get(&off.0) {
+                    Some(&i) => words[i].1 = value,
+                    None => {
+                        index.insert(off.0, words.len());
+                        words.push((off, value));
+                    }
+                }
+            }
+        }
+        words.retain(|&(off, value)| self.media.read_u64(off) != value);
+        match words.len() {
+            0 => {}
+            // One word needs no journal: the strict commit's 8-byte store.
+            1 => {
+                let (off, value) = words[0];
+                self.media.store_u64(off, value);
+                self.media.flush(off, 8);
+                self.media.fence();
+            }
+            _ => {
+                let mut tx = Transaction::default();
+                for (off, value) in words {
+                    tx.set(off, value);
+                }
+                self.journals.run(&self.media, &tx);
+            }
+        }
+        // Durable: free what the batch released, then say so.
+        let last = batch.last().expect("a batch has an operation").seq;
+        let now = Instant::now();
+        let oldest_ns = now.duration_since(batch[0].queued_at).as_nanos() as u64;
+        let count = batch.len() as u64;
+        let mut freed_inodes = Vec::new();
+        for op in batch {
+            for p in op.free_pages {
+                self.pages.free(p, 1);
+            }
+            freed_inodes.extend(op.free_inodes);
+        }
+        if !freed_inodes.is_empty() {
+            let mut dying = self.dying.lock();
+            for ino in &freed_inodes {
+                dying.remove(ino);
+            }
+        }
+        for ino in freed_inodes {
+            self.inodes_free.free(ino);
+        }
+        {
+            let mut st = self.state.lock();
+            assert!(last > st.durable_seq, "batches made durable out of order");
+            st.durable_seq = last;
+        }
+        self.ops_persisted.fetch_add(count, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        if inline {
+            self.batches_inline.fetch_add(1, Ordering::Relaxed);
+        }
+        self.lag_ns_max_seen.fetch_max(oldest_ns, Ordering::Relaxed);
+    }
+
+    /// The persister thread: wait until the oldest operation has waited
+    /// half the lag bound or half of `ops_max` are queued, then persist
+    /// everything queued.
+    fn thread_main(self: Arc<Self>) {
+        let half_lag = Duration::from_nanos((self.opts.lag_ns_max / 2).max(1));
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
+            let target = {
+                let mut st = self.state.lock();
+                loop {
+                    if st.stop != Stop::Running && (st.stop == Stop::Abandon || st.ops.is_empty()) {
+                        return;
+                    }
+                    if st.failed {
+                        return;
+                    }
+                    let Some(front) = st.ops.front() else {
+                        self.work.wait(&mut st);
+                        continue;
+                    };
+                    let waited = front.queued_at.elapsed();
+                    let pending = st.next_seq - 1 - st.durable_seq;
+                    if waited >= half_lag || pending >= self.opts.ops_max.div_ceil(2) || st.stop != Stop::Running {
+                        break st.next_seq - 1;
+                    }
+                    let _ = self.work.wait_for(&mut st, half_lag - waited);
+                }
+            };
+            let _ = self.persist_upto(target, false);
+        }));
+        if run.is_err() {
+            eprintln!("ferrite: the persister failed; the file system is read-only from now on");
+            self.state.lock().failed = true;
+        }
+    }
+
+    /// Stop the persister thread and wait for it: after a drain (unmount)
+    /// or abandoning the queue (drop without unmount).
+    pub fn stop(&self, drain: bool) {
+        {
+            let mut st = self.state.lock();
+            st.stop = if drain { Stop::Drain } else { Stop::Abandon };
+            self.work.notify_all();
+        }
+        if let Some(h) = self.thread.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    pub fn stats(&self) -> BufferedStats {
+        let pending_now = {
+            let st = self.state.lock();
+            st.next_seq - 1 - st.durable_seq
+        };
+        BufferedStats {
+            ops_queued: self.ops_queued.load(Ordering::Relaxed),
+            ops_persisted: self.ops_persisted.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            batches_inline: self.batches_inline.load(Ordering::Relaxed),
+            pending_now,
+            lag_ns_max_seen: self.lag_ns_max_seen.load(Ordering::Relaxed),
+            backpressure_waits: self.backpressure_waits.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The longest prefix of the queue whose merged words fit one journal
+/// transaction (at least one operation: one never has more words than a
+/// transaction holds).
+fn take_batch(ops: &mut VecDeque<Queued>) -> Vec<Queued> {
+    let mut seen: crate::Set<u64> = Default::default();
+    let mut n = 0;
+    for op in ops.iter() {
+        let new = op.words.iter().filter(|w| !seen.contains(&w.0 .0)).count();
+        if n > 0 && seen.len() + new > JOURNAL_RECORDS_MAX {
+            break;
+        }
+        assert!(new <= JOURNAL_RECORDS_MAX, "operation {} sets {new} words", op.seq);
+        for w in &op.words {
+            seen.insert(w.0 .0);
+        }
+        n += 1;
+    }
+    ops.drain(..n).collect()
+}
