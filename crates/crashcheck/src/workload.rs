@@ -1315,12 +1315,13 @@ pub fn zc_cross() -> Vec<Workload> {
 const BQ: u8 = 12;
 
 /// `ops_max` of `b1` workloads: the calls around the operation under test
-/// queue two operations before it and one after, so that back-pressure
-/// persists a batch inside the operation or just after it, and the closing
-/// fsync persists the rest (the operation among other files' operations).
-pub const B1_OPS_MAX: u64 = 4;
-/// `ops_max` of `b2` workloads (pairs: more operations, smaller batches).
-pub const B2_OPS_MAX: u64 = 3;
+/// queue two operations before it and two after, so that back-pressure
+/// persists a batch (the two on `/q` and the operation's first) inside the
+/// operation, and the closing fsync persists the rest in a batch of
+/// several inodes.
+pub const B1_OPS_MAX: u64 = 3;
+/// `ops_max` of `b2` workloads (pairs: the batches fall elsewhere).
+pub const B2_OPS_MAX: u64 = 4;
 
 /// The calls of a buffered workload before its operations: `/q` created
 /// and written (two operations pending when the operation starts).
@@ -1328,11 +1329,15 @@ fn buffered_before() -> Vec<Call> {
     vec![open(BQ, "/q", OpenFlags::RDWR.create()), Call::Pwrite { slot: BQ, off: 0, len: 100, tag: 71 }]
 }
 
-/// The calls of a buffered workload after its operations: one more
-/// operation (on `/q`), then an fsync of `/q`, which must make every
-/// operation before it durable, whatever file it changed.
+/// The calls of a buffered workload after its operations: two more
+/// operations (a chmod of `/q`, `/r` created), then an fsync of `/q`, which
+/// must make every operation before it durable, whatever file it changed.
 fn buffered_after() -> Vec<Call> {
-    vec![Call::Chmod { path: p("/q"), perm: 0o600 }, Call::Fsync { slot: BQ }]
+    vec![
+        Call::Chmod { path: p("/q"), perm: 0o600 },
+        open(BQ + 1, "/r", OpenFlags::WRONLY.create()),
+        Call::Fsync { slot: BQ },
+    ]
 }
 
 /// Operations only the buffered catalogue has (`buf_*`), over the file set
