@@ -79,6 +79,13 @@ impl BufferedOptions {
     }
 }
 
+/// Log GC of an inode with queued operations waits for them (it judges
+/// liveness in DRAM); making them durable on the calling thread costs a
+/// batch, so it is done only once this many log pages are dead, or the log
+/// has this many pages (times four) and is due for compaction. An inode with
+/// nothing queued is collected as in strict mode.
+pub(crate) const BUFFERED_GC_DEAD_PAGES: usize = 16;
+
 /// What the persister has done since mount (`Ferrite::buffered_stats`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BufferedStats {
@@ -150,6 +157,9 @@ pub(crate) struct Buffered {
     /// from their (still live) slots.
     dying: Mutex<crate::Set<InodeNo>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Fault injection (`Ferrite::inject_persist_failure`): the next batch
+    /// panics before it sets a word.
+    fail_next: std::sync::atomic::AtomicBool,
     ops_queued: AtomicU64,
     ops_persisted: AtomicU64,
     batches: AtomicU64,
@@ -183,6 +193,7 @@ impl Buffered {
             persist_lock: Mutex::new(()),
             dying: Mutex::new(Default::default()),
             thread: Mutex::new(None),
+            fail_next: Default::default(),
             ops_queued: AtomicU64::new(0),
             ops_persisted: AtomicU64::new(0),
             batches: AtomicU64::new(0),
@@ -251,6 +262,11 @@ impl Buffered {
         seq
     }
 
+    /// Is every operation up to `seq` durable?
+    pub fn is_durable(&self, seq: u64) -> bool {
+        self.state.lock().durable_seq >= seq
+    }
+
     /// The sequence number of the last operation queued.
     pub fn last_seq(&self) -> u64 {
         self.state.lock().next_seq - 1
@@ -293,7 +309,13 @@ impl Buffered {
                 take_batch(&mut st.ops)
             };
             assert!(!batch.is_empty(), "operations up to {seq} are not durable but none is queued");
+            // A batch taken from the queue and not made durable is lost:
+            // nothing after it may be persisted, or the durable state would
+            // skip operations. A panic on the way (an assertion, on any
+            // thread) therefore fails the mount before it unwinds further.
+            let failing = FailOnUnwind(self);
             self.persist_batch(batch, inline);
+            std::mem::forget(failing);
         }
     }
 
@@ -320,6 +342,7 @@ impl Buffered {
     /// Set a batch's words atomically and durably, then free what its
     /// operations released. The caller holds `persist_lock`.
     fn persist_batch(&self, batch: Vec<Queued>, inline: bool) {
+        assert!(!self.fail_next.swap(false, Ordering::Relaxed), "injected persister failure");
         // Merge the words: the last value of each word wins; the journal
         // records each word's durable (old) value once.
         let mut index: Map<u64, usize> = Map::default();
@@ -359,11 +382,23 @@ impl Buffered {
         let oldest_ns = now.duration_since(batch[0].queued_at).as_nanos() as u64;
         let count = batch.len() as u64;
         let mut freed_inodes = Vec::new();
+        let mut freed_pages: Vec<u64> = Vec::new();
         for op in batch {
-            for p in op.free_pages {
-                self.pages.free(p, 1);
-            }
+            freed_pages.extend(op.free_pages.iter().map(|p| p.0));
             freed_inodes.extend(op.free_inodes);
+        }
+        // A batch frees pages by the thousand: as runs, sorted, they cost
+        // the allocator one insertion per run instead of one per page.
+        freed_pages.sort_unstable();
+        let mut i = 0;
+        while i < freed_pages.len() {
+            let start = freed_pages[i];
+            let mut n = 1;
+            while i + n < freed_pages.len() && freed_pages[i + n] == start + n as u64 {
+                n += 1;
+            }
+            self.pages.free(PageNo(start), n as u64);
+            i += n;
         }
         if !freed_inodes.is_empty() {
             let mut dying = self.dying.lock();
@@ -435,6 +470,12 @@ impl Buffered {
         }
     }
 
+    /// Make the next batch fail (a panic before it sets any word), to test
+    /// that the mount then refuses changes and sync points.
+    pub fn inject_failure(&self) {
+        self.fail_next.store(true, Ordering::Relaxed);
+    }
+
     pub fn stats(&self) -> BufferedStats {
         let pending_now = {
             let st = self.state.lock();
@@ -449,6 +490,17 @@ impl Buffered {
             lag_ns_max_seen: self.lag_ns_max_seen.load(Ordering::Relaxed),
             backpressure_waits: self.backpressure_waits.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// Marks the mount failed if dropped, which happens only when a batch
+/// unwinds (it is forgotten once the batch is durable).
+struct FailOnUnwind<'a>(&'a Buffered);
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        eprintln!("ferrite: persisting a batch failed; the file system is read-only from now on");
+        self.0.state.lock().failed = true;
     }
 }
 

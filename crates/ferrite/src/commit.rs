@@ -337,11 +337,12 @@ impl Ferrite {
         new
     }
 
-    /// Log GC after a buffered change to `inode` (operation `seq`): GC
+    /// Log GC after a buffered change to `inode` (operation `seq`). GC
     /// judges liveness in DRAM, which runs ahead of the durable log while
-    /// the inode has queued operations, so when there is garbage to collect
-    /// the queue is persisted up to this operation first (on this thread;
-    /// the inode's lock keeps new operations on it out meanwhile).
+    /// the inode has queued operations, so they are made durable first (on
+    /// this thread; the inode's lock keeps new operations on it out
+    /// meanwhile), but only once the garbage is worth a batch
+    /// (`BUFFERED_GC_DEAD_PAGES`); smaller garbage waits for a later change.
     fn collect_buffered(
         &self,
         b: &crate::buffered::Buffered,
@@ -350,12 +351,23 @@ impl Ferrite {
         extended: bool,
         seq: u64,
     ) {
-        if !extended || (d.dead_log_pages() == 0 && !d.compaction_due()) {
+        if !extended {
             return;
         }
-        if b.persist_upto(seq, true).is_err() {
-            // Persisting failed: the file system is read-only; no GC.
+        let dead = d.dead_log_pages();
+        let due = d.compaction_due();
+        if dead == 0 && !due {
             return;
+        }
+        if !b.is_durable(seq) {
+            let pages = d.log.live.page_count();
+            if dead < crate::buffered::BUFFERED_GC_DEAD_PAGES && pages < 4 * crate::buffered::BUFFERED_GC_DEAD_PAGES {
+                return;
+            }
+            if b.persist_upto(seq, true).is_err() {
+                // Persisting failed: the file system is read-only; no GC.
+                return;
+            }
         }
         self.after_commit(inode, d, true, Vec::new());
     }
@@ -542,6 +554,16 @@ impl Ferrite {
     /// mount but what `sync_all` does).
     pub fn persist_now(&self) -> FsResult<()> {
         self.sync_all()
+    }
+
+    /// Fault injection for tests: the next batch the persister of a
+    /// buffered mount starts fails (panics, on whichever thread runs it),
+    /// which makes the mount read-only. Nothing in a strict mount.
+    #[doc(hidden)]
+    pub fn inject_persist_failure(&self) {
+        if let Some(b) = &self.buffered {
+            b.inject_failure();
+        }
     }
 
     /// What the persister of a buffered mount has done (all zero in a

@@ -164,3 +164,20 @@ fn unmount_drains_the_queue() {
         assert_eq!(get(&fs, format!("/u{i}").as_bytes()).unwrap(), pattern(i, 3000));
     }
 }
+
+#[test]
+fn a_failed_batch_makes_the_mount_read_only() {
+    let fs = mount_buffered(2048, manual(1 << 20));
+    put(&fs, b"/synced", b"s").unwrap();
+    fs.sync_all().unwrap();
+    put(&fs, b"/lost", b"l").unwrap();
+    fs.engine().inject_persist_failure();
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.sync_all()));
+    assert!(failed.is_err(), "the injected failure did not fire");
+    assert_eq!(fs.sync_all(), Err(ferrite::Errno::EIO), "a sync after the failure must not succeed");
+    assert_eq!(fs.mkdir(b"/new", 0o755), Err(ferrite::Errno::EROFS));
+    assert_eq!(get(&fs, b"/synced").unwrap(), b"s", "reads still work");
+    let fs = crash(fs);
+    assert_eq!(get(&fs, b"/synced").unwrap(), b"s");
+    assert!(fs.stat(b"/lost").is_err(), "the failed batch must not be half applied");
+}
