@@ -1578,6 +1578,9 @@ pub fn workload_by_id(id: &str) -> Result<Workload, String> {
         let len: usize = len.parse().map_err(|_| format!("bad length in {id:?}"))?;
         return Ok(random_workload_buffered(seed, len));
     }
+    if id == "bsc.gc_deferred" {
+        return Ok(crate::scenario::buffered_gc_deferred());
+    }
     if let Some(name) = id.strip_prefix("bsc.") {
         return crate::scenario::by_name(name)
             .map(|s| buffered_scenario(&s))

@@ -26,7 +26,9 @@
 //! - every other ordered pair of the buffered extras on the empty image
 //!   (32 subsets);
 //! - the scenarios (log GC and compaction, folds) on a buffered mount on
-//!   the empty image (32 subsets, busy recoveries crashed);
+//!   the empty image, and `bsc.gc_deferred` (log GC of a directory with
+//!   operations queued: its 16th dead log page makes the call persist the
+//!   queue, then collect) (32 subsets, busy recoveries crashed);
 //! - random workloads with sync points mixed in
 //!   (`workload::random_workload_buffered`), 8 of 24 calls on the empty and
 //!   log-edge images;
@@ -48,8 +50,7 @@ use ferrite_crashcheck::exec::{record, start};
 use ferrite_crashcheck::harness::{check_recording, Figures};
 use ferrite_crashcheck::verify::RecoveryCrash;
 use ferrite_crashcheck::workload::{
-    buffered_extras, buffered_scenario, buffered_seq1, buffered_sequence, random_workload_buffered, workload_by_id,
-    Call, StartKind,
+    buffered_extras, buffered_seq1, buffered_sequence, random_workload_buffered, workload_by_id, Call, StartKind,
 };
 
 fn seq1_on(kind: StartKind, subsets: usize) {
@@ -92,8 +93,7 @@ fn buffered_seq2_extras_empty() {
 
 #[test]
 fn buffered_scenarios_empty() {
-    let jobs =
-        ferrite_crashcheck::scenario::scenarios().iter().map(|s| (StartKind::Empty, buffered_scenario(s))).collect();
+    let jobs = ferrite_crashcheck::scenario::buffered_scenarios().into_iter().map(|w| (StartKind::Empty, w)).collect();
     run("buffered scenarios empty", jobs, &config(32, RecoveryCrash::Busy));
 }
 
@@ -175,4 +175,17 @@ fn buffered_catalogue_reaches_its_paths() {
     let at = rec.workload.calls.iter().position(|c| *c == Call::Remount).expect("remount");
     assert!(p.sync[at], "a clean unmount is a sync point");
     assert!(rec.outcomes[at + 1..].iter().any(|o| o.pending > 0), "the mount after the remount is buffered");
+    // Log GC of an inode with queued operations: the chmod that gives
+    // /gcbd its 16th dead log page persists the queue (a batch) and
+    // collects them.
+    let rec = record(&st, &workload_by_id("bsc.gc_deferred").expect("workload"));
+    assert!(rec.divergences.is_empty(), "{:?}", rec.divergences);
+    let o = &rec.outcomes[2];
+    assert!(
+        o.batches > 0 && o.gc_pages >= 16,
+        "bsc.gc_deferred: the chmod persisted {} batches and collected {} pages",
+        o.batches,
+        o.gc_pages
+    );
+    assert!(rec.outcomes[..2].iter().all(|o| o.pending > 0 && o.gc_pages == 0));
 }

@@ -41,9 +41,9 @@ use ferrite_crashcheck::crash::Caps;
 use ferrite_crashcheck::harness::{run_all, Config};
 use ferrite_crashcheck::verify::{RecoveryCrash, VerifyOpts};
 use ferrite_crashcheck::workload::{
-    atomic_seq1, atomic_seq2, buffered_scenario, buffered_seq1, buffered_seq2, parse_u64, random_workload,
-    random_workload_buffered, random_workload_modes, random_workload_zc, seq1, seq2, seq3_sampled, zc_cross, zc_seq1,
-    zc_seq2, StartKind, Workload,
+    atomic_seq1, atomic_seq2, buffered_seq1, buffered_seq2, parse_u64, random_workload, random_workload_buffered,
+    random_workload_modes, random_workload_zc, seq1, seq2, seq3_sampled, zc_cross, zc_seq1, zc_seq2, StartKind,
+    Workload,
 };
 use std::time::Duration;
 
@@ -190,7 +190,7 @@ fn run(o: Opts) -> i32 {
         workloads.extend(buffered_seq2());
     }
     if o.bscenarios {
-        workloads.extend(ferrite_crashcheck::scenario::scenarios().iter().map(buffered_scenario));
+        workloads.extend(ferrite_crashcheck::scenario::buffered_scenarios());
     }
     if o.seq3 > 0 {
         workloads.extend(seq3_sampled(o.cfg.seed, o.seq3));
