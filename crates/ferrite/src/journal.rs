@@ -42,6 +42,22 @@ impl Journals {
         Journals { lanes: (0..lanes).map(|_| Mutex::new(1)).collect() }
     }
 
+    /// Start the sequence numbers of this mount's transactions past every
+    /// earlier mount's: `mount_count` (from the superblock this mount has
+    /// just made durable, bumped at every mount) in the upper 24 of the
+    /// header's 48 sequence bits. A transaction closes by clearing only
+    /// its header word, so its CRC and records stay in the page; were the
+    /// next mount to reuse that sequence number and record count, a crash
+    /// that tore the new header store after its first word (the active
+    /// word, identical to the old one) would leave the old CRC matching the
+    /// old records, and recovery would roll back stale values (found by the
+    /// crash harness: `cc1:0xc0ffee:empty:s3.create+remount+link:e44:T:42:p1:n`).
+    pub fn start_mount(&self, mount_count: u64) {
+        for lane in &self.lanes {
+            *lane.lock() = (mount_count & 0xFF_FFFF) << 24;
+        }
+    }
+
     /// Run a transaction atomically and durably.
     pub fn run(&self, media: &Media, tx: &Transaction) {
         assert!(!tx.words.is_empty() && tx.words.len() <= format::JOURNAL_RECORDS_MAX);
