@@ -49,6 +49,12 @@ pub fn mount_options(clock: &Arc<ManualClock>, threads: usize) -> MountOptions {
     MountOptions { clock: clock.clone(), recovery_threads: threads, ..Default::default() }
 }
 
+/// [`mount_options`] for a workload: a buffered mount for a buffered
+/// workload (`Workload::buffered`), else an ordinary one.
+pub fn workload_mount_options(clock: &Arc<ManualClock>, buffered: Option<u64>) -> MountOptions {
+    MountOptions { buffered: buffered.map(crate::workload::buffered_options), ..mount_options(clock, 1) }
+}
+
 pub fn format_options(geo: Geometry, clock: &Arc<ManualClock>) -> FormatOptions {
     FormatOptions { lanes: geo.lanes, inodes: Some(geo.inodes), clock: clock.clone() }
 }
@@ -325,6 +331,11 @@ pub struct CallOutcome {
     /// `Ferrite::live_buffers`).
     pub live_views: usize,
     pub live_buffers: usize,
+    /// Buffered mounts: batches the persister made durable during the call
+    /// (back-pressure or a sync point, on the calling thread), and
+    /// operations left pending (returned, not durable) after it.
+    pub batches: u64,
+    pub pending: u64,
 }
 
 /// A workload run on the engine (recorded) and on the model.
@@ -347,7 +358,11 @@ pub struct Recording {
     pub layout: Layout,
     /// The fsync-atomic oracle (`crate::oracle`), when a file of the
     /// workload was ever fsync-atomic; None: the strict rule (`states`).
+    /// Never on a buffered mount (the mode is not applied there).
     pub oracle: Option<Arc<Oracle>>,
+    /// The prefix oracle (`crate::prefix`) of a workload on a buffered
+    /// mount: the allowed states are ranges of `states`.
+    pub prefix: Option<Arc<crate::prefix::Prefix>>,
 }
 
 impl Recording {
@@ -396,6 +411,9 @@ impl Recording {
     /// The persistence checker's report on this recording (with the
     /// fsync-atomic rules when there is an oracle).
     pub fn pcheck(&self) -> crate::pcheck::Report {
+        if let Some(p) = &self.prefix {
+            return crate::pcheck::check_modes(&self.base, &self.events, &self.layout, &p.modes());
+        }
         match &self.oracle {
             Some(o) => crate::pcheck::check_modes(&self.base, &self.events, &self.layout, &o.modes),
             None => crate::pcheck::check(&self.base, &self.events, &self.layout),
@@ -499,7 +517,7 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
         Backing::Heap => Pmem::from_image(&start.image),
         Backing::File => file_pool(&start.image),
     };
-    let engine = Session::mount(pool, &mount_options(&clock, 1)).expect("mount the start image");
+    let engine = Session::mount(pool, &workload_mount_options(&clock, w.buffered)).expect("mount the start image");
     let model = ModelFs::from_state(start.model.clone(), clock.clone());
     let layout = engine.layout();
     let mut es = Slots::default();
@@ -527,6 +545,14 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
                 .push(format!("setup call {c}: engine {e:?}, model {m:?} (setup calls must open existing files)"));
         }
     }
+    // On a buffered mount the preparing calls are made durable before
+    // recording starts: the base image is the durable state.
+    if w.buffered.is_some() {
+        if let Err(e) = engine.engine().persist_now() {
+            divergences.push(format!("persist_now after the preparing calls failed: {e:?}"));
+        }
+    }
+    let mut prefix = crate::prefix::Prefix::default();
     let mut engine = engine;
     let mut pmem = engine.pmem().clone();
     let base = Arc::new(pmem.image());
@@ -548,7 +574,7 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
             // A clean unmount, then a mount of the same pool (continuing
             // the trace on a new recording pool that starts from the image
             // the unmount left).
-            match remount(engine, &clock, backing) {
+            match remount(engine, &clock, backing, w.buffered) {
                 Ok((fs, ev)) => {
                     carried = ev;
                     engine = fs;
@@ -559,6 +585,8 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
             }
         }
         let gc_before = (engine.gc_pages_collected(), engine.log_compactions(), engine.epoch_commits());
+        let batches_before = engine.engine().buffered_stats().batches;
+        let slots_before = es.clone();
         let e = match crate::quiet::catch(|| run_call(&engine, &mut es, c)) {
             Ok(r) => r,
             Err(p) => {
@@ -578,6 +606,10 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
         let pending_files = engine.pending_file_count();
         let live_views = engine.live_views();
         let live_buffers = engine.live_buffers();
+        let stats = engine.engine().buffered_stats();
+        let batches = stats.batches.saturating_sub(batches_before);
+        let pending = stats.pending_now;
+        prefix.push(panicked.is_none() && crate::prefix::is_sync_point(c, &slots_before, &e));
         let before_model = (model.snapshot(), ms.clone());
         let plan = tracker.plan(&model, &ms, c);
         let m = run_call(&model, &mut ms, c);
@@ -650,6 +682,8 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
             pending_files,
             live_views,
             live_buffers,
+            batches,
+            pending,
         });
         if panicked.is_some() {
             break;
@@ -659,7 +693,12 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
     drop(engine);
     let mut workload = w.clone();
     workload.calls.truncate(spans.len());
-    let oracle = tracker.finish().map(Arc::new);
+    // A buffered mount does not apply the fsync-atomic mode: the prefix
+    // oracle replaces the tracker's.
+    let (oracle, prefix) = match w.buffered {
+        Some(_) => (None, Some(Arc::new(prefix))),
+        None => (tracker.finish().map(Arc::new), None),
+    };
     Recording {
         workload,
         start: start.clone(),
@@ -672,16 +711,22 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
         divergences,
         layout,
         oracle,
+        prefix,
     }
 }
 
 /// Unmount cleanly (recorded), then mount the resulting image on a new
 /// recording pool. Returns the new mount and the unmount's events.
-fn remount(fs: Session, clock: &Arc<ManualClock>, backing: Backing) -> Result<(Session, Vec<Event>), String> {
+fn remount(
+    fs: Session,
+    clock: &Arc<ManualClock>,
+    backing: Backing,
+    buffered: Option<u64>,
+) -> Result<(Session, Vec<Event>), String> {
     let old = fs.pmem().clone();
     fs.unmount().map_err(|e| format!("unmount: {e:?}"))?;
     let events = old.stop_recording();
-    let fs = Session::mount(recording_pool(&old.image(), backing), &mount_options(clock, 1))
+    let fs = Session::mount(recording_pool(&old.image(), backing), &workload_mount_options(clock, buffered))
         .map_err(|e| format!("mount: {e}"))?;
     Ok((fs, events))
 }

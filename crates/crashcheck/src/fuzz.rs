@@ -256,6 +256,7 @@ pub fn workload_from_input(data: &[u8]) -> (StartKind, Workload) {
         prepare: if atomic { atomic_prepare() } else { Vec::new() },
         setup: Vec::new(),
         calls,
+        buffered: None,
     };
     (start, w)
 }

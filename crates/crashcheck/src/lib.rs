@@ -11,6 +11,8 @@
 //! - [`exec`]: a recorded run of a workload on the engine beside the model
 //!   (on a heap pool, or on a pool file for the zero-copy workloads);
 //! - [`pcheck`]: the persistence checker (pmemcheck-like);
+//! - [`prefix`]: the prefix oracle of buffered mounts (a crash leaves a
+//!   prefix of the operations in return order, every synced one included);
 //! - [`crash`]: crash points and candidate images (Vinter's model);
 //! - [`verify`]: recovering one image and checking it (fsck, usability,
 //!   crash during recovery);
@@ -27,6 +29,7 @@ pub mod harness;
 pub mod hash;
 pub mod oracle;
 pub mod pcheck;
+pub mod prefix;
 pub mod proc_crash;
 pub mod quiet;
 pub mod scenario;

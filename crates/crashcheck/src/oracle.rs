@@ -54,6 +54,20 @@ use std::sync::Arc;
 /// Files are named by the model's inode number (never reused).
 pub type FileId = u64;
 
+/// The owner the persistence checker gives the stores of a buffered
+/// mount's pending operations (`crate::prefix`): one queue, which every
+/// sync point commits. No model inode has this number.
+pub const QUEUE: FileId = u64::MAX;
+
+/// How the checker names the owner `f` in its messages.
+pub fn owner_name(f: FileId) -> String {
+    if f == QUEUE {
+        "the buffered queue (operations not yet durable)".into()
+    } else {
+        format!("the pending epoch of fsync-atomic file {f}")
+    }
+}
+
 /// What one call does to the fsync-atomic files, for the persistence
 /// checker.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

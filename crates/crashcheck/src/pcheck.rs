@@ -43,7 +43,7 @@
 //!   thread, in a real run) while F's stores to it were still in flight.
 
 use crate::exec::{begin_mark, end_mark};
-use crate::oracle::{CallMode, FileId};
+use crate::oracle::{owner_name, CallMode, FileId};
 use ferrite::format::{self, InodeSlot, Layout, PageNo, INODE_SLOT_SIZE, LOG_NEXT_OFFSET, LOG_PAGE_MAGIC, PAGE_SIZE};
 use ferrite::InodeNo;
 use ferrite_pmem::Event;
@@ -154,6 +154,14 @@ struct Checker<'a> {
     img: Vec<u8>,
     lines: BTreeMap<u64, LineState>,
     log_pages: BTreeSet<u64>,
+    /// Log pages initialized since the call began (kept when the live set
+    /// is computed again).
+    init_pages: BTreeSet<u64>,
+    /// A word of the inode table changed since the live log pages were
+    /// last computed: compute them again at the next fence (a call that
+    /// frees an inode and then reuses its log pages: a buffered mount's
+    /// batch made durable inside a call, to reclaim space).
+    slots_changed: bool,
     call: usize,
     report: Report,
     /// The fsync-atomic rules: what each call does to the pending epochs.
@@ -271,7 +279,8 @@ impl Checker<'_> {
                     ev,
                     line * 64,
                     format!(
-                        "a line that the pending epoch of fsync-atomic file {f} stored to at event {at} and never fenced is stored to by another operation (its page freed and reused before a fence)"
+                        "a line that {} stored to at event {at} and never fenced is stored to by another operation (its page freed and reused before a fence)",
+                        owner_name(f)
                     ),
                 );
             }
@@ -300,6 +309,11 @@ impl Checker<'_> {
         self.check_commit_words(ev, offset, data, atomic);
         for pg in init_pages {
             self.log_pages.insert(pg);
+            self.init_pages.insert(pg);
+        }
+        let it = self.layout.inode_table_start.offset().0;
+        if offset < it + self.layout.inode_table_pages * PAGE_SIZE && end > it {
+            self.slots_changed = true;
         }
         self.img[offset as usize..end as usize].copy_from_slice(data);
         let mut line = offset / 64;
@@ -340,6 +354,11 @@ impl Checker<'_> {
 
     fn fence(&mut self) {
         self.report.fences += 1;
+        if self.slots_changed {
+            self.slots_changed = false;
+            self.log_pages = live_log_pages(&self.img, self.layout);
+            self.log_pages.extend(self.init_pages.iter().copied());
+        }
         let mut found = Vec::new();
         for (&line, st) in self.lines.iter_mut() {
             if let Some(ev) = st.redirtied.take() {
@@ -405,7 +424,7 @@ impl Checker<'_> {
             }
             let at_commit = match owner {
                 Some(f) if !touched => {
-                    format!(" (a store of the pending epoch of fsync-atomic file {f}, at its commit point)")
+                    format!(" (a store of {}, at its commit point)", owner_name(f))
                 }
                 _ => String::new(),
             };
@@ -449,6 +468,8 @@ fn check_inner(base: &[u8], events: &[Event], layout: &Layout, modes: Option<&[C
         img: base.to_vec(),
         lines: BTreeMap::new(),
         log_pages: BTreeSet::new(),
+        init_pages: BTreeSet::new(),
+        slots_changed: false,
         call: 0,
         report: Report::default(),
         modes,
@@ -463,6 +484,8 @@ fn check_inner(base: &[u8], events: &[Event], layout: &Layout, modes: Option<&[C
                         c.lines.clear();
                     }
                     c.log_pages = live_log_pages(&c.img, layout);
+                    c.init_pages.clear();
+                    c.slots_changed = false;
                 } else if *label == end_mark(call) {
                     c.end_of_call();
                 }

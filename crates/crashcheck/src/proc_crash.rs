@@ -33,13 +33,29 @@
 //! filled but never patched; after each kill the recovered pool must also
 //! pass the usability pass of [`crate::verify`] on a copy (nothing leaked:
 //! with everything deleted, the free pages and inodes of a fresh pool).
+//!
+//! On a buffered mount (`buffered`, [`Mix::Buffered`]; issue 13): the child
+//! mounts with the default [`ferrite::BufferedOptions`] (a persister thread
+//! and a lag bound of a few milliseconds) and runs
+//! [`crate::workload::random_call_buffered`] (the strict calls plus sync,
+//! fsync, fdatasync and O_SYNC/O_DSYNC writes). Its line for a call that is
+//! a sync point and returned success ends with `synced` (the parent checks
+//! that it agrees). After each kill the recovered tree must be the model's
+//! after some prefix of the calls from the last call the child reported
+//! `synced` (everything up to it is durable) to the call in flight: calls
+//! reported after the last sync point may be lost, in return order only.
+//! The parent rebuilds those states from the model at the last sync point
+//! and the results the child reported, continues from the longest prefix
+//! that matches (the next child runs the lost calls again), and runs the
+//! usability pass on a copy of the recovered pool.
 
 use crate::exec::{build_start, clock_at, empty_figures, mount_options, record_model_call, Geometry, T_CALL};
 use crate::hash::{mix, tree_key};
 use crate::oracle::Tracker;
 use crate::verify::fsck_clean;
 use crate::workload::{
-    atomic_prepare, random_call, random_call_modes, random_call_zc, run_call, Call, CallResult, Slots, StartKind,
+    atomic_prepare, random_call, random_call_buffered, random_call_modes, random_call_zc, run_call, Call, CallResult,
+    Slots, StartKind,
 };
 use ferrite::{Errno, FallocateMode, FileType, ManualClock, OpenFlags, PathFs, Session, TimeSet, TimeSpec, Whence};
 use ferrite_model::{diff_trees, tree_of, ModelFs, Tree};
@@ -71,6 +87,12 @@ pub enum Mix {
     /// child holds live views, private mappings and filled buffers never
     /// patched when it is killed (they map pool pages of the pool file).
     ZeroCopy,
+    /// [`random_call_buffered`] on a buffered mount with the default
+    /// options (a persister thread, a lag bound of a few milliseconds):
+    /// the recovered state must be the model's after a prefix of the calls
+    /// that contains every call the child reported before a sync point it
+    /// reported (see the module comment).
+    Buffered,
 }
 
 impl Mix {
@@ -80,6 +102,7 @@ impl Mix {
             Mix::Strict => None,
             Mix::Modes => Some("modes"),
             Mix::ZeroCopy => Some("zc"),
+            Mix::Buffered => Some("buffered"),
         }
     }
 }
@@ -108,8 +131,9 @@ pub fn child_main(args: &[String]) -> i32 {
         [pool, seed, from, progress] => (pool, seed, from, progress, Mix::Strict),
         [pool, seed, from, progress, m] if m == "modes" => (pool, seed, from, progress, Mix::Modes),
         [pool, seed, from, progress, m] if m == "zc" => (pool, seed, from, progress, Mix::ZeroCopy),
+        [pool, seed, from, progress, m] if m == "buffered" => (pool, seed, from, progress, Mix::Buffered),
         _ => {
-            eprintln!("usage: child POOL SEED FROM PROGRESS [modes|zc]");
+            eprintln!("usage: child POOL SEED FROM PROGRESS [modes|zc|buffered]");
             return 2;
         }
     };
@@ -125,7 +149,11 @@ pub fn child_main(args: &[String]) -> i32 {
         }
     };
     let clock = clock_at(T_CALL - 1);
-    let fs = match Session::mount(pmem, &mount_options(&clock, 1)) {
+    let mut opts = mount_options(&clock, 1);
+    if mix == Mix::Buffered {
+        opts.buffered = Some(ferrite::BufferedOptions::default());
+    }
+    let fs = match Session::mount(pmem, &opts) {
         Ok(fs) => fs,
         Err(e) => {
             eprintln!("child: mount: {e}");
@@ -147,7 +175,11 @@ pub fn child_main(args: &[String]) -> i32 {
     for i in from..PROC_CALLS {
         let c = &proc_call(seed, i, mix);
         clock.set(call_time(i));
+        let before = (mix == Mix::Buffered).then(|| slots.clone());
         let r = run_call(&fs, &mut slots, c);
+        // Buffered: a sync point that returned says so on its line (every
+        // call up to it is durable from now on).
+        let synced = before.is_some_and(|b| crate::prefix::is_sync_point(c, &b, &r));
         for (v, live) in slots.views.iter().enumerate() {
             let Some(live) = live else {
                 shown[v] = None;
@@ -167,7 +199,8 @@ pub fn child_main(args: &[String]) -> i32 {
             }
         }
         // One write(2) per line: a kill leaves whole lines only.
-        if out.write_all(format!("{i} {}\n", encode_result(&r)).as_bytes()).is_err() {
+        let line = format!("{i} {}{}\n", encode_result(&r), if synced { " synced" } else { "" });
+        if out.write_all(line.as_bytes()).is_err() {
             return 6;
         }
     }
@@ -189,6 +222,7 @@ pub fn proc_call(seed: u64, i: usize, calls: Mix) -> Call {
     match calls {
         Mix::Strict => return random_call(&mut rng, &open),
         Mix::ZeroCopy => return random_call_zc(&mut rng, &open),
+        Mix::Buffered => return random_call_buffered(&mut rng, &open),
         Mix::Modes => {}
     }
     match random_call_modes(&mut rng, &open) {
@@ -218,6 +252,12 @@ pub struct ProcReport {
     pub kills_with_live: usize,
     pub live_views: usize,
     pub live_buffers: usize,
+    /// Buffered: sync points the child reported returned; kills whose
+    /// recovered state lost calls the child had reported (returned, not
+    /// yet durable, after the last sync point), and how many in all.
+    pub syncs_reported: usize,
+    pub lost_rounds: usize,
+    pub lost_calls: usize,
     pub failures: Vec<String>,
     pub elapsed: Duration,
 }
@@ -269,6 +309,13 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, calls: Mix) 
         return rep;
     }
     let mut done = 0usize; // calls applied to the model
+                           // Buffered: the last sync point reported, the model there, and the
+                           // results of the calls since.
+    let mut buffered = (calls == Mix::Buffered).then(|| Synced {
+        synced_at: 0,
+        state: (model.snapshot(), mslots.clone()),
+        since: Vec::new(),
+    });
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x1C11));
     for round in 0..kills {
         let _ = std::fs::remove_file(&progress);
@@ -327,26 +374,28 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, calls: Mix) 
         rep.kills += 1;
         // What the child reported.
         let text = std::fs::read_to_string(&progress).unwrap_or_default();
-        let mut reported: Vec<(usize, CallResult)> = Vec::new();
+        let mut reported: Vec<(usize, CallResult, bool)> = Vec::new();
         for line in text.lines() {
             let Some((i, r)) = line.split_once(' ') else { continue };
+            let (r, synced) = r.strip_suffix(" synced").map_or((r, false), |r| (r, true));
             let (Ok(i), Some(r)) = (i.parse::<usize>(), decode_result(r)) else {
                 continue;
             };
-            reported.push((i, r));
+            reported.push((i, r, synced));
         }
         if !reported.is_empty() {
             rep.kills_mid_workload += 1;
         }
         // Bring the model along the reported calls, comparing results.
         let mut fail = None;
-        for (i, r) in &reported {
+        for (i, r, synced) in &reported {
             if *i != done {
                 fail = Some(format!("round {round}: the child reported call {i}, expected {done}"));
                 break;
             }
             let c = proc_call(seed, *i, calls);
             let plan = tracker.as_ref().map(|t| t.plan(&model, &mslots, &c));
+            let slots_before = buffered.is_some().then(|| mslots.clone());
             let m = record_model_call(&model, &clock, &mut mslots, &c, call_time(*i), r);
             let applied = match m {
                 Ok(a) => a,
@@ -361,6 +410,24 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, calls: Mix) 
                 t.prune();
             }
             done += 1;
+            if let (Some(b), Some(before)) = (buffered.as_mut(), slots_before) {
+                let sync = crate::prefix::is_sync_point(&c, &before, r);
+                if sync != *synced {
+                    fail = Some(format!(
+                        "round {round}: call {i} `{c}` returned {r:?}: the child says it {} a sync point, the parent {}",
+                        if *synced { "is" } else { "is not" },
+                        if sync { "does" } else { "does not" }
+                    ));
+                    break;
+                }
+                b.since.push(*r);
+                if sync {
+                    rep.syncs_reported += 1;
+                    b.synced_at = done;
+                    b.state = (model.snapshot(), mslots.clone());
+                    b.since.clear();
+                }
+            }
         }
         if let Some(f) = fail {
             rep.failures.push(f);
@@ -436,6 +503,41 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, calls: Mix) 
                 }
             }
             if done >= PROC_CALLS {
+                break;
+            }
+            continue;
+        }
+        if let Some(b) = buffered.as_mut() {
+            match continue_buffered(Prefixes { seed, done, model: &model, mslots: &mut mslots, clock: &clock }, b, &got)
+            {
+                Ok(p) => {
+                    if p == done + 1 {
+                        rep.matched_next += 1;
+                    } else if p < done {
+                        rep.lost_rounds += 1;
+                        rep.lost_calls += done - p;
+                    }
+                    done = p;
+                    b.synced_at = p;
+                    b.state = (model.snapshot(), mslots.clone());
+                    b.since.clear();
+                }
+                Err(m) => {
+                    rep.failures.push(format!(
+                        "round {round} (seed {seed:#x}, buffered): killed after {done} reported calls: {m}\n{}",
+                        saved()
+                    ));
+                    break;
+                }
+            }
+            // Nothing leaked (the usability pass, on a copy).
+            let r = crate::verify::mount(Pmem::from_image(&image), 1)
+                .and_then(|fs| crate::verify::usability(fs, &got, empty_figures(PROC_GEOMETRY)));
+            if let Err(m) = r {
+                rep.failures.push(format!(
+                    "round {round} (seed {seed:#x}, buffered): killed after {done} reported calls: usability pass: {m}\n{}",
+                    saved()
+                ));
                 break;
             }
             continue;
@@ -605,6 +707,81 @@ fn continue_modes(m: Modes<'_>, crashed: &[u8], got: &Tree) -> Result<Continued,
     tracker.restart(model, mslots);
     tracker.prune();
     Ok(Continued { matched_next, restored })
+}
+
+/// A buffered run's last reported sync point: every call before
+/// `synced_at` is durable; the model's state and descriptors there, and
+/// the results the child reported for the calls since.
+struct Synced {
+    synced_at: usize,
+    state: (ferrite_model::ModelState, Slots),
+    since: Vec<CallResult>,
+}
+
+/// What the parent needs to continue after a kill on a buffered mount.
+struct Prefixes<'a> {
+    seed: u64,
+    done: usize,
+    model: &'a ModelFs,
+    mslots: &'a mut Slots,
+    clock: &'a Arc<ManualClock>,
+}
+
+/// After a kill on a buffered mount: the recovered tree `got` must be the
+/// model's after p calls for some p from `synced_at` (every call up to the
+/// last sync point the child reported) to `done` + 1 (the call in flight
+/// may have completed). The states are rebuilt from the model at the sync
+/// point with the results the child reported. The model continues from the
+/// longest such prefix (every descriptor closed); returns p.
+fn continue_buffered(m: Prefixes<'_>, b: &Synced, got: &Tree) -> Result<usize, String> {
+    let Prefixes { seed, done, model, mslots, clock } = m;
+    if b.synced_at + b.since.len() != done {
+        return Err(format!(
+            "the harness lost track: last sync point at {}, {} calls since, {done} calls done",
+            b.synced_at,
+            b.since.len()
+        ));
+    }
+    model.restore(b.state.0.clone());
+    let mut s = b.state.1.clone();
+    let mut states = vec![(b.synced_at, model.snapshot(), s.clone())];
+    for (j, r) in b.since.iter().enumerate() {
+        let i = b.synced_at + j;
+        let c = proc_call(seed, i, Mix::Buffered);
+        record_model_call(model, clock, &mut s, &c, call_time(i), r)
+            .map_err(|e| format!("replaying call {i} `{c}` on the model: {e} (a harness problem)"))?;
+        states.push((i + 1, model.snapshot(), s.clone()));
+    }
+    // The call in flight, with the descriptors the child had.
+    clock.set(call_time(done));
+    let _ = run_call(model, &mut s, &proc_call(seed, done, Mix::Buffered));
+    states.push((done + 1, model.snapshot(), s));
+    let mut trees = Vec::new();
+    for (p, state, slots) in states.iter().rev() {
+        model.restore(state.clone());
+        let t = model.tree();
+        if t == *got {
+            model.close_all();
+            *mslots = slots.clone();
+            mslots.reopen();
+            return Ok(*p);
+        }
+        trees.push((*p, t));
+    }
+    // Not a prefix: the two ends of the range and the nearest state.
+    let lines = |t: &Tree| diff_trees(t, got).lines().count();
+    let nearest = trees.iter().min_by_key(|(_, t)| lines(t)).expect("a state");
+    let (hi, lo) = (&trees[0], &trees[trees.len() - 1]);
+    let mut msg = format!(
+        "the recovered state is the model's after none of the prefixes from {} calls (the last sync point reported) to {} (call {done} `{}` in flight)\n",
+        b.synced_at,
+        done + 1,
+        proc_call(seed, done, Mix::Buffered)
+    );
+    for (p, t) in [lo, nearest, hi] {
+        msg += &format!("  --- after {p} calls (- expected, + recovered):\n{}", diff_trees(t, got));
+    }
+    Err(msg)
 }
 
 /// Do two trees differ at most in the data of regular files (content, size,

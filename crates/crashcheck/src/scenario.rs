@@ -29,7 +29,7 @@
 use crate::exec::{clock_at, format_options, log_room_units, GEOMETRY, T_BUILD};
 use crate::workload::{run_call, Call, Slots, Workload};
 use ferrite::format::{Entry, LOG_PAGE_HEADER_SIZE, PAGE_SIZE};
-use ferrite::{FallocateMode, FileMode, OpenFlags, RenameFlags, Session};
+use ferrite::{FallocateMode, FileMode, OpenFlags, PathFs, RenameFlags, Session};
 use ferrite_pmem::Pmem;
 use std::sync::OnceLock;
 
@@ -395,7 +395,7 @@ impl Prep {
 }
 
 fn sc(name: &'static str, expect: Expect, prepare: Vec<Call>, setup: Vec<Call>, calls: Vec<Call>) -> Scenario {
-    Scenario { name, expect, workload: Workload { id: format!("sc.{name}"), prepare, setup, calls } }
+    Scenario { name, expect, workload: Workload { id: format!("sc.{name}"), prepare, setup, calls, buffered: None } }
 }
 
 fn build() -> Vec<Scenario> {
@@ -573,4 +573,76 @@ pub fn scenarios() -> &'static [Scenario] {
 /// The scenario named `name`.
 pub fn by_name(name: &str) -> Option<Scenario> {
     scenarios().iter().find(|s| s.name == name).cloned()
+}
+
+/// `ops_max` of [`buffered_gc_deferred`]: no back-pressure while its
+/// preparing calls grow the log (a batch made durable inside an extending
+/// call would let GC run early and collect the garbage it needs).
+const GC_DEFERRED_OPS_MAX: u64 = 4096;
+
+/// `bsc.gc_deferred`, a buffered workload (issue 13): log GC of an inode
+/// with operations queued. On a buffered mount GC waits until an inode's
+/// operations are durable, and persists them first once its log has 16
+/// dead pages (`BUFFERED_GC_DEAD_PAGES`); smaller garbage waits. The
+/// preparing calls (computed on a scratch buffered mount, as the scenarios'
+/// are) grow the log of the directory `/gcbd` by chmods to 16 full pages,
+/// all but the tail page dead; recording then queues two operations on
+/// `/q`, and a chmod of `/gcbd` opens its 17th page: 16 dead pages, so the
+/// call persists the queue up to itself (one journal transaction of three
+/// operations) and collects them; a mkdir in `/gcbd` and a sync follow.
+pub fn buffered_gc_deferred() -> Workload {
+    static PREP: OnceLock<Vec<Call>> = OnceLock::new();
+    let prep = PREP.get_or_init(|| {
+        let clock = clock_at(T_BUILD);
+        let fresh = Session::format(Pmem::heap(GEOMETRY.pages * 4096), &format_options(GEOMETRY, &clock))
+            .expect("format a scratch pool");
+        let pmem = fresh.pmem().clone();
+        fresh.unmount().expect("unmount the scratch pool");
+        let opts = crate::exec::workload_mount_options(&clock, Some(GC_DEFERRED_OPS_MAX));
+        let fs = Session::mount(Pmem::from_image(&pmem.image()), &opts).expect("mount the scratch pool buffered");
+        let mut slots = Slots::default();
+        let mut calls = Vec::new();
+        let mut run = |c: Call, calls: &mut Vec<Call>| {
+            let r = run_call(&fs, &mut slots, &c);
+            assert!(r.is_ok(), "bsc.gc_deferred preparation: {c} failed: {r:?}");
+            // The durable tail is what `log_room_units` reads.
+            fs.engine().persist_now().expect("persist the scratch pool");
+            calls.push(c);
+        };
+        run(Call::Mkdir { path: p("/gcbd"), perm: 0o755 }, &mut calls);
+        for i in 0u32.. {
+            let pages = fs.stat(b"/gcbd").expect("stat /gcbd").blocks / 8;
+            let room = log_room_units(&fs, b"/gcbd").expect("/gcbd exists");
+            if pages == 16 && room == 0 {
+                break;
+            }
+            assert!(pages <= 16 && i < 4000, "bsc.gc_deferred preparation: /gcbd's log has {pages} pages");
+            run(chmod("/gcbd", 0o700 | (i % 0o100)), &mut calls);
+        }
+        calls
+    });
+    // Room for the log on the nearly full image (ENOENT elsewhere).
+    let mut prepare = vec![make_room(), Call::Unlink { path: p("/F/f1") }];
+    prepare.extend(prep.iter().cloned());
+    Workload {
+        id: "bsc.gc_deferred".into(),
+        prepare,
+        setup: Vec::new(),
+        calls: vec![
+            open(12, "/q", OpenFlags::RDWR.create()),
+            pw(12, 0, 100, 71),
+            chmod("/gcbd", 0o751),
+            Call::Mkdir { path: p("/gcbd/x"), perm: 0o755 },
+            Call::Sync,
+        ],
+        buffered: Some(GC_DEFERRED_OPS_MAX),
+    }
+}
+
+/// The scenarios on a buffered mount ([`crate::workload::buffered_scenario`])
+/// and [`buffered_gc_deferred`].
+pub fn buffered_scenarios() -> Vec<Workload> {
+    let mut v: Vec<Workload> = scenarios().iter().map(crate::workload::buffered_scenario).collect();
+    v.push(buffered_gc_deferred());
+    v
 }

@@ -753,6 +753,20 @@ pub struct Workload {
     pub prepare: Vec<Call>,
     pub setup: Vec<Call>,
     pub calls: Vec<Call>,
+    /// Run on a buffered mount (issue 13) whose persister is not a thread:
+    /// `Some(ops_max)` mounts with [`buffered_options`]`(ops_max)`, so that
+    /// operations become durable only at sync points, at a clean unmount
+    /// and by back-pressure once more than `ops_max` are pending: batches
+    /// (journal transactions of several operations) land inside the
+    /// recorded calls, deterministically. None: an ordinary mount.
+    pub buffered: Option<u64>,
+}
+
+/// The options of a buffered mount of a recorded workload (see
+/// [`Workload::buffered`]): no persister thread, no lag bound, at most
+/// `ops_max` operations pending.
+pub fn buffered_options(ops_max: u64) -> ferrite::BufferedOptions {
+    ferrite::BufferedOptions { lag_ns_max: u64::MAX, ops_max, persister_thread: false }
 }
 
 /// One entry of the ACE catalogue.
@@ -931,7 +945,7 @@ pub fn sequence(ops: &[&OpDef]) -> Workload {
             calls.push(c);
         }
     }
-    Workload { id, prepare: Vec::new(), setup, calls }
+    Workload { id, prepare: Vec::new(), setup, calls, buffered: None }
 }
 
 // ---------------------------------------------------------------------------
@@ -1293,6 +1307,238 @@ pub fn zc_cross() -> Vec<Workload> {
     out
 }
 
+// ---------------------------------------------------------------------------
+// The buffered catalogue (issue 13).
+
+/// The descriptor slot of `/q`, the buffered workloads' own file (operations
+/// use slots 0..8).
+const BQ: u8 = 12;
+
+/// `ops_max` of `b1` workloads: the calls around the operation under test
+/// queue two operations before it and two after, so that back-pressure
+/// persists a batch (the two on `/q` and the operation's first) inside the
+/// operation, and the closing fsync persists the rest in a batch of
+/// several inodes.
+pub const B1_OPS_MAX: u64 = 3;
+/// `ops_max` of `b2` workloads (pairs: the batches fall elsewhere).
+pub const B2_OPS_MAX: u64 = 4;
+
+/// The calls of a buffered workload before its operations: `/q` created
+/// and written (two operations pending when the operation starts).
+fn buffered_before() -> Vec<Call> {
+    vec![open(BQ, "/q", OpenFlags::RDWR.create()), Call::Pwrite { slot: BQ, off: 0, len: 100, tag: 71 }]
+}
+
+/// The calls of a buffered workload after its operations: two more
+/// operations (a chmod of `/q`, `/r` created), then an fsync of `/q`, which
+/// must make every operation before it durable, whatever file it changed.
+fn buffered_after() -> Vec<Call> {
+    vec![
+        Call::Chmod { path: p("/q"), perm: 0o600 },
+        open(BQ + 1, "/r", OpenFlags::WRONLY.create()),
+        Call::Fsync { slot: BQ },
+    ]
+}
+
+/// Operations only the buffered catalogue has (`buf_*`), over the file set
+/// of [`catalogue`]: pages and inodes released by pending operations (freed
+/// only once their batch is durable) and allocated again, chains of
+/// namespace changes, sync points of every kind (fsync of another file,
+/// fdatasync, sync twice, O_SYNC and O_DSYNC writes, a clean unmount), the
+/// fsync-atomic mode set on a file of a buffered mount (stored, not
+/// applied), many small writes to one file (one inode's operations in one
+/// batch), and an unlinked open file written and closed.
+pub fn buffered_extras() -> Vec<OpDef> {
+    use RenameFlags::*;
+    let rdwr = OpenFlags::RDWR;
+    let pw = |slot: u8, off: u64, len: u32, tag: u32| Call::Pwrite { slot, off, len, tag };
+    let ren = |from: &str, to: &str| Call::Rename { from: p(from), to: p(to), flags: Replace };
+    let close = |slot: u8| Call::Close { slot };
+    vec![
+        // Page 0 of /foo overwritten twice (each copy on write releases the
+        // page before), then three pages allocated for another file.
+        op(
+            "buf_overwrite_reuse",
+            vec![open(0, "/foo", rdwr), open(1, "/A/C/foo", rdwr)],
+            vec![pw(0, 0, 4096, 81), pw(0, 0, 4096, 82), pw(1, 0, 12288, 83)],
+        ),
+        // A file written, closed and unlinked (its pages, log and inode
+        // released), then a new file written.
+        op(
+            "buf_unlink_written_then_reuse",
+            vec![open(0, "/bar", rdwr)],
+            vec![
+                pw(0, 0, 8192, 84),
+                close(0),
+                Call::Unlink { path: p("/bar") },
+                open(1, "/B/new", rdwr.create()),
+                pw(1, 0, 8192, 85),
+            ],
+        ),
+        // An inode created and freed, then another created.
+        op(
+            "buf_create_unlink_create",
+            vec![],
+            vec![
+                open(0, "/A/C/t", rdwr.create()),
+                pw(0, 0, 5000, 86),
+                close(0),
+                Call::Unlink { path: p("/A/C/t") },
+                open(1, "/A/C/u", rdwr.create()),
+                close(1),
+            ],
+        ),
+        op(
+            "buf_write_truncate",
+            vec![open(0, "/A/foo", rdwr)],
+            vec![pw(0, 8192, 8192, 87), Call::Ftruncate { slot: 0, size: 4096 }, pw(0, 100, 50, 88)],
+        ),
+        op(
+            "buf_rename_chain",
+            vec![],
+            vec![ren("/foo", "/baz"), ren("/baz", "/A/baz"), ren("/A/baz", "/B/foo"), ren("/bar", "/B/foo")],
+        ),
+        // Namespace changes in other directories, then fsync of a file none
+        // of them touched.
+        op(
+            "buf_fsync_other_file",
+            vec![open(0, "/A/C/foo", rdwr)],
+            vec![
+                Call::Mkdir { path: p("/B/D"), perm: 0o755 },
+                ren("/bar", "/B/D/bar"),
+                Call::Link { from: p("/A/foo"), to: p("/B/D/l") },
+                Call::Fsync { slot: 0 },
+            ],
+        ),
+        op(
+            "buf_osync_write",
+            vec![open(0, "/bar", rdwr.sync())],
+            vec![Call::Chmod { path: p("/A/foo"), perm: 0o640 }, pw(0, 0, 100, 89), pw(0, 4096, 4096, 90)],
+        ),
+        op(
+            "buf_odsync_write_page",
+            vec![open(0, "/A/foo", OpenFlags { dsync: true, ..rdwr })],
+            vec![Call::Unlink { path: p("/foo") }, pw(0, 4096, 4096, 91)],
+        ),
+        op(
+            "buf_fdatasync",
+            vec![open(0, "/foo", rdwr)],
+            vec![pw(0, 0, 200, 92), Call::Truncate { path: p("/A/bar"), size: 5000 }, Call::Fdatasync { slot: 0 }],
+        ),
+        op(
+            "buf_sync_twice",
+            vec![open(0, "/foo", rdwr)],
+            vec![pw(0, 6000, 3000, 93), Call::Sync, Call::Sync, Call::Unlink { path: p("/A/C/bar") }],
+        ),
+        // The fsync-atomic mode on a buffered mount: stored (a new ctime),
+        // not applied (the writes are ordinary buffered operations).
+        op(
+            "buf_mode_ignored",
+            vec![open(0, "/foo", rdwr)],
+            vec![
+                Call::SetMode { slot: 0, mode: FileMode::FsyncAtomic },
+                pw(0, 1000, 100, 94),
+                pw(0, 4096, 4096, 95),
+                Call::SetDefaultMode { mode: FileMode::FsyncAtomic },
+                open(1, "/A/C/new", rdwr.create()),
+                pw(1, 0, 100, 96),
+            ],
+        ),
+        op(
+            "buf_mkdir_populate_rmdir",
+            vec![],
+            vec![
+                Call::Mkdir { path: p("/B/D"), perm: 0o755 },
+                open(0, "/B/D/f", rdwr.create()),
+                pw(0, 0, 4096, 97),
+                close(0),
+                Call::Unlink { path: p("/B/D/f") },
+                Call::Rmdir { path: p("/B/D") },
+            ],
+        ),
+        // One inode's small writes (inline entries), several per batch.
+        op(
+            "buf_small_writes",
+            vec![open(0, "/foo", rdwr)],
+            (0..8u32).map(|k| pw(0, 37 + 611 * k as u64, 30 + 20 * k, 100 + k)).collect(),
+        ),
+        // A clean unmount drains the queue; the mount after it is buffered
+        // again.
+        op(
+            "buf_remount",
+            vec![open(0, "/foo", rdwr)],
+            vec![
+                pw(0, 0, 4096, 108),
+                ren("/bar", "/B/bar2"),
+                Call::Remount,
+                open(1, "/A/C/foo", rdwr),
+                pw(1, 0, 100, 109),
+                Call::Unlink { path: p("/B/bar2") },
+            ],
+        ),
+        // An unlinked open file written, then closed (the last close frees
+        // its inode and pages).
+        op(
+            "buf_unlink_open_written",
+            vec![open(0, "/A/bar", rdwr)],
+            vec![Call::Unlink { path: p("/A/bar") }, pw(0, 0, 8192, 110), close(0)],
+        ),
+    ]
+}
+
+/// Every operation of the buffered catalogue: the main [`catalogue`] and
+/// [`buffered_extras`].
+pub fn buffered_catalogue() -> Vec<OpDef> {
+    let mut v = catalogue();
+    v.extend(buffered_extras());
+    v
+}
+
+/// Operations of the buffered catalogue as one workload on a buffered
+/// mount (`b1.NAME`, `b2.A+B`): [`buffered_before`], the operations (as
+/// [`sequence`]), [`buffered_after`]; `ops_max` [`B1_OPS_MAX`] for one
+/// operation, [`B2_OPS_MAX`] for more.
+pub fn buffered_sequence(ops: &[&OpDef]) -> Workload {
+    let w = sequence(ops);
+    let mut calls = buffered_before();
+    calls.extend(w.calls);
+    calls.extend(buffered_after());
+    let ops_max = if ops.len() == 1 { B1_OPS_MAX } else { B2_OPS_MAX };
+    Workload { id: format!("b{}", &w.id[1..]), calls, buffered: Some(ops_max), ..w }
+}
+
+/// Every buffered operation alone.
+pub fn buffered_seq1() -> Vec<Workload> {
+    let cat = buffered_catalogue();
+    cat.iter().map(|o| buffered_sequence(&[o])).collect()
+}
+
+/// Every ordered pair of the buffered extras, and every extra before and
+/// after every operation of the main catalogue (a longer run).
+pub fn buffered_seq2() -> Vec<Workload> {
+    let extras = buffered_extras();
+    let mut out = ordered_pairs(&extras, buffered_sequence);
+    for e in &extras {
+        for c in &catalogue() {
+            out.push(buffered_sequence(&[c, e]));
+            out.push(buffered_sequence(&[e, c]));
+        }
+    }
+    out
+}
+
+/// A scenario ([`crate::scenario`]) on a buffered mount (`bsc.NAME`): its
+/// preparing calls made durable before recording, then its calls buffered
+/// (log GC waits for an inode's pending operations) with `ops_max`
+/// [`B2_OPS_MAX`], and a closing `sync`.
+pub fn buffered_scenario(s: &crate::scenario::Scenario) -> Workload {
+    let mut w = s.workload.clone();
+    w.id = format!("bsc.{}", s.name);
+    w.calls.push(Call::Sync);
+    w.buffered = Some(B2_OPS_MAX);
+    w
+}
+
 /// Every operation alone.
 pub fn seq1() -> Vec<Workload> {
     let cat = catalogue();
@@ -1326,6 +1572,20 @@ pub fn workload_by_id(id: &str) -> Result<Workload, String> {
         let len: usize = len.parse().map_err(|_| format!("bad length in {id:?}"))?;
         return Ok(random_workload(seed, len));
     }
+    if let Some(rest) = id.strip_prefix("rndb.") {
+        let (seed, len) = rest.split_once('.').ok_or_else(|| format!("bad random workload id {id:?}"))?;
+        let seed = parse_u64(seed).ok_or_else(|| format!("bad seed in {id:?}"))?;
+        let len: usize = len.parse().map_err(|_| format!("bad length in {id:?}"))?;
+        return Ok(random_workload_buffered(seed, len));
+    }
+    if id == "bsc.gc_deferred" {
+        return Ok(crate::scenario::buffered_gc_deferred());
+    }
+    if let Some(name) = id.strip_prefix("bsc.") {
+        return crate::scenario::by_name(name)
+            .map(|s| buffered_scenario(&s))
+            .ok_or_else(|| format!("no scenario {name:?} (crate::scenario::scenarios)"));
+    }
     if let Some(name) = id.strip_prefix("sc.") {
         return crate::scenario::by_name(name)
             .map(|s| s.workload)
@@ -1346,8 +1606,11 @@ pub fn workload_by_id(id: &str) -> Result<Workload, String> {
     let (kind, names) = id.split_once('.').ok_or_else(|| format!("bad workload id {id:?}"))?;
     let atomic = kind.starts_with('a');
     let zc = kind.starts_with('z');
+    let buffered = kind.starts_with('b');
     let cat = if atomic {
         atomic_catalogue()
+    } else if buffered {
+        buffered_catalogue()
     } else if zc {
         // Zero-copy pairs may mix in operations of the main catalogue
         // ([`zc_cross`]); the names differ.
@@ -1361,6 +1624,8 @@ pub fn workload_by_id(id: &str) -> Result<Workload, String> {
     }
     let w = if atomic {
         atomic_sequence(&ops)
+    } else if buffered {
+        buffered_sequence(&ops)
     } else if zc {
         zc_sequence(&ops)
     } else {
@@ -1515,7 +1780,7 @@ pub fn random_workload(seed: u64, len: usize) -> Workload {
         }
         calls.push(c);
     }
-    Workload { id: format!("rnd.{seed:#x}.{len}"), prepare: Vec::new(), setup, calls }
+    Workload { id: format!("rnd.{seed:#x}.{len}"), prepare: Vec::new(), setup, calls, buffered: None }
 }
 
 fn open_call(slot: u8, path: &str, flags: OpenFlags) -> Call {
@@ -1599,7 +1864,7 @@ fn random_workload_of(
         }
         calls.push(c);
     }
-    Workload { id: String::new(), prepare: Vec::new(), setup: w.setup, calls }
+    Workload { id: String::new(), prepare: Vec::new(), setup: w.setup, calls, buffered: None }
 }
 
 /// One random call of a workload with peek and patch: the calls of
@@ -1658,6 +1923,58 @@ pub fn random_call_zc(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
 pub fn random_workload_zc(seed: u64, len: usize) -> Workload {
     let mut w = random_workload_of(seed ^ 0x00AD_0002, seed, len, random_call_zc);
     w.id = format!("rndz.{seed:#x}.{len}");
+    w
+}
+
+/// One random call of a workload on a buffered mount: the calls of
+/// [`random_call`], plus sync points of every kind (sync, fsync, fdatasync,
+/// descriptors opened O_SYNC or O_DSYNC), mode changes (stored, not
+/// applied on a buffered mount) and small writes.
+pub fn random_call_buffered(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
+    let used: Vec<u8> = (0..SLOTS as u8).filter(|&s| open[s as usize]).collect();
+    let slot = |rng: &mut ChaCha8Rng| -> u8 {
+        if !used.is_empty() && rng.gen_bool(0.9) {
+            used[rng.gen_range(0..used.len())]
+        } else {
+            rng.gen_range(0..8)
+        }
+    };
+    match rng.gen_range(0..100) {
+        0..=2 => Call::Sync,
+        3..=4 => Call::Fsync { slot: slot(rng) },
+        5 => Call::Fdatasync { slot: slot(rng) },
+        6..=7 => {
+            let free: Vec<u8> = (0..8u8).filter(|&s| !open[s as usize]).collect();
+            let s = if free.is_empty() { rng.gen_range(0..8) } else { free[rng.gen_range(0..free.len())] };
+            let mut f = OpenFlags::RDWR;
+            if rng.gen_bool(0.5) {
+                f.sync = true;
+            }
+            f.dsync = true;
+            f.create = rng.gen_bool(0.3);
+            Call::Open { slot: s, path: rpath(rng), flags: f, perm: 0o644 }
+        }
+        8 => Call::SetMode {
+            slot: slot(rng),
+            mode: if rng.gen_bool(0.6) { FileMode::FsyncAtomic } else { FileMode::Strict },
+        },
+        9..=16 => Call::Pwrite {
+            slot: slot(rng),
+            off: rng.gen_range(0..3) * 4096 + rng.gen_range(0..4000),
+            len: rng.gen_range(1..300),
+            tag: rng.gen::<u32>() & 0xFFFF,
+        },
+        _ => random_call(rng, open),
+    }
+}
+
+/// A seeded random workload of `len` calls on a buffered mount
+/// (`rndb.SEED.LEN`): [`random_call_buffered`] with the descriptors of
+/// [`random_workload`], `ops_max` 3 to 8 (from the seed).
+pub fn random_workload_buffered(seed: u64, len: usize) -> Workload {
+    let mut w = random_workload_of(seed ^ 0x00AD_0003, seed, len, random_call_buffered);
+    w.id = format!("rndb.{seed:#x}.{len}");
+    w.buffered = Some(3 + mix(seed ^ 0xB0F) % 6);
     w
 }
 

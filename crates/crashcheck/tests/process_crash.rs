@@ -14,8 +14,15 @@
 //! free pages and inodes of a fresh pool), and some kills must have found
 //! the child holding views or buffers.
 //!
+//! A fourth runs a buffered mount (issue 13) with its persister thread:
+//! the child marks each sync point (fsync, fdatasync, sync, O_SYNC write)
+//! that returned; after every kill the pool must hold the model's state
+//! after a prefix of the calls in return order that contains every call up
+//! to the last reported sync point, fsck clean and nothing leaked.
+//!
 //! `CRASHCHECK_KILLS` sets the number of kills of each test (defaults 300
-//! strict, 200 with the modes mixed, 150 with peek and patch),
+//! strict, 200 with the modes mixed, 150 with peek and patch, 200
+//! buffered),
 //! `CRASHCHECK_PROC_SEED` the workload seed.
 
 use ferrite_crashcheck::proc_crash::{run, Mix};
@@ -37,6 +44,11 @@ fn sigkill_with_live_views_and_buffers_recovers_and_leaks_nothing() {
     kill_test(150, Mix::ZeroCopy);
 }
 
+#[test]
+fn sigkill_on_a_buffered_mount_recovers_a_prefix_with_every_synced_call() {
+    kill_test(200, Mix::Buffered);
+}
+
 fn kill_test(default_kills: usize, calls: Mix) {
     let kills: usize = std::env::var("CRASHCHECK_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(default_kills);
     let seed = std::env::var("CRASHCHECK_PROC_SEED")
@@ -52,6 +64,10 @@ fn kill_test(default_kills: usize, calls: Mix) {
             " (peek and patch: {} kills with views or buffers live, {} views and {} buffers in all)",
             rep.kills_with_live, rep.live_views, rep.live_buffers
         ),
+        Mix::Buffered => format!(
+            " (buffered: {} sync points reported, {} recoveries lost {} calls returned after the last one)",
+            rep.syncs_reported, rep.lost_rounds, rep.lost_calls
+        ),
     };
     ferrite_crashcheck::harness::say(&format!(
         "process crash{what}: {} kills ({} after the child had completed calls), {} calls completed, {} recoveries showed the unreported call in flight as done, {} lost pending changes put back, {:.1?} (replay: CRASHCHECK_PROC_SEED={seed:#x} CRASHCHECK_KILLS={kills})",
@@ -63,6 +79,9 @@ fn kill_test(default_kills: usize, calls: Mix) {
     // fast it starts on a loaded machine; the test only needs some (the
     // figure is printed above), never a share tied to timing.
     assert!(rep.kills_mid_workload > 0, "no kill landed mid-workload ({} kills)", rep.kills);
+    if calls == Mix::Buffered {
+        assert!(rep.syncs_reported > 0, "the child reported no sync point ({} kills)", rep.kills);
+    }
     if calls == Mix::ZeroCopy {
         assert!(rep.kills_with_live > 0, "no kill found the child holding a view or a buffer ({} kills)", rep.kills);
     }

@@ -476,3 +476,25 @@ fn superblock_update_never_leaves_both_copies_torn() {
     }
     assert!(pairs > 10);
 }
+
+/// Found by the buffered harness (issue 13), a strict-mode bug as well:
+/// every mount started its journal sequence numbers at the same value, and
+/// a transaction closes by clearing only its header word, leaving its CRC
+/// and records in the journal page. The first transaction after a remount
+/// with the record count of the last one before it wrote the very same
+/// header word; a crash that persisted only that word of its header store
+/// left a header whose (old) CRC matched the (old) records, and recovery
+/// rolled back stale values: everything since the old transaction lost
+/// (here the create before the remount). Token:
+/// cc1:0xc0ffee:empty:s3.create+remount+link:e44:T:42:p1:n (and
+/// cc1:0xc0ffee:empty:b2.buf_remount+buf_overwrite_reuse:e103:T:101:p1:n
+/// on a buffered mount). Fixed by starting each mount's sequence numbers
+/// from the superblock's mount count (`Journals::start_mount`).
+#[test]
+fn journal_sequence_reused_after_remount() {
+    must_pass(
+        "journal_sequence_reused_after_remount",
+        &["s3.create+remount+link", "s3.create+remount+create", "b2.buf_remount+buf_overwrite_reuse"],
+        &[StartKind::Empty],
+    );
+}

@@ -1,8 +1,9 @@
 //! Self-tests of the harness: the persistence model, the persistence
 //! checker on hand-made traces (strict and fsync-atomic rules), tokens,
 //! determinism (a token replays only if recording a workload twice gives
-//! the same trace), and the fsync-atomic oracle (it tells a committed
-//! write from a pending one, both ways).
+//! the same trace), the fsync-atomic oracle (it tells a committed
+//! write from a pending one, both ways), and the prefix oracle of buffered
+//! mounts (its ranges, and a sync point that persists nothing fails).
 
 use ferrite::format::Layout;
 use ferrite_crashcheck::crash::{Caps, PointKind, Sim};
@@ -388,4 +389,72 @@ fn atomic_oracle_rename_never_shows_new_names_over_old_data() {
     let bar = first.get_mut(b"/A/bar".as_slice()).expect("/A/bar");
     *bar = ferrite_model::NodeView { link_group: bar.link_group, ..new_bar };
     assert!(inside.contains(&key(&first)), "the data may commit before the rename");
+}
+
+/// The prefix oracle's ranges: inside call i, from the calls synced before
+/// it to i + 1; once a sync point returned, nothing before it may be lost.
+#[test]
+fn prefix_oracle_ranges() {
+    use ferrite_crashcheck::prefix::{is_sync_point, Prefix};
+    use ferrite_crashcheck::workload::{Call, Slots};
+    let mut p = Prefix::default();
+    for sync in [false, false, true, false] {
+        p.push(sync);
+    }
+    assert_eq!(p.range(0, false), (0, 1));
+    assert_eq!(p.range(1, true), (0, 2));
+    assert_eq!(p.range(2, false), (0, 3), "inside the sync point: anything from the last one");
+    assert_eq!(p.range(2, true), (3, 3), "once it returned: everything up to it");
+    assert_eq!(p.range(3, false), (3, 4));
+    assert_eq!(p.range(3, true), (3, 4));
+    let mut slots = Slots::default();
+    assert!(is_sync_point(&Call::Sync, &slots, &Ok(0)));
+    assert!(!is_sync_point(&Call::Fsync { slot: 0 }, &slots, &Err(ferrite::Errno::EBADF)));
+    let w = Call::Pwrite { slot: 3, off: 0, len: 10, tag: 1 };
+    assert!(!is_sync_point(&w, &slots, &Ok(10)));
+    slots.sync[3] = true;
+    assert!(is_sync_point(&w, &slots, &Ok(10)), "a write through an O_SYNC descriptor is a sync point");
+    let modes = p.modes();
+    assert!(modes[2].commits_all && modes[2].extends.is_none());
+    assert_eq!(modes[0].extends, Some(ferrite_crashcheck::oracle::QUEUE));
+}
+
+/// The prefix oracle is not vacuous: a buffered workload passes, and the
+/// same trace with its closing fsync emptied (the fsync persists nothing:
+/// no journal transaction, no tail store) fails, with a crash image after
+/// the fsync returned that lost synced operations.
+#[test]
+fn prefix_oracle_catches_a_sync_that_persists_nothing() {
+    use ferrite_crashcheck::harness::check_recording;
+    let st = start(StartKind::Empty);
+    let w = workload_by_id("b1.rename_file").expect("workload");
+    let rec = record(&st, &w);
+    assert!(rec.divergences.is_empty(), "{:?}", rec.divergences);
+    let p = rec.prefix.clone().expect("a buffered workload has the prefix oracle");
+    let last = rec.spans.len() - 1;
+    assert!(p.sync[last], "the workload ends with an fsync");
+    let mut cfg = ferrite_crashcheck::harness::Config::new(1);
+    cfg.verify.recovery_crash = ferrite_crashcheck::verify::RecoveryCrash::Off;
+    cfg.progress_every = None;
+    let (_, f) = check_recording(StartKind::Empty, &rec, &cfg);
+    assert!(f.is_empty(), "{}", f.iter().map(|f| f.to_string()).collect::<String>());
+    let (b, e) = rec.spans[last];
+    assert!(
+        rec.events[b..e].iter().any(|ev| !matches!(ev, Event::Mark { .. })),
+        "the closing fsync persisted something (operations were pending)"
+    );
+    let broken: Vec<Event> = rec
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(k, ev)| !(*k > b && *k < e) || matches!(ev, Event::Mark { .. }))
+        .map(|(_, ev)| ev.clone())
+        .collect();
+    cfg.max_failures_per_workload = 20;
+    let (_, f) = check_recording(StartKind::Empty, &rec.with_events(broken), &cfg);
+    assert!(
+        f.iter().any(|f| f.token.contains(":e") && f.message.contains("none of the states allowed")),
+        "an fsync that persists nothing must fail: {}",
+        f.iter().map(|f| f.to_string()).collect::<String>()
+    );
 }

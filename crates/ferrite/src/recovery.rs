@@ -37,6 +37,7 @@ pub(crate) fn mount_existing(mut fs: Ferrite, threads: usize) -> Result<Ferrite,
         sb.mount_count = sb.mount_count.wrapping_add(1);
         sb.features |= format::FEATURES_KNOWN;
     });
+    fs.journals.start_mount(fs.superblock().mount_count);
     fs.report.recovery_ns = started.elapsed().as_nanos() as u64;
     Ok(fs)
 }

@@ -6,7 +6,8 @@
 //!                                          every start image, sampled seq-3, random workloads,
 //!                                          full caps
 //! ferrite-crashcheck run [OPTIONS]         a run of your choice
-//! ferrite-crashcheck child POOL SEED FROM  (internal) the process-crash test's child
+//! ferrite-crashcheck child POOL SEED FROM PROGRESS [modes|zc|buffered]
+//!                                          (internal) the process-crash test's child
 //! ferrite-crashcheck fuzz-input image|ops FILE...   run fuzz inputs (e.g. crashes cargo-fuzz saved)
 //!
 //! OPTIONS (run / exhaustive):
@@ -17,6 +18,11 @@
 //!   --zseq1 --zseq2          the zero-copy catalogue (peek and patch: every op alone / every pair)
 //!   --zcross                 every zero-copy op before and after every op of the main catalogue
 //!   --zrandom N              N random workloads with peek and patch (of --len calls)
+//!   --bseq1 --bseq2          the buffered catalogue on buffered mounts (every op alone / every
+//!                            pair of the buffered extras, and each extra before and after
+//!                            every op of the main catalogue)
+//!   --bscenarios             the scenarios on buffered mounts
+//!   --brandom N              N random workloads on buffered mounts, sync points mixed in
 //!   --scenarios              the scenarios (GC of files and directories, src/scenario.rs)
 //!   --random N --len L       N random workloads of L calls
 //!   --start LIST             start images: empty,aged,full (default: all)
@@ -35,8 +41,9 @@ use ferrite_crashcheck::crash::Caps;
 use ferrite_crashcheck::harness::{run_all, Config};
 use ferrite_crashcheck::verify::{RecoveryCrash, VerifyOpts};
 use ferrite_crashcheck::workload::{
-    atomic_seq1, atomic_seq2, parse_u64, random_workload, random_workload_modes, random_workload_zc, seq1, seq2,
-    seq3_sampled, zc_cross, zc_seq1, zc_seq2, StartKind, Workload,
+    atomic_seq1, atomic_seq2, buffered_seq1, buffered_seq2, parse_u64, random_workload, random_workload_buffered,
+    random_workload_modes, random_workload_zc, seq1, seq2, seq3_sampled, zc_cross, zc_seq1, zc_seq2, StartKind,
+    Workload,
 };
 use std::time::Duration;
 
@@ -57,6 +64,10 @@ struct Opts {
     zseq2: bool,
     zcross: bool,
     zrandom: usize,
+    bseq1: bool,
+    bseq2: bool,
+    bscenarios: bool,
+    brandom: usize,
     seq3: usize,
     scenarios: bool,
     random: usize,
@@ -79,6 +90,10 @@ fn parse(args: &[String], exhaustive: bool) -> Opts {
         zseq2: exhaustive,
         zcross: exhaustive,
         zrandom: if exhaustive { 200 } else { 0 },
+        bseq1: exhaustive,
+        bseq2: exhaustive,
+        bscenarios: exhaustive,
+        brandom: if exhaustive { 400 } else { 0 },
         seq3: if exhaustive { 2000 } else { 0 },
         scenarios: exhaustive,
         random: if exhaustive { 400 } else { 0 },
@@ -113,6 +128,10 @@ fn parse(args: &[String], exhaustive: bool) -> Opts {
             "--zseq2" => o.zseq2 = true,
             "--zcross" => o.zcross = true,
             "--zrandom" => o.zrandom = num(&mut i) as usize,
+            "--bseq1" => o.bseq1 = true,
+            "--bseq2" => o.bseq2 = true,
+            "--bscenarios" => o.bscenarios = true,
+            "--brandom" => o.brandom = num(&mut i) as usize,
             "--scenarios" => o.scenarios = true,
             "--seq3" => o.seq3 = num(&mut i) as usize,
             "--random" => o.random = num(&mut i) as usize,
@@ -164,6 +183,15 @@ fn run(o: Opts) -> i32 {
     if o.zcross {
         workloads.extend(zc_cross());
     }
+    if o.bseq1 {
+        workloads.extend(buffered_seq1());
+    }
+    if o.bseq2 {
+        workloads.extend(buffered_seq2());
+    }
+    if o.bscenarios {
+        workloads.extend(ferrite_crashcheck::scenario::buffered_scenarios());
+    }
     if o.seq3 > 0 {
         workloads.extend(seq3_sampled(o.cfg.seed, o.seq3));
     }
@@ -175,6 +203,9 @@ fn run(o: Opts) -> i32 {
     }
     for n in 0..o.arandom {
         workloads.push(random_workload_modes(ferrite_crashcheck::hash::mix(o.cfg.seed ^ 0xA70 ^ n as u64), o.len));
+    }
+    for n in 0..o.brandom {
+        workloads.push(random_workload_buffered(ferrite_crashcheck::hash::mix(o.cfg.seed ^ 0xB0F ^ n as u64), o.len));
     }
     for n in 0..o.zrandom {
         workloads.push(random_workload_zc(ferrite_crashcheck::hash::mix(o.cfg.seed ^ 0x2C0 ^ n as u64), o.len));
