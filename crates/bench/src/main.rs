@@ -7,10 +7,12 @@
 //! `Target` trait), `tree` (real programs copying a real tree into the
 //! kernel-visible targets, with FUSE requests counted by kind), `zerocopy`
 //! (issue 12: peek and patch against pread and pwrite, and a file server's
-//! send path), `report` (tables, CSV, JSON, summary against the goals)
-//! and `plot` (SVG). See docs/BENCHMARKS.md for how to run it and what the
+//! send path), `buffered` (issue 13: each operation kind in bursts and
+//! sustained, with the buffered persister's figures), `report` (tables,
+//! CSV, JSON, summary against the goals) and `plot` (SVG). See docs/BENCHMARKS.md for how to run it and what the
 //! figures mean.
 
+mod buffered;
 mod ext4;
 mod filebench;
 mod fuse;
@@ -41,8 +43,9 @@ use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, Remount, Wo
     about = "Benchmark Ferrite against tmpfs, ext4 and the hardware limit, side by side",
     after_help = "Workload groups: fio, sizes, fsync, atomic, mix, threads, meta, filebench, remount (or `all`);\n\
                   tree (cp -a, tar x, rm -rf of FERRITE_BENCH_TREE, default /usr/share; not in `all`);\n\
-                  zerocopy (issue 12: peek/patch against pread/pwrite by size, random 4 KiB peeks, serving files to a socket; not in `all`).\n\
-                  Targets: ferrite, ferrite-atomic, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-dev, fuse-direct, preload."
+                  zerocopy (issue 12: peek/patch against pread/pwrite by size, random 4 KiB peeks, serving files to a socket; not in `all`);\n\
+                  buffered (issue 13: dirops, random 4 KiB writes and appends, in bursts and sustained, with the persister's lag; not in `all`).\n\
+                  Targets: ferrite, ferrite-atomic, ferrite-buffered, tmpfs, ext4, ext4-journal, hw-limit, fuse, fuse-dev, fuse-direct, preload."
 )]
 struct Args {
     /// Short run (CI smoke test): scaled-down counts, 2 rounds, under 2 minutes.
@@ -149,8 +152,9 @@ impl Scale {
 /// The groups left out of `all`: the tree workloads copy a whole real tree
 /// (680 MB for /usr/share) a few times per round and target; the zero-copy
 /// workloads (issue 12) move 512 MiB per method, round and target, and
-/// have their own goals.
-const NOT_IN_ALL: [&str; 2] = ["tree", zerocopy::GROUP];
+/// have their own goals; the buffered workloads (issue 13) time bursts and
+/// sustained runs of the operations `all` already has, for buffered mounts.
+const NOT_IN_ALL: [&str; 3] = ["tree", zerocopy::GROUP, buffered::GROUP];
 
 fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> {
     let fio = |name: &str,
@@ -224,6 +228,8 @@ fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> 
     }
     // Issue 12: zero-copy peek and patch (selected by name or `zerocopy`).
     v.extend(zerocopy::workloads(quick));
+    // Issue 13: bursts and sustained runs (selected by name or `buffered`).
+    v.extend(buffered::workloads(quick));
     v
 }
 
@@ -284,6 +290,9 @@ fn run(args: &Args) -> io::Result<()> {
         let t: Box<dyn Target> = match name.as_str() {
             "ferrite" => Box::new(FerriteLib::new(&args.dir, pool_len, ferrite::FileMode::Strict)?),
             "ferrite-atomic" => Box::new(FerriteLib::new(&args.dir, pool_len, ferrite::FileMode::FsyncAtomic)?),
+            "ferrite-buffered" => {
+                Box::new(FerriteLib::buffered(&args.dir, pool_len, ferrite::BufferedOptions::default())?)
+            }
             "tmpfs" => Box::new(PosixDir::new("tmpfs", &args.dir)?),
             "ext4" | "ext4-journal" => {
                 if let Some(why) = ext4::unavailable() {
@@ -378,6 +387,8 @@ fn run(args: &Args) -> io::Result<()> {
     let fuse_goals = if with_fuse { report::evaluate_fuse(&results, args.quick) } else { Vec::new() };
     let with_zerocopy = results.iter().any(|w| w.group == zerocopy::GROUP);
     let zc_goals = if with_zerocopy { report::evaluate_zerocopy(&results, args.quick) } else { Vec::new() };
+    let with_buffered = target_info.iter().any(|(t, _)| t == "ferrite-buffered");
+    let buffered_goals = if with_buffered { report::evaluate_buffered(&results, args.quick) } else { Vec::new() };
     let mut body = String::new();
     let _ = writeln!(body, "## Results\n");
     let _ = writeln!(
@@ -416,9 +427,14 @@ fn run(args: &Args) -> io::Result<()> {
             body.push_str(&report::summary_markdown(&zc_goals));
         }
     }
+    if with_buffered && ran(&buffered_goals) {
+        let _ = writeln!(body, "\n## Summary against the goals of issue 13 (buffered mode)\n");
+        body.push_str(&report::summary_markdown(&buffered_goals));
+    }
     goals.extend(preload_goals);
     goals.extend(fuse_goals);
     goals.extend(zc_goals);
+    goals.extend(buffered_goals);
     if !errors.is_empty() {
         let _ = writeln!(body, "\n## Errors\n");
         for e in &errors {
@@ -525,9 +541,12 @@ fn run_workload(
     // Seeds: the same choices on every target in a round, others per round.
     let seed_of = |round: u64| seed ^ (wi << 32) ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut failed = vec![false; n];
+    // What a buffered mount's persister did over the warm-up and the
+    // measured rounds (issue 13: the lag is reported with every workload).
+    let persister_before: Vec<_> = targets.iter().map(|t| t.buffered().map(|(_, s)| s)).collect();
     for i in 0..n {
         if let Some(p) = prepared[i].as_mut() {
-            if let Err(e) = p.run(seed_of(u64::MAX)) {
+            if let Err(e) = p.run(seed_of(u64::MAX)).and_then(|_| settle(targets[i].as_ref())) {
                 fail(targets[i].as_ref(), "warm-up", e, &mut notes);
                 failed[i] = true;
             }
@@ -541,7 +560,7 @@ fn run_workload(
                 continue;
             }
             if let Some(p) = prepared[i].as_mut() {
-                match p.run(seed_of(r as u64)) {
+                match p.run(seed_of(r as u64)).and_then(|out| settle(targets[i].as_ref()).map(|()| out)) {
                     Ok(out) => values[i].push(out.values),
                     Err(e) => {
                         fail(targets[i].as_ref(), "measure", e, &mut notes);
@@ -552,6 +571,11 @@ fn run_workload(
         }
         eprintln!("  {}: round {}/{} done", w.name(), r + 1, rounds);
     }
+    for (i, t) in targets.iter().enumerate() {
+        if let (Some(a), Some((opts, b)), Some(_)) = (&persister_before[i], t.buffered(), &prepared[i]) {
+            notes.push(format!("{}: {}", t.name(), persister_note(a, &b, &opts, rounds)));
+        }
+    }
     let mut media = vec![None; n];
     if accounting && w.accounting() != Accounting::None {
         for i in 0..n {
@@ -561,7 +585,9 @@ fn run_workload(
             }
             let Some(p) = prepared[i].as_mut().filter(|_| !failed[i]) else { continue };
             let res = t.accounting_begin().and_then(|()| {
-                let out = p.run(seed_of(u64::MAX - 1));
+                // Settled before counting stops: a buffered mount's
+                // persister stores are part of what its calls cost.
+                let out = p.run(seed_of(u64::MAX - 1)).and_then(|out| settle(t).map(|()| out));
                 let m = t.accounting_end();
                 Ok((out?, m?))
             });
@@ -595,6 +621,41 @@ fn run_workload(
         media,
         notes,
     }
+}
+
+/// After a pass on a buffered mount, untimed: the calls still pending are
+/// made durable now, not by its persister during the next target's timed
+/// round. Nothing for every other target.
+fn settle(t: &dyn Target) -> io::Result<()> {
+    match t.buffered() {
+        Some(_) => t.sync_all(),
+        None => Ok(()),
+    }
+}
+
+/// What a buffered mount's persister did between two snapshots, in words.
+fn persister_note(
+    a: &ferrite::BufferedStats,
+    b: &ferrite::BufferedStats,
+    opts: &ferrite::BufferedOptions,
+    rounds: usize,
+) -> String {
+    let queued = b.ops_queued - a.ops_queued;
+    let persisted = b.ops_persisted - a.ops_persisted;
+    let batches = b.batches - a.batches;
+    let inline = b.batches_inline - a.batches_inline;
+    let waits = b.backpressure_waits - a.backpressure_waits;
+    let per_batch = if batches > 0 { format!("{:.1}", persisted as f64 / batches as f64) } else { "–".into() };
+    format!(
+        "buffered persister over the warm-up and {rounds} rounds: {queued} ops queued, {persisted} made durable \
+         in {batches} batches ({per_batch} ops per batch; {inline} batches run by callers at sync points or \
+         back-pressure), {waits} back-pressure waits, {} pending at the end; longest lag since mount {} \
+         (bound {}, ops_max {})",
+        b.pending_now,
+        target::fmt_ns(b.lag_ns_max_seen),
+        target::fmt_ns(opts.lag_ns_max),
+        opts.ops_max
+    )
 }
 
 fn pin_to_cpu(cpu: usize) -> io::Result<()> {

@@ -15,6 +15,7 @@ fn color(target: &str, k: usize) -> RGBColor {
     match target {
         "ferrite" => RGBColor(214, 69, 40),
         "ferrite-atomic" => RGBColor(240, 150, 40),
+        "ferrite-buffered" => RGBColor(200, 30, 120),
         "tmpfs" => RGBColor(52, 110, 200),
         "ext4" => RGBColor(70, 160, 70),
         "ext4-journal" => RGBColor(25, 95, 40),
@@ -287,6 +288,34 @@ pub fn write_all(dir: &Path, results: &[WorkloadResult], goals: &[GoalResult]) -
         &dir.join("tree.svg"),
         "Real programs on a real tree, each + syncfs (median s, lower is better)",
         "s",
+    )?);
+    add(by_workload(
+        results,
+        &[
+            ("burst-randwrite-4k", "random 4K\nbursts", t),
+            ("sustained-randwrite-4k", "random 4K\nsustained", t),
+            ("burst-append-4k", "append 4K\nbursts", t),
+            ("sustained-append-4k", "append 4K\nsustained", t),
+        ],
+        &dir.join("buffered-writes.svg"),
+        "4 KiB writes in bursts (no sync) and sustained (final sync included), median ops/s",
+        "ops/s",
+    )?);
+    add(by_workload(
+        results,
+        &[
+            ("burst-dirops", "create\nbursts", "create_us"),
+            ("sustained-dirops", "create\nsustained", "create_us"),
+            ("burst-dirops", "unlink\nbursts", "unlink_us"),
+            ("sustained-dirops", "unlink\nsustained", "unlink_us"),
+            ("burst-dirops", "mkdir\nbursts", "mkdir_us"),
+            ("sustained-dirops", "mkdir\nsustained", "mkdir_us"),
+            ("burst-dirops", "rmdir\nbursts", "rmdir_us"),
+            ("sustained-dirops", "rmdir\nsustained", "rmdir_us"),
+        ],
+        &dir.join("buffered-dirops.svg"),
+        "Directory operations in bursts and sustained (median µs per op, lower is better)",
+        "µs",
     )?);
     add(summary(goals, &dir.join("summary.svg"))?);
     Ok(made)

@@ -28,7 +28,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use ferrite::{BufferId, Fd, FileMode, FormatOptions, OpenFlags, PathFs, Session, ViewId};
+use ferrite::{
+    BufferId, BufferedOptions, BufferedStats, Fd, FileMode, FormatOptions, MountOptions, OpenFlags, PathFs, Session,
+    ViewId,
+};
 use ferrite_pmem::{Event, Pmem, PoolOffset};
 
 use crate::scratch::{unique_path, Scratch};
@@ -172,6 +175,31 @@ pub trait Target: Sync {
     /// Whether every call is durable when it returns (for the printout).
     fn durable(&self) -> &'static str {
         "no"
+    }
+    /// Make everything done so far durable, whatever file it touched (the
+    /// end of a phase that must count the persister catching up: issue 13's
+    /// sustained workloads). The default is `syncfs(2)` on the target's
+    /// directory ([`kernel_dir`](Target::kernel_dir)), which the preload
+    /// library answers with `Session::sync_all`; `Unsupported` where there
+    /// is none. The library calls `Session::sync_all`, the hardware limit
+    /// fences.
+    fn sync_all(&self) -> io::Result<()> {
+        let Some(dir) = self.kernel_dir() else {
+            return Err(unsupported("sync_all (no directory to syncfs)"));
+        };
+        let c = CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
+        // SAFETY: NUL-terminated path; the descriptor is closed below.
+        let fd = cvt(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) })?;
+        // SAFETY: the descriptor just opened, closed once.
+        let r = cvt(unsafe { libc::syncfs(fd) });
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
+        r.map(drop)
+    }
+    /// A buffered Ferrite mount's options and what its persister has done
+    /// since mount (issue 13); `None` for every other target.
+    fn buffered(&self) -> Option<(BufferedOptions, BufferedStats)> {
+        None
     }
     /// Start counting what reaches the media (untimed passes only).
     fn accounting_begin(&self) -> io::Result<()> {
@@ -374,11 +402,15 @@ fn add_events(sum: &mut MediaBytes, events: &[Event]) {
 // ---------------------------------------------------------------- Ferrite
 
 /// The Ferrite engine linked into this process, on a pool file in the base
-/// directory: strict mode (every call durable when it returns), or with
-/// every file fsync-atomic (durable, all at once, at fsync).
+/// directory: strict mode (every call durable when it returns), with every
+/// file fsync-atomic (durable, all at once, at fsync), or on a buffered
+/// mount (issue 13: every call durable in the background, in the order
+/// calls returned, within the mount's lag bound; everything at a sync).
 pub struct FerriteLib {
     fs: Option<Session>,
     mode: FileMode,
+    /// The options of a buffered mount (`ferrite-buffered`).
+    buffered: Option<BufferedOptions>,
     pool_len: u64,
     inodes: u64,
     base: PathBuf,
@@ -395,17 +427,32 @@ pub fn inodes_for(pool_len: u64) -> u64 {
 
 impl FerriteLib {
     pub fn new(base: &Path, pool_len: u64, mode: FileMode) -> io::Result<FerriteLib> {
+        FerriteLib::build(base, pool_len, mode, None)
+    }
+
+    /// The library on a buffered mount: the pool formatted, unmounted and
+    /// mounted again with `MountOptions::buffered` (buffering is a property
+    /// of the mount, not of the pool).
+    pub fn buffered(base: &Path, pool_len: u64, opts: BufferedOptions) -> io::Result<FerriteLib> {
+        FerriteLib::build(base, pool_len, FileMode::Strict, Some(opts))
+    }
+
+    fn build(base: &Path, pool_len: u64, mode: FileMode, buffered: Option<BufferedOptions>) -> io::Result<FerriteLib> {
         let pool = Scratch::new(unique_path(base, "ferrite.pool"));
         let pmem = Pmem::create_file(pool.path(), pool_len, 64 * 4096)
             .map_err(|e| io::Error::other(format!("{}: {e}", pool.path().display())))?;
         let inodes = inodes_for(pool_len);
         let opts = FormatOptions { inodes: Some(inodes), ..FormatOptions::default() };
-        let fs = Session::format(pmem, &opts)
+        let mut fs = Session::format(pmem, &opts)
             .map_err(|e| io::Error::other(format!("format {}: {e}", pool.path().display())))?;
+        if let Some(b) = &buffered {
+            fs = remount(fs, pool.path(), b)?;
+        }
         fs.engine().set_default_mode(mode);
         Ok(FerriteLib {
             fs: Some(fs),
             mode,
+            buffered,
             pool_len,
             inodes,
             base: base.to_path_buf(),
@@ -426,18 +473,62 @@ impl FerriteLib {
     }
 }
 
+/// Unmount `fs` cleanly and mount its pool again, buffered with `opts`.
+fn remount(fs: Session, pool: &Path, opts: &BufferedOptions) -> io::Result<Session> {
+    fs.unmount().map_err(|e| io::Error::other(format!("unmount {} after format: {e}", pool.display())))?;
+    let pmem = Pmem::open_file(pool, 64 * 4096).map_err(|e| io::Error::other(format!("{}: {e}", pool.display())))?;
+    let mount = MountOptions { buffered: Some(opts.clone()), ..MountOptions::default() };
+    let fs = Session::mount(pmem, &mount)
+        .map_err(|e| io::Error::other(format!("buffered mount {}: {e}", pool.display())))?;
+    // Format fills the page tables of the pool it creates; a mount does
+    // not. Without this, every first touch of a page would fault on the
+    // buffered target only.
+    fs.pmem().prefault(64 << 20, &mut || true);
+    Ok(fs)
+}
+
+/// "lag ≤ 5 ms or 4096 ops pending, persister thread": a buffered mount's
+/// bounds, for the printout.
+pub fn describe_buffered(b: &BufferedOptions) -> String {
+    format!(
+        "every operation durable at most {} after it returns (lag_ns_max = {}) and at most {} operations \
+         returned but not durable (ops_max, back-pressure beyond), in return order; {}",
+        fmt_ns(b.lag_ns_max),
+        b.lag_ns_max,
+        b.ops_max,
+        if b.persister_thread { "a persister thread" } else { "no persister thread (sync points only)" }
+    )
+}
+
+/// Nanoseconds as "5 ms", "250 µs", "1.5 s", "12.91 ms" (at most two
+/// decimals, trailing zeros dropped).
+pub fn fmt_ns(ns: u64) -> String {
+    let (v, unit) = match ns {
+        n if n >= 1_000_000_000 => (n as f64 / 1e9, "s"),
+        n if n >= 1_000_000 => (n as f64 / 1e6, "ms"),
+        n if n >= 1_000 => (n as f64 / 1e3, "µs"),
+        n => (n as f64, "ns"),
+    };
+    let s = format!("{v:.2}");
+    format!("{} {unit}", s.trim_end_matches('0').trim_end_matches('.'))
+}
+
 impl Target for FerriteLib {
     fn name(&self) -> &str {
-        match self.mode {
-            FileMode::Strict => "ferrite",
-            FileMode::FsyncAtomic => "ferrite-atomic",
+        match (self.mode, &self.buffered) {
+            (_, Some(_)) => "ferrite-buffered",
+            (FileMode::Strict, None) => "ferrite",
+            (FileMode::FsyncAtomic, None) => "ferrite-atomic",
         }
     }
     fn describe(&self) -> String {
         let pmem = self.fs().pmem();
+        let mode = match &self.buffered {
+            Some(b) => format!("buffered mount: {}", describe_buffered(b)),
+            None => format!("{} mode", self.mode.as_str()),
+        };
         format!(
-            "Ferrite library (PathFs, {} mode), pool {} of {} MiB with {} inode slots, {}; flush {:?}, copy {:?}",
-            self.mode.as_str(),
+            "Ferrite library (PathFs, {mode}), pool {} of {} MiB with {} inode slots, {}; flush {:?}, copy {:?}",
             self.pool.path().display(),
             self.pool_len >> 20,
             self.inodes,
@@ -447,10 +538,23 @@ impl Target for FerriteLib {
         )
     }
     fn durable(&self) -> &'static str {
-        match self.mode {
-            FileMode::Strict => "yes (strict mode)",
-            FileMode::FsyncAtomic => "at fsync, all of a file's writes since the last one at once (fsync-atomic mode)",
+        match (self.mode, &self.buffered) {
+            (_, Some(_)) => {
+                "within the lag bound, in the background, in the order calls returned (a crash keeps a prefix \
+                 of them); everything returned before an fsync, sync or syncfs at that call (buffered mount)"
+            }
+            (FileMode::Strict, None) => "yes (strict mode)",
+            (FileMode::FsyncAtomic, None) => {
+                "at fsync, all of a file's writes since the last one at once (fsync-atomic mode)"
+            }
         }
+    }
+    #[inline]
+    fn sync_all(&self) -> io::Result<()> {
+        self.done(self.fs().sync_all())
+    }
+    fn buffered(&self) -> Option<(BufferedOptions, BufferedStats)> {
+        Some((self.buffered.clone()?, self.fs().buffered_stats()))
     }
     fn prepare(&self, path: &str) -> TPath {
         TPath(path.as_bytes().to_vec())
@@ -549,7 +653,7 @@ impl Target for FerriteLib {
         Ok(Some(self.acct.end(self.fs().pmem())))
     }
     fn remount_probe(&self, files: usize) -> io::Result<Option<Box<dyn RemountProbe>>> {
-        Ok(Some(Box::new(FerriteRemount::new(&self.base, files)?)))
+        Ok(Some(Box::new(FerriteRemount::new(&self.base, files, self.buffered.clone())?)))
     }
     fn finish(mut self: Box<Self>) -> io::Result<()> {
         if let Some(fs) = self.fs.take() {
@@ -560,9 +664,12 @@ impl Target for FerriteLib {
 }
 
 /// A second Ferrite pool holding `files` empty files in directories of
-/// 1,000, unmounted and mounted again by the remount workload.
+/// 1,000, unmounted and mounted again by the remount workload (buffered
+/// when the target is: the files are made on the strict mount that formats
+/// the pool, every timed mount is buffered).
 pub struct FerriteRemount {
     fs: Option<Session>,
+    buffered: Option<BufferedOptions>,
     files: usize,
     pool_len: u64,
     probe: Vec<u8>,
@@ -571,7 +678,7 @@ pub struct FerriteRemount {
 }
 
 impl FerriteRemount {
-    fn new(base: &Path, files: usize) -> io::Result<FerriteRemount> {
+    fn new(base: &Path, files: usize, buffered: Option<BufferedOptions>) -> io::Result<FerriteRemount> {
         let pool = Scratch::new(unique_path(base, "remount.pool"));
         // A log page per file plus the directories' logs, with room.
         let pool_len = ((files as u64 * 4096 * 5 / 4) + (64 << 20)).next_multiple_of(1 << 20);
@@ -591,13 +698,14 @@ impl FerriteRemount {
         }
         let mid = files / 2;
         let probe = format!("/r/d{:04}/f{mid:07}", mid / 1000).into_bytes();
-        Ok(FerriteRemount { fs: Some(fs), files, pool_len, probe, crashes: 0, pool })
+        Ok(FerriteRemount { fs: Some(fs), buffered, files, pool_len, probe, crashes: 0, pool })
     }
 
     fn mount_timed(&mut self) -> io::Result<MountTimes> {
         let t0 = std::time::Instant::now();
         let pmem = Pmem::open_file(self.pool.path(), 64 * 4096).map_err(io::Error::other)?;
-        let fs = Session::mount(pmem, &ferrite::MountOptions::default()).map_err(io::Error::other)?;
+        let opts = MountOptions { buffered: self.buffered.clone(), ..MountOptions::default() };
+        let fs = Session::mount(pmem, &opts).map_err(io::Error::other)?;
         let t1 = std::time::Instant::now();
         fs.stat(&self.probe)?;
         let t2 = std::time::Instant::now();
@@ -612,10 +720,11 @@ impl RemountProbe for FerriteRemount {
     fn describe(&self) -> String {
         format!(
             "Ferrite pool {} of {} MiB holding {} empty files in directories of 1,000; \
-             mount = Pmem::open_file + Ferrite::mount",
+             mount = Pmem::open_file + Ferrite::mount{}",
             self.pool.path().display(),
             self.pool_len >> 20,
-            self.files
+            self.files,
+            if self.buffered.is_some() { " (buffered: the persister thread started too)" } else { "" }
         )
     }
     fn clean(&mut self) -> io::Result<MountTimes> {
@@ -1016,6 +1125,13 @@ impl Target for HwLimit {
     }
     #[inline]
     fn fsync(&self, _f: FileId) -> io::Result<()> {
+        self.pmem().fence();
+        Ok(())
+    }
+    #[inline]
+    fn sync_all(&self) -> io::Result<()> {
+        // Every operation already fenced its own bytes: a fence is all a
+        // sync can cost here.
         self.pmem().fence();
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! CI smoke test: the quick mode of the benchmark suite runs to the end on
-//! Ferrite, tmpfs and the hardware limit (and ext4 when this is root with
-//! mkfs.ext4 and loop devices), and writes sane outputs. Timings are never
+//! Ferrite (strict and on a buffered mount), tmpfs and the hardware limit
+//! (and ext4 when this is root with mkfs.ext4 and loop devices), and writes
+//! sane outputs. Timings are never
 //! asserted: CI does not judge the figures.
 
 use std::path::{Path, PathBuf};
@@ -64,7 +65,7 @@ const WORKLOADS: [&str; 29] = [
 #[test]
 fn quick_mode_completes_with_sane_outputs() {
     let out = TempDir(std::env::temp_dir().join(format!("fbench-quick-{}", std::process::id())));
-    let mut targets = vec!["ferrite", "tmpfs", "hw-limit"];
+    let mut targets = vec!["ferrite", "ferrite-buffered", "tmpfs", "hw-limit"];
     if ext4_possible() {
         targets.extend(["ext4", "ext4-journal"]);
     }
@@ -99,6 +100,11 @@ fn quick_mode_completes_with_sane_outputs() {
     assert!(!md.contains("| cp-a |"), "the tree workloads ran as part of `all`");
     // So are the zero-copy workloads (issue 12: tests/zerocopy.rs runs them).
     assert!(!md.contains("| zc-read-4k |"), "the zero-copy workloads ran as part of `all`");
+    // And the buffered group (issue 13: tests/buffered.rs runs it).
+    assert!(!md.contains("| burst-dirops |"), "the buffered workloads ran as part of `all`");
+    // The buffered mount's persister is reported with every workload.
+    assert!(md.contains("ferrite-buffered: buffered persister over the warm-up"), "no persister notes");
+    assert!(md.contains("## Summary against the goals of issue 13 (buffered mode)"));
     let goal_rows = md.lines().filter(|l| l.contains("**met**") || l.contains("**missed**")).count();
     assert!(goal_rows >= 13, "only {goal_rows} goals judged:\n{md}");
 
@@ -108,6 +114,7 @@ fn quick_mode_completes_with_sane_outputs() {
     let mut lines = csv.lines();
     assert_eq!(lines.next(), Some("mode,workload,metric,unit,better,target,round,value,params"));
     let mut seen = std::collections::HashSet::new();
+    let mut seen_buffered = std::collections::HashSet::new();
     let mut seen_preload = std::collections::HashSet::new();
     for line in lines {
         let f: Vec<&str> = line.splitn(9, ',').collect();
@@ -117,6 +124,9 @@ fn quick_mode_completes_with_sane_outputs() {
         if f[5] == "ferrite" {
             assert!(v.is_finite() && v > 0.0, "insane Ferrite figure: {line}");
             seen.insert(f[1].to_string());
+        } else if f[5] == "ferrite-buffered" {
+            assert!(v.is_finite() && v > 0.0, "insane buffered Ferrite figure: {line}");
+            seen_buffered.insert(f[1].to_string());
         } else if f[5] == "preload" && f[1] != "remount" {
             assert!(v.is_finite() && v > 0.0, "insane preload figure: {line}");
             seen_preload.insert(f[1].to_string());
@@ -126,6 +136,7 @@ fn quick_mode_completes_with_sane_outputs() {
     }
     for w in WORKLOADS {
         assert!(seen.contains(w), "no Ferrite figures for {w}");
+        assert!(seen_buffered.contains(w), "no buffered Ferrite figures for {w}");
         if preload && w != "remount" {
             assert!(seen_preload.contains(w), "no preload figures for {w}");
         }

@@ -30,7 +30,13 @@
  * file in fsync-atomic mode (ferrite_set_default_mode, ferrite_set_file_mode)
  * makes its data changes durable all together at its next fsync, fdatasync,
  * ferrite_sync, O_SYNC write or other change to the file, and after a crash
- * is exactly as at one of those commit points.
+ * is exactly as at one of those commit points. A buffered mount
+ * (ferrite_mount_with or ferrite_format_with with FERRITE_MODE_BUFFERED)
+ * returns from every call at memory speed and makes the calls durable in
+ * the order they returned, within a few milliseconds or at the next
+ * ferrite_fsync, ferrite_fdatasync or ferrite_sync (which make everything
+ * before them durable); after a crash the pool is as after a prefix of
+ * the calls that holds every call before the last completed sync.
  */
 
 
@@ -83,12 +89,61 @@
 #define FERRITE_MODE_FSYNC_ATOMIC 1
 
 /**
+ * A buffered mount (`ferrite_mount_with`, `ferrite_format_with`): every
+ * call is atomic and returns at memory speed; a background persister
+ * makes the calls durable in the order they returned, at most
+ * `buffered_lag_ns` after each returns (default 5 ms). `ferrite_fsync`,
+ * `ferrite_fdatasync` and `ferrite_sync` make every call that returned
+ * before them durable (not only the file's), and so does an O_SYNC or
+ * O_DSYNC write and `ferrite_unmount`. After a crash the pool is exactly
+ * as after some prefix of the calls in the order they returned, holding
+ * every call that returned before the last completed sync. It is a
+ * property of the mount, not of a file: in a buffered mount
+ * `ferrite_get_file_mode` and `ferrite_get_default_mode` answer
+ * FERRITE_MODE_BUFFERED, and the modes stored in files (still set by
+ * `ferrite_set_file_mode`) apply again on a mount that is not buffered.
+ */
+#define FERRITE_MODE_BUFFERED 2
+
+/**
  * A mounted pool as the C API sees it: one session (descriptor table,
  * current directory, credentials) over the engine. Opaque to C; made by
  * `ferrite_format` or `ferrite_mount`, freed by `ferrite_unmount`. The
  * session is Sync, so one handle may be used from many threads at once.
  */
 typedef struct ferrite_fs ferrite_fs;
+
+/**
+ * How to mount a pool (`ferrite_mount_with`, `ferrite_format_with`).
+ * Zero it (`struct ferrite_mount_options o = {0};`) and set what you
+ * need: every zero field means the default.
+ */
+typedef struct ferrite_mount_options {
+  /**
+   * FERRITE_MODE_STRICT (0, the default) or FERRITE_MODE_FSYNC_ATOMIC:
+   * the mode of the regular files created from now on, as
+   * `ferrite_set_default_mode`; FERRITE_MODE_BUFFERED: a buffered mount.
+   * Anything else is EINVAL.
+   */
+  int mode;
+  /**
+   * Buffered mounts: the longest an operation stays not durable after it
+   * returns, in nanoseconds (0: the default, 5 ms; at most 10 s, or
+   * UINT64_MAX for no bound: durable only at syncs and by
+   * `buffered_ops_max`). Calls wait rather than exceed it.
+   */
+  uint64_t buffered_lag_ns;
+  /**
+   * Buffered mounts: the most operations returned but not yet durable
+   * (0: the default, 4096; at most 1048576). Calls wait rather than
+   * exceed it.
+   */
+  uint64_t buffered_ops_max;
+  /**
+   * Must be zero (EINVAL otherwise): room for later options.
+   */
+  uint64_t reserved[4];
+} ferrite_mount_options;
 
 /**
  * One directory entry of `ferrite_readdir`.
@@ -131,6 +186,18 @@ extern "C" {
 struct ferrite_fs *ferrite_format(const char *pool_path, uint64_t size_bytes);
 
 /**
+ * As `ferrite_format`, then mounted as `opts` says (NULL: as
+ * `ferrite_format`), e.g. buffered:
+ *
+ *     struct ferrite_mount_options o = {0};
+ *     o.mode = FERRITE_MODE_BUFFERED;
+ *     struct ferrite_fs *fs = ferrite_format_with("/dev/shm/my.pool", 256 << 20, &o);
+ *
+ * EINVAL also for options that are not valid (see `ferrite_mount_with`).
+ */
+struct ferrite_fs *ferrite_format_with(const char *pool_path, uint64_t size_bytes, const struct ferrite_mount_options *opts);
+
+/**
  * Open and mount the pool file at `pool_path`. A pool that was not
  * unmounted cleanly (a crash, a killed process) is recovered first: every
  * call that had returned is there, nothing half-done is.
@@ -140,6 +207,25 @@ struct ferrite_fs *ferrite_format(const char *pool_path, uint64_t size_bytes);
  * small), EPROTONOSUPPORT (another format version), EUCLEAN (corrupt).
  */
 struct ferrite_fs *ferrite_mount(const char *pool_path);
+
+/**
+ * As `ferrite_mount`, with options (NULL: as `ferrite_mount`). A buffered
+ * mount (`mode` FERRITE_MODE_BUFFERED, see there):
+ *
+ *     struct ferrite_mount_options o = {0};
+ *     o.mode = FERRITE_MODE_BUFFERED;
+ *     o.buffered_lag_ns = 2000000;   // durable within 2 ms
+ *     struct ferrite_fs *fs = ferrite_mount_with("/dev/shm/my.pool", &o);
+ *
+ * Buffered is a property of this mount only (nothing is stored in the
+ * pool): the next mount chooses again. `ferrite_unmount` makes every
+ * operation durable first; a process that exits without it loses at most
+ * the operations of the last `buffered_lag_ns` (those after its last
+ * sync), never a part of one. EINVAL: `mode` is not one of the three
+ * constants, a buffered_* field is set without FERRITE_MODE_BUFFERED, or
+ * `reserved` is not zero; otherwise the errors of `ferrite_mount`.
+ */
+struct ferrite_fs *ferrite_mount_with(const char *pool_path, const struct ferrite_mount_options *opts);
 
 /**
  * Close every descriptor of the handle, unmount the pool cleanly (the
@@ -226,7 +312,8 @@ int ferrite_truncate(struct ferrite_fs *fs, const char *path, off_t length);
 /**
  * fsync(2). The commit point of an fsync-atomic file: its pending
  * writes become durable, all together. A strict file is durable already.
- * Returns 0, or -1 with errno set.
+ * In a buffered mount every call that returned before it, on any file, is
+ * durable when it returns. Returns 0, or -1 with errno set.
  */
 int ferrite_fsync(struct ferrite_fs *fs, int fd);
 
@@ -481,13 +568,16 @@ int ferrite_fremovexattr(struct ferrite_fs *fs, int fd, const char *name);
  * FERRITE_MODE_FSYNC_ATOMIC. Files keep the mode they were created with.
  * The default is not stored in the pool: a mount starts with strict, so
  * call this right after `ferrite_format` or `ferrite_mount`. Returns 0, or
- * -1 with errno set (EINVAL: not a mode).
+ * -1 with errno set (EINVAL: not a mode; FERRITE_MODE_BUFFERED too, which
+ * is chosen at mount time with `ferrite_mount_with`). In a buffered mount
+ * it sets the mode stored in new files, which applies only on a later
+ * mount that is not buffered.
  */
 int ferrite_set_default_mode(struct ferrite_fs *fs, int mode);
 
 /**
- * The mode new regular files get (see `ferrite_set_default_mode`), or -1
- * with errno set.
+ * The mode new regular files get (see `ferrite_set_default_mode`):
+ * FERRITE_MODE_BUFFERED in a buffered mount; or -1 with errno set.
  */
 int ferrite_get_default_mode(struct ferrite_fs *fs);
 
@@ -497,15 +587,20 @@ int ferrite_get_default_mode(struct ferrite_fs *fs);
  * xattr in the user namespace. A commit point of the file: what was
  * pending becomes durable first, even when the mode does not change.
  * Returns 0, or -1 with errno set (EINVAL: not a mode, or not a regular
- * file; the errors of stat and access).
+ * file; the errors of stat and access). FERRITE_MODE_BUFFERED is EINVAL:
+ * buffered is a property of a mount, not of a file. In a buffered mount
+ * the mode set is stored (and applies on a later mount that is not
+ * buffered).
  */
 int ferrite_set_file_mode(struct ferrite_fs *fs, const char *path, int mode);
 
 /**
  * The consistency mode of the file at `path` (symlinks are followed):
  * FERRITE_MODE_STRICT or FERRITE_MODE_FSYNC_ATOMIC (anything but a
- * regular file is strict). Needs no permission on the file itself, as
- * stat. Returns the mode, or -1 with errno set (the errors of stat).
+ * regular file is strict); in a buffered mount FERRITE_MODE_BUFFERED for
+ * every file (its stored mode is kept but not applied). Needs no
+ * permission on the file itself, as stat. Returns the mode, or -1 with
+ * errno set (the errors of stat).
  */
 int ferrite_get_file_mode(struct ferrite_fs *fs, const char *path);
 
@@ -523,7 +618,9 @@ int ferrite_fget_file_mode(struct ferrite_fs *fs, int fd);
 
 /**
  * sync(2) on the pool: a commit point of every fsync-atomic file (strict
- * files are durable already). Returns 0, or -1 with errno set.
+ * files are durable already); in a buffered mount, every call that
+ * returned before it is durable when it returns. Returns 0, or -1 with
+ * errno set.
  */
 int ferrite_sync(struct ferrite_fs *fs);
 

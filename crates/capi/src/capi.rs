@@ -29,8 +29,8 @@ use std::path::Path;
 
 use engine::{BufferId, ViewId};
 use engine::{
-    Credentials, Errno, Fd, FileMode, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, PoolError, RenameFlags,
-    Session, XattrSetMode, AT_FDCWD,
+    BufferedOptions, Credentials, Errno, Fd, Ferrite, FileMode, FileType, FormatOptions, MountOptions, OpenFlags,
+    PathFs, PoolError, RenameFlags, Session, XattrSetMode, AT_FDCWD,
 };
 use ferrite_pmem::{Pmem, PmemError};
 use libc::{c_char, c_int, c_uint, c_void, dev_t, gid_t, mode_t, off_t, ssize_t, uid_t};
@@ -62,6 +62,44 @@ pub const FERRITE_MODE_STRICT: c_int = 0;
 /// crash the file is exactly as at its last completed commit point (or the
 /// one in flight): never a mix. Files are independent.
 pub const FERRITE_MODE_FSYNC_ATOMIC: c_int = 1;
+
+/// A buffered mount (`ferrite_mount_with`, `ferrite_format_with`): every
+/// call is atomic and returns at memory speed; a background persister
+/// makes the calls durable in the order they returned, at most
+/// `buffered_lag_ns` after each returns (default 5 ms). `ferrite_fsync`,
+/// `ferrite_fdatasync` and `ferrite_sync` make every call that returned
+/// before them durable (not only the file's), and so does an O_SYNC or
+/// O_DSYNC write and `ferrite_unmount`. After a crash the pool is exactly
+/// as after some prefix of the calls in the order they returned, holding
+/// every call that returned before the last completed sync. It is a
+/// property of the mount, not of a file: in a buffered mount
+/// `ferrite_get_file_mode` and `ferrite_get_default_mode` answer
+/// FERRITE_MODE_BUFFERED, and the modes stored in files (still set by
+/// `ferrite_set_file_mode`) apply again on a mount that is not buffered.
+pub const FERRITE_MODE_BUFFERED: c_int = 2;
+
+/// How to mount a pool (`ferrite_mount_with`, `ferrite_format_with`).
+/// Zero it (`struct ferrite_mount_options o = {0};`) and set what you
+/// need: every zero field means the default.
+#[repr(C)]
+pub struct ferrite_mount_options {
+    /// FERRITE_MODE_STRICT (0, the default) or FERRITE_MODE_FSYNC_ATOMIC:
+    /// the mode of the regular files created from now on, as
+    /// `ferrite_set_default_mode`; FERRITE_MODE_BUFFERED: a buffered mount.
+    /// Anything else is EINVAL.
+    pub mode: c_int,
+    /// Buffered mounts: the longest an operation stays not durable after it
+    /// returns, in nanoseconds (0: the default, 5 ms; at most 10 s, or
+    /// UINT64_MAX for no bound: durable only at syncs and by
+    /// `buffered_ops_max`). Calls wait rather than exceed it.
+    pub buffered_lag_ns: u64,
+    /// Buffered mounts: the most operations returned but not yet durable
+    /// (0: the default, 4096; at most 1048576). Calls wait rather than
+    /// exceed it.
+    pub buffered_ops_max: u64,
+    /// Must be zero (EINVAL otherwise): room for later options.
+    pub reserved: [u64; 4],
+}
 
 /// A mounted pool as the C API sees it: one session (descriptor table,
 /// current directory, credentials) over the engine. Opaque to C; made by
@@ -191,6 +229,38 @@ fn fd_out(s: &Session, fd: Fd) -> Result<c_int, Errno> {
             Err(Errno::EMFILE)
         }
     }
+}
+
+/// The engine's mount options from a `ferrite_mount_options` (NULL: the
+/// defaults), or EINVAL.
+///
+/// # Safety
+/// `opts` is NULL or points to a readable `ferrite_mount_options`.
+unsafe fn mount_options(opts: *const ferrite_mount_options) -> Result<MountOptions, Errno> {
+    // SAFETY: as the caller promises.
+    let Some(o) = (unsafe { opts.as_ref() }) else { return Ok(MountOptions::default()) };
+    if o.reserved.iter().any(|&r| r != 0) {
+        return Err(Errno::EINVAL);
+    }
+    let mut m = MountOptions::default();
+    if o.mode == FERRITE_MODE_BUFFERED {
+        let mut b = BufferedOptions::default();
+        if o.buffered_lag_ns != 0 {
+            b.lag_ns_max = o.buffered_lag_ns;
+        }
+        if o.buffered_ops_max != 0 {
+            b.ops_max = o.buffered_ops_max;
+        }
+        // Out of the engine's limits: refused before any file is touched.
+        b.validate().map_err(|_| Errno::EINVAL)?;
+        m.buffered = Some(b);
+    } else {
+        m.default_mode = file_mode(o.mode)?;
+        if o.buffered_lag_ns != 0 || o.buffered_ops_max != 0 {
+            return Err(Errno::EINVAL);
+        }
+    }
+    Ok(m)
 }
 
 /// A mode argument: FERRITE_MODE_STRICT or FERRITE_MODE_FSYNC_ATOMIC,
@@ -326,9 +396,28 @@ fn into_handle(session: Session) -> *mut ferrite_fs {
 /// credentials (uid 0, gid 0, umask 0) and `/` as current directory.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_format(pool_path: *const c_char, size_bytes: u64) -> *mut ferrite_fs {
+    // SAFETY: as the caller promises; no options.
+    unsafe { ferrite_format_with(pool_path, size_bytes, std::ptr::null()) }
+}
+
+/// As `ferrite_format`, then mounted as `opts` says (NULL: as
+/// `ferrite_format`), e.g. buffered:
+///
+///     struct ferrite_mount_options o = {0};
+///     o.mode = FERRITE_MODE_BUFFERED;
+///     struct ferrite_fs *fs = ferrite_format_with("/dev/shm/my.pool", 256 << 20, &o);
+///
+/// EINVAL also for options that are not valid (see `ferrite_mount_with`).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_format_with(
+    pool_path: *const c_char,
+    size_bytes: u64,
+    opts: *const ferrite_mount_options,
+) -> *mut ferrite_fs {
     guard(|| {
-        // SAFETY: the caller passes NULL or a NUL-terminated string.
-        let p = unsafe { self::pool_path(pool_path) }?;
+        // SAFETY: the caller passes NULL or a NUL-terminated string, and
+        // NULL or readable options.
+        let (p, mopts) = unsafe { (self::pool_path(pool_path)?, mount_options(opts)?) };
         let existed = match std::fs::metadata(p) {
             Ok(m) if m.is_dir() => return Err(Errno::EISDIR),
             Ok(m) if m.len() > 0 => return Err(Errno::EEXIST),
@@ -341,7 +430,17 @@ pub unsafe extern "C" fn ferrite_format(pool_path: *const c_char, size_bytes: u6
         }
         let made = Pmem::create_file(p, size_bytes, FERRITE_MIN_POOL_BYTES)
             .map_err(|e| pmem_errno(&e))
-            .and_then(|pmem| Session::format(pmem, &FormatOptions::default()).map_err(|e| pool_errno(&e)));
+            .and_then(|pmem| Ferrite::format(pmem, &FormatOptions::default()).map_err(|e| pool_errno(&e)))
+            .and_then(|fs| {
+                if mopts.buffered.is_some() {
+                    // Formatting mounts strict: the same pool, buffered.
+                    ferrite_fuse::daemon::remount_with(fs, &mopts).map_err(|_| Errno::EIO)
+                } else {
+                    fs.set_default_mode(mopts.default_mode);
+                    Ok(fs)
+                }
+            })
+            .map(|fs| Session::new(std::sync::Arc::new(fs)));
         match made {
             Ok(s) => Ok(into_handle(s)),
             Err(e) => {
@@ -365,11 +464,36 @@ pub unsafe extern "C" fn ferrite_format(pool_path: *const c_char, size_bytes: u6
 /// small), EPROTONOSUPPORT (another format version), EUCLEAN (corrupt).
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_mount(pool_path: *const c_char) -> *mut ferrite_fs {
+    // SAFETY: as the caller promises; no options.
+    unsafe { ferrite_mount_with(pool_path, std::ptr::null()) }
+}
+
+/// As `ferrite_mount`, with options (NULL: as `ferrite_mount`). A buffered
+/// mount (`mode` FERRITE_MODE_BUFFERED, see there):
+///
+///     struct ferrite_mount_options o = {0};
+///     o.mode = FERRITE_MODE_BUFFERED;
+///     o.buffered_lag_ns = 2000000;   // durable within 2 ms
+///     struct ferrite_fs *fs = ferrite_mount_with("/dev/shm/my.pool", &o);
+///
+/// Buffered is a property of this mount only (nothing is stored in the
+/// pool): the next mount chooses again. `ferrite_unmount` makes every
+/// operation durable first; a process that exits without it loses at most
+/// the operations of the last `buffered_lag_ns` (those after its last
+/// sync), never a part of one. EINVAL: `mode` is not one of the three
+/// constants, a buffered_* field is set without FERRITE_MODE_BUFFERED, or
+/// `reserved` is not zero; otherwise the errors of `ferrite_mount`.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_mount_with(
+    pool_path: *const c_char,
+    opts: *const ferrite_mount_options,
+) -> *mut ferrite_fs {
     guard(|| {
-        // SAFETY: the caller passes NULL or a NUL-terminated string.
-        let p = unsafe { self::pool_path(pool_path) }?;
+        // SAFETY: the caller passes NULL or a NUL-terminated string, and
+        // NULL or readable options.
+        let (p, mopts) = unsafe { (self::pool_path(pool_path)?, mount_options(opts)?) };
         let pmem = Pmem::open_file(p, FERRITE_MIN_POOL_BYTES).map_err(|e| pmem_errno(&e))?;
-        let s = Session::mount(pmem, &MountOptions::default()).map_err(|e| pool_errno(&e))?;
+        let s = Session::mount(pmem, &mopts).map_err(|e| pool_errno(&e))?;
         Ok(into_handle(s))
     })
 }
@@ -563,7 +687,8 @@ pub unsafe extern "C" fn ferrite_truncate(fs: *mut ferrite_fs, path: *const c_ch
 
 /// fsync(2). The commit point of an fsync-atomic file: its pending
 /// writes become durable, all together. A strict file is durable already.
-/// Returns 0, or -1 with errno set.
+/// In a buffered mount every call that returned before it, on any file, is
+/// durable when it returns. Returns 0, or -1 with errno set.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_fsync(fs: *mut ferrite_fs, fd: c_int) -> c_int {
     guard(|| {
@@ -1198,7 +1323,10 @@ pub unsafe extern "C" fn ferrite_fremovexattr(fs: *mut ferrite_fs, fd: c_int, na
 /// FERRITE_MODE_FSYNC_ATOMIC. Files keep the mode they were created with.
 /// The default is not stored in the pool: a mount starts with strict, so
 /// call this right after `ferrite_format` or `ferrite_mount`. Returns 0, or
-/// -1 with errno set (EINVAL: not a mode).
+/// -1 with errno set (EINVAL: not a mode; FERRITE_MODE_BUFFERED too, which
+/// is chosen at mount time with `ferrite_mount_with`). In a buffered mount
+/// it sets the mode stored in new files, which applies only on a later
+/// mount that is not buffered.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_set_default_mode(fs: *mut ferrite_fs, mode: c_int) -> c_int {
     guard(|| {
@@ -1209,13 +1337,16 @@ pub unsafe extern "C" fn ferrite_set_default_mode(fs: *mut ferrite_fs, mode: c_i
     })
 }
 
-/// The mode new regular files get (see `ferrite_set_default_mode`), or -1
-/// with errno set.
+/// The mode new regular files get (see `ferrite_set_default_mode`):
+/// FERRITE_MODE_BUFFERED in a buffered mount; or -1 with errno set.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_get_default_mode(fs: *mut ferrite_fs) -> c_int {
     guard(|| {
         // SAFETY: `fs` is NULL or a live handle.
         let s = unsafe { session(fs) }?;
+        if s.is_buffered() {
+            return Ok(FERRITE_MODE_BUFFERED);
+        }
         Ok(mode_out(s.default_mode()))
     })
 }
@@ -1225,7 +1356,10 @@ pub unsafe extern "C" fn ferrite_get_default_mode(fs: *mut ferrite_fs) -> c_int 
 /// xattr in the user namespace. A commit point of the file: what was
 /// pending becomes durable first, even when the mode does not change.
 /// Returns 0, or -1 with errno set (EINVAL: not a mode, or not a regular
-/// file; the errors of stat and access).
+/// file; the errors of stat and access). FERRITE_MODE_BUFFERED is EINVAL:
+/// buffered is a property of a mount, not of a file. In a buffered mount
+/// the mode set is stored (and applies on a later mount that is not
+/// buffered).
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_set_file_mode(fs: *mut ferrite_fs, path: *const c_char, mode: c_int) -> c_int {
     guard(|| {
@@ -1243,16 +1377,27 @@ pub unsafe extern "C" fn ferrite_set_file_mode(fs: *mut ferrite_fs, path: *const
 
 /// The consistency mode of the file at `path` (symlinks are followed):
 /// FERRITE_MODE_STRICT or FERRITE_MODE_FSYNC_ATOMIC (anything but a
-/// regular file is strict). Needs no permission on the file itself, as
-/// stat. Returns the mode, or -1 with errno set (the errors of stat).
+/// regular file is strict); in a buffered mount FERRITE_MODE_BUFFERED for
+/// every file (its stored mode is kept but not applied). Needs no
+/// permission on the file itself, as stat. Returns the mode, or -1 with
+/// errno set (the errors of stat).
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_get_file_mode(fs: *mut ferrite_fs, path: *const c_char) -> c_int {
     guard(|| {
         // SAFETY: `fs` is NULL or a live handle, `path` NULL or a C string.
         let (s, p) = unsafe { (session(fs)?, self::path(path)?) };
         let st = s.fstatat(AT_FDCWD, p, 0)?;
-        Ok(mode_out(s.file_mode_ino(st.ino)?))
+        file_mode_out(s, st.ino)
     })
+}
+
+/// What `ferrite_get_file_mode` answers for inode `ino`.
+fn file_mode_out(s: &Session, ino: engine::InodeNo) -> Result<c_int, Errno> {
+    let stored = s.file_mode_ino(ino)?;
+    if s.is_buffered() {
+        return Ok(FERRITE_MODE_BUFFERED);
+    }
+    Ok(mode_out(stored))
 }
 
 /// As `ferrite_set_file_mode`, on the file open at descriptor `fd` (not
@@ -1275,12 +1420,14 @@ pub unsafe extern "C" fn ferrite_fget_file_mode(fs: *mut ferrite_fs, fd: c_int) 
         // SAFETY: `fs` is NULL or a live handle.
         let s = unsafe { session(fs) }?;
         let ino = s.fd_inode(self::fd(fd)?)?;
-        Ok(mode_out(s.file_mode_ino(ino)?))
+        file_mode_out(s, ino)
     })
 }
 
 /// sync(2) on the pool: a commit point of every fsync-atomic file (strict
-/// files are durable already). Returns 0, or -1 with errno set.
+/// files are durable already); in a buffered mount, every call that
+/// returned before it is durable when it returns. Returns 0, or -1 with
+/// errno set.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_sync(fs: *mut ferrite_fs) -> c_int {
     guard(|| {

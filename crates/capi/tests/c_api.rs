@@ -9,7 +9,11 @@
 //! `examples/c/peek.c` (zero-copy views and patch buffers: a view keeps its
 //! bytes across rewrite, truncate and unlink, patches at aligned and
 //! unaligned offsets, the errors of misuse with nothing changed, and views
-//! and buffers released by unmount) are
+//! and buffers released by unmount) and `examples/c/buffered.c` (a
+//! buffered mount: the mode calls and the xattr answer "buffered", refused
+//! modes and options, `ferrite_unmount` makes every call durable, and a
+//! process that dies without unmounting leaves everything before its fsync
+//! and a prefix of what came after) are
 //! compiled with the system C compiler with warnings as errors, linked
 //! against the library cargo built for this package, run, and their output
 //! compared line by line with `examples/c/*.expected`.
@@ -24,11 +28,13 @@ use std::process::Command;
 
 /// The directory holding `libferrite.so`: the test executable is
 /// `target/<profile>/deps/c_api-<hash>`, and cargo puts the package's
-/// cdylib in `target/<profile>` (and in `deps`).
+/// cdylib for the tests in `deps` (and in `target/<profile>` only on
+/// `cargo build`, where it may be older than this test's: so `deps`
+/// first).
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its own path");
     let deps = exe.parent().expect("the test executable is in a directory");
-    for dir in [deps.parent(), Some(deps)].into_iter().flatten() {
+    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
         if dir.join("libferrite.so").is_file() {
             return dir.to_path_buf();
         }
@@ -132,5 +138,12 @@ fn modes_c_transcript() {
 fn peek_c_transcript() {
     if let Some(exe) = compile("peek") {
         run_and_compare("peek", &exe);
+    }
+}
+
+#[test]
+fn buffered_c_transcript() {
+    if let Some(exe) = compile("buffered") {
+        run_and_compare("buffered", &exe);
     }
 }

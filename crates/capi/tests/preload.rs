@@ -17,6 +17,18 @@
 //! program killed after writing to fsync-atomic files, fsync, fdatasync,
 //! sync, an O_SYNC write, msync(MS_SYNC) and rename were commit points
 //! while close, nothing, a truncate and stores after the msync were not.
+//!
+//! And buffered mounts (`FERRITE_MODE=buffered`): calls.c, sqlite3 in WAL
+//! and DELETE modes, git and make through a shell whose children reach
+//! the owner through its mount, and exec handing the pool over (the new
+//! image must find what the old one wrote a moment before) give the same
+//! output as on tmpfs, and each
+//! program's exit leaves the pool cleanly unmounted (exit drains the
+//! persister); `user.ferrite.mode` reads `buffered`, the mode stored in a
+//! file created there is the pool's default and shows on a later strict
+//! run; `FERRITE_BUFFERED_LAG_MS`/`FERRITE_BUFFERED_OPS_MAX` are taken,
+//! and a bad value, or one without FERRITE_MODE=buffered, turns the library
+//! off with a message.
 
 mod common;
 
@@ -36,8 +48,12 @@ fn build_calls() -> Option<std::path::PathBuf> {
 }
 
 fn calls_diff(mount: bool) {
+    calls_diff_in(Env::new(if mount { "calls-mount" } else { "calls" }, mount));
+}
+
+fn calls_diff_in(env: Env) {
+    let mount = env.mount;
     let Some(calls) = build_calls() else { return };
-    let env = Env::new(if mount { "calls-mount" } else { "calls" }, mount);
     if mount && !common::fuse_usable() {
         return;
     }
@@ -56,6 +72,11 @@ fn every_intercepted_call_matches_tmpfs() {
 #[test]
 fn every_intercepted_call_matches_tmpfs_with_the_mount() {
     calls_diff(true);
+}
+
+#[test]
+fn every_intercepted_call_matches_tmpfs_buffered() {
+    calls_diff_in(Env::buffered("calls-buffered", false));
 }
 
 /// A small tree with files of several sizes, a symlink and a hard link.
@@ -224,10 +245,18 @@ fn sqlite_script(mode: &str) -> String {
 
 #[test]
 fn sqlite3_wal_and_delete_match_tmpfs() {
+    sqlite3_wal_and_delete_in(Env::new("sqlite", false));
+}
+
+#[test]
+fn sqlite3_wal_and_delete_match_tmpfs_buffered() {
+    sqlite3_wal_and_delete_in(Env::buffered("sqlite-buffered", false));
+}
+
+fn sqlite3_wal_and_delete_in(env: Env) {
     if !tool("sqlite3") {
         return;
     }
-    let env = Env::new("sqlite", false);
     for mode in ["WAL", "DELETE"] {
         let script = sqlite_script(mode);
         let sql = env.tmpfs.join(format!("{mode}.sql"));
@@ -318,6 +347,15 @@ fn fio_verifies_with_threads_and_forked_jobs() {
 
 #[test]
 fn git_and_make_through_a_shell_and_its_children() {
+    git_and_make_in(|| Env::new("git", true));
+}
+
+#[test]
+fn git_and_make_through_a_shell_and_its_children_buffered() {
+    git_and_make_in(|| Env::buffered("git-buffered", true));
+}
+
+fn git_and_make_in(env: impl FnOnce() -> Env) {
     for t in ["git", "make", "cc", "sh"] {
         if !tool(t) {
             return;
@@ -326,7 +364,7 @@ fn git_and_make_through_a_shell_and_its_children() {
     if !common::fuse_usable() {
         return;
     }
-    let env = Env::new("git", true);
+    let env = env();
     let script = r#"set -e
 cd "$1"
 mkdir proj && cd proj
@@ -353,10 +391,20 @@ ls
 
 #[test]
 fn exec_hands_the_pool_and_inherited_descriptors_over() {
+    exec_hands_over_in(Env::new("exec", false));
+}
+
+/// On a buffered mount the exec must make everything durable before the
+/// next image mounts the pool (it unmounts cleanly).
+#[test]
+fn exec_hands_the_pool_and_inherited_descriptors_over_buffered() {
+    exec_hands_over_in(Env::buffered("exec-buffered", false));
+}
+
+fn exec_hands_over_in(env: Env) {
     if !tool("sh") || !tool("cat") {
         return;
     }
-    let env = Env::new("exec", false);
     // The shell opens the file itself (descriptor 3), then execs cat, which
     // inherits it: the new image must reopen it at the same number and
     // offset, in-process.
@@ -431,5 +479,52 @@ fn modes_from_the_environment_and_their_commit_points() {
     let bad = phase("plain", &[("FERRITE_MODE", "atomic")]);
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("FERRITE_MODE=atomic: not a mode"), "stderr: {err}");
+    assert!(env.fsck(), "the pool was left dirty");
+}
+
+#[test]
+fn buffered_mode_from_the_environment() {
+    if !tool("python3") {
+        return;
+    }
+    let env = Env::new("buffered-env", false);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/modes.py");
+    let phase = |name: &str, vars: &[(&str, &str)]| {
+        let mut c = env.preloaded("python3");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.arg(&script).arg(name).arg(&env.root).output().expect("start python3")
+    };
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let ok = |name: &str, o: std::process::Output| {
+        assert!(o.status.success(), "phase {name}: {}\n{}", text(&o), String::from_utf8_lossy(&o.stderr));
+        text(&o)
+    };
+    assert_eq!(ok("plain", phase("plain", &[])), "old.db strict\nro.db strict\na.txt strict\n");
+    let buffered =
+        [("FERRITE_MODE", "buffered"), ("FERRITE_BUFFERED_LAG_MS", "2.5"), ("FERRITE_BUFFERED_OPS_MAX", "64")];
+    assert_eq!(
+        ok("default", phase("default", &buffered)),
+        "new.txt buffered\na.txt opened for writing buffered\ndir ENODATA\n"
+    );
+    // The exit drained the persister: the pool was unmounted cleanly.
+    assert!(env.fsck(), "the buffered program's exit left the pool dirty");
+    // A later strict run sees the mode stored in the file: the default.
+    let stored = run(env
+        .preloaded("python3")
+        .arg("-c")
+        .arg(format!("import os; print(os.getxattr('{}/new.txt', 'user.ferrite.mode').decode())", env.root.display())));
+    assert_eq!(stored, "strict\n");
+    // Bad tuning turns the library off, with a message.
+    for (vars, says) in [
+        (&[("FERRITE_BUFFERED_LAG_MS", "3")][..], "needs mode=buffered"),
+        (&[("FERRITE_MODE", "buffered"), ("FERRITE_BUFFERED_OPS_MAX", "0")][..], "FERRITE_BUFFERED_OPS_MAX"),
+        (&[("FERRITE_MODE", "buffered"), ("FERRITE_BUFFERED_LAG_MS", "soon")][..], "FERRITE_BUFFERED_LAG_MS"),
+    ] {
+        let o = phase("plain", vars);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says) && err.contains("the library is off"), "{vars:?}: stderr: {err}");
+    }
     assert!(env.fsck(), "the pool was left dirty");
 }

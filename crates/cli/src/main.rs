@@ -111,8 +111,10 @@ enum Command {
     /// not intercept reach the same file system through the kernel. Every
     /// write is durable when it returns (strict mode), except in
     /// fsync-atomic files (--mode, --atomic), whose writes become durable
-    /// together at the file's next fsync. At exit the pool is unmounted
-    /// cleanly. See docs/PRELOAD.md.
+    /// together at the file's next fsync; with --mode buffered every
+    /// operation returns at memory speed and becomes durable, in order,
+    /// within a few milliseconds or at the next fsync/sync. At exit the
+    /// pool is unmounted cleanly. See docs/PRELOAD.md.
     Run {
         #[arg(help = POOL_HELP, long)]
         pool: Option<PathBuf>,
@@ -122,8 +124,9 @@ enum Command {
         /// Do not serve a FUSE mount at ROOT (child processes then do not see the pool)
         #[arg(long)]
         no_mount: bool,
-        /// Consistency mode of the regular files created (FERRITE_MODE)
-        #[arg(long, value_name = "MODE", value_parser = ["strict", "fsync-atomic"])]
+        /// Consistency mode of the regular files created, or `buffered` for a buffered mount
+        /// (FERRITE_MODE)
+        #[arg(long, value_name = "MODE", value_parser = ["strict", "fsync-atomic", "buffered"])]
         mode: Option<String>,
         /// Files made fsync-atomic when the program creates or opens them for writing: glob
         /// patterns separated by `:` or `,`, matched against the file name, or against the path

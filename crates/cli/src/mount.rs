@@ -18,7 +18,12 @@ const MOUNT_LONG: &str = "Mount a pool at a directory through FUSE, so that ever
     created through the mount are fsync-atomic: their writes become durable together at the \
     next fsync, and after a crash each such file is as at one of its fsyncs. The mount's first \
     line says which mode new files get; `getfattr -n user.ferrite.mode FILE` shows a file's \
-    mode and `setfattr -n user.ferrite.mode -v fsync-atomic FILE` changes it.\n\n\
+    mode and `setfattr -n user.ferrite.mode -v fsync-atomic FILE` changes it. With -o \
+    mode=buffered every operation returns at memory speed and a background persister makes \
+    them durable in the order they returned, within a few milliseconds \
+    (-o buffered_lag_ms=, buffered_ops_max=); fsync makes everything before it durable, and \
+    after a crash the pool is as after a prefix of the operations that holds every one \
+    before the last completed fsync. The mount line then says `mode buffered`.\n\n\
     As mount(8) helper: `ln -s $(command -v ferrite) /sbin/mount.fuse.ferrite`, then \
     `mount -t fuse.ferrite POOL DIR -o OPTIONS` or the fstab line \
     `POOL DIR fuse.ferrite defaults,allow_other 0 0`.";

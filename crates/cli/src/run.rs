@@ -34,7 +34,7 @@ pub fn find_library() -> CliResult<PathBuf> {
 /// The consistency modes asked for (docs/PRELOAD.md, "Modes"): None
 /// leaves the caller's FERRITE_MODE / FERRITE_ATOMIC as they are.
 pub struct Modes {
-    /// FERRITE_MODE: "strict" or "fsync-atomic".
+    /// FERRITE_MODE: "strict", "fsync-atomic" or "buffered".
     pub default_mode: Option<String>,
     /// FERRITE_ATOMIC: glob patterns of files made fsync-atomic.
     pub atomic: Option<OsString>,

@@ -359,6 +359,8 @@ impl Layout {
 // [8..16) its old value.
 
 pub const JOURNAL_ACTIVE_OFFSET: u64 = 0;
+/// The 8-byte word holding the header's CRC (and 4 reserved bytes).
+pub const JOURNAL_CRC_WORD_OFFSET: u64 = 8;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct JournalRecord {

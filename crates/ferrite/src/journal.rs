@@ -9,7 +9,8 @@
 //!    write the journal records (offset, old value) and header with its
 //!    CRC, flush, fence — the transaction is now open;
 //! 2. store every new value, flush, fence — the change is complete;
-//! 3. clear the header word, flush, fence — the transaction is closed.
+//! 3. clear the header's active word and CRC word, flush, fence — the
+//!    transaction is closed.
 //!
 //! Recovery rolls back every open transaction whose CRC checks by storing
 //! the old values. A header whose CRC does not check was never fenced, so no
@@ -76,10 +77,20 @@ impl Journals {
             media.flush(offset, 8);
         }
         media.fence();
-        media.store_u64(page + format::JOURNAL_ACTIVE_OFFSET, 0);
-        media.flush(page, 8);
-        media.fence();
+        close(media, page);
     }
+}
+
+/// Close a lane's transaction: clear the active word, then the CRC word
+/// (one cache line, so they persist in that order), flush, fence. The CRC
+/// goes too, so that a later transaction whose header store is torn after
+/// its active word never meets a CRC that still matches the old records,
+/// whatever its sequence number (`start_mount` keeps those apart as well).
+fn close(media: &Media, page: PoolOffset) {
+    media.store_u64(page + format::JOURNAL_ACTIVE_OFFSET, 0);
+    media.store_u64(page + format::JOURNAL_CRC_WORD_OFFSET, 0);
+    media.flush(page, 16);
+    media.fence();
 }
 
 /// A journal record may only name a word the engine journals: an inode
@@ -111,11 +122,7 @@ pub fn recover(media: &Media) -> Result<usize, Corrupt> {
         media.read(off, &mut page);
         match format::journal_decode(&page) {
             JournalState::Idle => {}
-            JournalState::Torn => {
-                media.store_u64(off, 0);
-                media.flush(off, 8);
-                media.fence();
-            }
+            JournalState::Torn => close(media, off),
             JournalState::Open(records) => {
                 for r in &records {
                     check_record(media, r)?;
@@ -126,9 +133,7 @@ pub fn recover(media: &Media) -> Result<usize, Corrupt> {
                     media.flush(r.offset, 8);
                 }
                 media.fence();
-                media.store_u64(off, 0);
-                media.flush(off, 8);
-                media.fence();
+                close(media, off);
                 rolled += 1;
             }
         }

@@ -20,7 +20,14 @@ impl Ferrite {
             if inode.kind != FileType::Regular {
                 return Err(Errno::ENODATA);
             }
-            return Ok(self.file_mode_ino(ino)?.as_str().as_bytes().to_vec());
+            let stored = self.file_mode_ino(ino)?;
+            // A buffered mount applies no per-file mode: every file is
+            // buffered. The stored mode is kept (it applies again on a
+            // mount that is not buffered) and can still be set.
+            if self.is_buffered() {
+                return Ok(b"buffered".to_vec());
+            }
+            return Ok(stored.as_str().as_bytes().to_vec());
         }
         let d = inode.data.read();
         d.xattrs.get(name).map(|(v, _)| v.to_vec()).ok_or(Errno::ENODATA)

@@ -119,9 +119,38 @@ pub fn open_or_create_pool(pool: &Path, cfg: &MountConfig) -> Result<(Ferrite, b
         Pmem::open_file(pool, MIN_POOL_BYTES)
     }
     .map_err(|e| format!("{p}: {}", pmem_msg(&e)))?;
-    let opts = MountOptions { default_mode: cfg.default_file_mode.unwrap_or_default(), ..MountOptions::default() };
-    let fs = Ferrite::mount(pmem, &opts).map_err(|e| format!("{p}: cannot mount: {}", pool_msg(&e)))?;
+    let fs = Ferrite::mount(pmem, &mount_options(cfg)).map_err(|e| format!("{p}: cannot mount: {}", pool_msg(&e)))?;
     Ok((fs, false))
+}
+
+/// The engine's mount options from the `-o` options: the mode of new files
+/// and, with `mode=buffered`, the buffered mount's options.
+pub fn mount_options(cfg: &MountConfig) -> MountOptions {
+    MountOptions {
+        default_mode: cfg.default_file_mode.unwrap_or_default(),
+        buffered: cfg.buffered_options(),
+        ..MountOptions::default()
+    }
+}
+
+/// Unmount `fs` cleanly and mount its pool again with `opts`, keeping the
+/// pool file open (and locked) in between: how a pool just formatted (which
+/// `Ferrite::format` mounts strict) becomes a buffered mount. The second
+/// mount reads no log (the pool was left clean).
+pub fn remount_with(fs: Ferrite, opts: &MountOptions) -> Result<Ferrite, String> {
+    let pmem = fs.pmem().clone();
+    fs.unmount().map_err(|e| format!("cannot unmount the new pool: {e}"))?;
+    let pmem = Arc::try_unwrap(pmem).map_err(|_| "the pool is still in use".to_string())?;
+    Ferrite::mount(pmem, opts).map_err(|e| format!("cannot mount the new pool: {}", pool_msg(&e)))
+}
+
+/// What a mount line says about the mode: "new files are strict" (or
+/// fsync-atomic), or that the mount is buffered and with which bounds.
+pub fn describe_mode(fs: &Ferrite, cfg: &MountConfig) -> String {
+    match cfg.buffered_options().filter(|_| fs.is_buffered()) {
+        Some(b) => format!("mode {}", MountConfig::describe_buffered(&b)),
+        None => format!("new files are {}", fs.default_mode().as_str()),
+    }
 }
 
 /// Create and format a pool at a temporary name beside `pool`, then publish
@@ -156,6 +185,10 @@ fn create_pool(pool: &Path, cfg: &MountConfig) -> Result<Option<Ferrite>, String
         }
     }
     match publish(&tmp, pool) {
+        Ok(()) if cfg.buffered_options().is_some() => {
+            // Formatting mounted it strict: the same pool file, buffered.
+            remount_with(fs, &mount_options(cfg)).map(Some).map_err(|e| format!("{p}: {e}"))
+        }
         Ok(()) => Ok(Some(fs)),
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
             // Another process published its pool first: use that one.
@@ -586,12 +619,12 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     let info = fuse_mount_at(&dir);
     let conn = info.as_ref().filter(|m| m.major == 0).map(|m| m.minor);
     let what = format!(
-        "{} on {d}{}{}; {transport}, {}; new files are {}",
+        "{} on {d}{}{}; {transport}, {}; {}",
         pool.display(),
         if created { " (new pool)" } else { "" },
         if recovered { " (recovered after an unclean shutdown)" } else { "" },
         fs.pmem().domain().describe(),
-        fs.default_mode().as_str()
+        describe_mode(&fs, cfg)
     );
     if report.0.is_some() {
         // SAFETY: chdir to "/" so the daemon keeps no directory busy.
@@ -893,8 +926,14 @@ pub struct Background {
 
 /// Mount `fs` at `dir` and serve it from background threads of this
 /// process. `label` names the mount's source in /proc/mounts.
+/// With `mode=buffered` a strict `fs` is mounted again, buffered.
 pub fn spawn(fs: Ferrite, dir: &Path, cfg: &MountConfig, label: &Path) -> io::Result<Background> {
     let dir = absolute(dir).map_err(io::Error::other)?;
+    let fs = if cfg.buffered_options().is_some() && !fs.is_buffered() {
+        remount_with(fs, &mount_options(cfg)).map_err(io::Error::other)?
+    } else {
+        fs
+    };
     if let Some(mode) = cfg.default_file_mode {
         fs.set_default_mode(mode);
     }

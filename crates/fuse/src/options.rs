@@ -31,6 +31,19 @@ pub struct MountConfig {
     /// and `user.ferrite.mode` changes it. None leaves the engine's default
     /// (strict for a pool the mount opens itself).
     pub default_file_mode: Option<FileMode>,
+    /// `mode=buffered`: a buffered mount (docs/DESIGN.md, "Guarantees"):
+    /// every operation returns at DRAM speed and a persister makes the
+    /// operations durable in the order they returned, within
+    /// `buffered_lag_ns` (`buffered_lag_ms=`) and `buffered_ops_max`
+    /// (`buffered_ops_max=`); fsync makes everything before it durable.
+    /// Not stored in the pool: the next mount chooses again.
+    pub buffered: bool,
+    /// `buffered_lag_ms=`: the longest an operation may stay not durable
+    /// after it returns (ns; None: the engine's default, 5 ms).
+    pub buffered_lag_ns: Option<u64>,
+    /// `buffered_ops_max=`: the most operations returned but not yet
+    /// durable (None: the engine's default, 4096).
+    pub buffered_ops_max: Option<u64>,
     /// `ro`: the kernel refuses every change with EROFS (and so does the adapter).
     pub read_only: bool,
     /// `allow_other`: users other than the one who mounted may use the mount.
@@ -100,6 +113,9 @@ impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
             default_file_mode: None,
+            buffered: false,
+            buffered_lag_ns: None,
+            buffered_ops_max: None,
             read_only: false,
             allow_other: false,
             allow_root: false,
@@ -243,7 +259,48 @@ impl MountConfig {
         for l in lists {
             c.apply(l)?;
         }
+        c.check()?;
         Ok(c)
+    }
+
+    /// Checks across options: the buffered tuning options need
+    /// `mode=buffered` (a tuning option that would silently do nothing is
+    /// refused, like any other unknown word).
+    pub fn check(&self) -> Result<(), String> {
+        if !self.buffered {
+            for (set, name) in [
+                (self.buffered_lag_ns.is_some(), "buffered_lag_ms"),
+                (self.buffered_ops_max.is_some(), "buffered_ops_max"),
+            ] {
+                if set {
+                    return Err(format!("option {name} needs mode=buffered"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The engine's options of a buffered mount (None: not buffered, or
+    /// read-only, where nothing changes).
+    pub fn buffered_options(&self) -> Option<ferrite::BufferedOptions> {
+        if !self.buffered || self.read_only {
+            return None;
+        }
+        let mut b = ferrite::BufferedOptions::default();
+        if let Some(ns) = self.buffered_lag_ns {
+            b.lag_ns_max = ns;
+        }
+        if let Some(n) = self.buffered_ops_max {
+            b.ops_max = n;
+        }
+        Some(b)
+    }
+
+    /// How the mount line and the log describe a buffered mount, e.g.
+    /// "buffered (operations durable within 5 ms, at most 4096 pending)".
+    pub fn describe_buffered(b: &ferrite::BufferedOptions) -> String {
+        let ms = b.lag_ns_max as f64 / 1e6;
+        format!("buffered (operations durable in order within {ms} ms, at most {} pending)", b.ops_max)
     }
 
     fn apply_word(&mut self, word: &str) -> Result<(), String> {
@@ -253,15 +310,36 @@ impl MountConfig {
         };
         match (key, val) {
             ("mode", Some(v)) => match v {
-                "strict" => self.default_file_mode = Some(FileMode::Strict),
-                "fsync-atomic" => self.default_file_mode = Some(FileMode::FsyncAtomic),
-                "buffered" => {
-                    return Err(format!(
-                        "option mode={v}: this consistency mode is not implemented yet (strict or fsync-atomic)"
-                    ))
+                "strict" | "fsync-atomic" => {
+                    let m = if v == "strict" { FileMode::Strict } else { FileMode::FsyncAtomic };
+                    self.default_file_mode = Some(m);
+                    self.buffered = false;
                 }
-                _ => return Err(format!("option mode={v}: unknown mode (strict or fsync-atomic)")),
+                // The last mode= wins: a buffered mount keeps the pool's
+                // default for the mode stored in new files.
+                "buffered" => {
+                    self.buffered = true;
+                    self.default_file_mode = None;
+                }
+                _ => return Err(format!("option mode={v}: unknown mode (strict, fsync-atomic or buffered)")),
             },
+            ("buffered_lag_ms", v) => {
+                let v = need(key, v)?;
+                let ms: f64 = v.parse().map_err(|_| format!("option {key}: `{v}` is not a number of milliseconds"))?;
+                let max_ms = ferrite::BUFFERED_LAG_NS_MAX / 1_000_000;
+                let ns = (ms * 1e6).round();
+                if !(1.0..=ferrite::BUFFERED_LAG_NS_MAX as f64).contains(&ns) {
+                    return Err(format!("option {key}={v}: use more than 0 and at most {max_ms} (milliseconds)"));
+                }
+                self.buffered_lag_ns = Some(ns as u64);
+            }
+            ("buffered_ops_max", v) => {
+                let n = parse_u64(key, need(key, v)?)?;
+                if !(1..=ferrite::BUFFERED_OPS_MAX).contains(&n) {
+                    return Err(format!("option {key}={n}: use 1..={}", ferrite::BUFFERED_OPS_MAX));
+                }
+                self.buffered_ops_max = Some(n);
+            }
             ("ro", None) => self.read_only = true,
             ("rw", None) => self.read_only = false,
             ("allow_other", None) => self.allow_other = true,
@@ -348,6 +426,19 @@ Mount options (-o, comma-separated; may be repeated):
                            after a crash the file is as at one of those. Each
                            file keeps its mode; the xattr user.ferrite.mode
                            reads and sets it (getfattr/setfattr -n)
+  mode=buffered            a buffered mount: every operation is atomic and returns
+                           at memory speed; a background persister makes them
+                           durable in the order they returned, within a few ms.
+                           After a crash the pool is as after some prefix of the
+                           operations, holding every one that returned before
+                           the last completed fsync (an fsync makes everything
+                           durable, not only its file). Applies to every file
+                           (their stored modes apply again on a later mount
+                           without it); user.ferrite.mode reads `buffered`
+  buffered_lag_ms=MS       buffered: an operation is durable at most MS ms after
+                           it returns (default 5; decimals allowed; at most 10000)
+  buffered_ops_max=N       buffered: at most N operations returned but not yet
+                           durable (default 4096); callers wait beyond either
   ro                       read-only mount
   allow_other              let every user use the mount (default: only the owner)
   allow_root               let root use it too
@@ -404,7 +495,28 @@ mod tests {
         assert!(!c.read_only);
         assert!(MountConfig::parse(["bogus"]).is_err());
         assert!(MountConfig::parse(["uid"]).is_err());
-        assert!(MountConfig::parse(["mode=buffered"]).is_err());
+        let c = MountConfig::parse(["mode=buffered"]).unwrap();
+        assert!(c.buffered && c.default_file_mode.is_none());
+        let b = c.buffered_options().unwrap();
+        let d = ferrite::BufferedOptions::default();
+        assert_eq!((b.lag_ns_max, b.ops_max, b.persister_thread), (d.lag_ns_max, d.ops_max, true));
+        let c = MountConfig::parse(["mode=buffered,buffered_lag_ms=0.5,buffered_ops_max=64"]).unwrap();
+        let b = c.buffered_options().unwrap();
+        assert_eq!((b.lag_ns_max, b.ops_max), (500_000, 64));
+        assert!(MountConfig::parse(["buffered_lag_ms=3"]).is_err());
+        assert!(MountConfig::parse(["buffered_ops_max=3,mode=strict"]).is_err());
+        assert!(MountConfig::parse(["mode=buffered,buffered_ops_max=0"]).is_err());
+        assert!(MountConfig::parse(["mode=buffered,buffered_lag_ms=-1"]).is_err());
+        assert!(MountConfig::parse(["mode=buffered,buffered_lag_ms=0"]).is_err());
+        assert!(MountConfig::parse(["mode=buffered,buffered_lag_ms=10001"]).is_err());
+        assert!(MountConfig::parse(["mode=buffered,buffered_ops_max=1048577"]).is_err());
+        let c = MountConfig::parse(["mode=buffered,buffered_lag_ms=10000,buffered_ops_max=1048576"]).unwrap();
+        c.buffered_options().unwrap().validate().unwrap();
+        assert!(MountConfig::parse(["mode=buffered,buffered_lag_ms=x"]).is_err());
+        let c = MountConfig::parse(["mode=buffered,mode=fsync-atomic"]).unwrap();
+        assert!(!c.buffered && c.buffered_options().is_none());
+        assert_eq!(c.default_file_mode, Some(FileMode::FsyncAtomic));
+        assert!(MountConfig::parse(["mode=buffered,ro"]).unwrap().buffered_options().is_none());
         assert!(MountConfig::parse(["mode=atomic"]).is_err());
         assert_eq!(MountConfig::parse(["ro"]).unwrap().default_file_mode, None);
         assert_eq!(MountConfig::parse(["mode=fsync-atomic"]).unwrap().default_file_mode, Some(FileMode::FsyncAtomic));

@@ -7,6 +7,11 @@
 //! then runs; a Python script that walks, renames and deletes. Every test
 //! ends with a clean unmount and an fsck-clean pool.
 //!
+//! The `*_buffered` tests run the copy and tar (on a third of the tree),
+//! git and sqlite3 on a `-o mode=buffered` mount, where every operation
+//! returns before it is durable: the same results, and unmounting drains
+//! everything (sqlite3 checks its databases again after a remount).
+//!
 //! FERRITE_FUSE_TREE_FILES sets the size of the copied tree (default 3000).
 
 mod common;
@@ -55,14 +60,25 @@ fn make_tree(root: &Path, files: usize) {
 
 #[test]
 fn cp_diff_and_tar() {
+    cp_diff_and_tar_on("", 1);
+}
+
+#[test]
+fn cp_diff_and_tar_buffered() {
+    cp_diff_and_tar_on("mode=buffered", 3);
+}
+
+/// The copy and tar test with extra mount options, on 1/`fraction` of the
+/// tree.
+fn cp_diff_and_tar_on(opts: &str, fraction: usize) {
     if !fuse_usable() {
         return;
     }
-    let files = env_num("FERRITE_FUSE_TREE_FILES", 3000) as usize;
+    let files = env_num("FERRITE_FUSE_TREE_FILES", 3000) as usize / fraction;
     let src = TempDir::new("tree");
     make_tree(&src.0, files);
     let pool = Pool::new("cp");
-    let m = Mount::new(&pool, "size=2G");
+    let m = Mount::new(&pool, &format!("size=2G,{opts}"));
     let s = src.0.display();
     let d = m.dir.display();
     sh(&m.dir, &format!("cp -a {s} {d}/copy && diff -r --no-dereference {s} {d}/copy"));
@@ -82,11 +98,20 @@ fn cp_diff_and_tar() {
 
 #[test]
 fn git_repository() {
+    git_repository_on("");
+}
+
+#[test]
+fn git_repository_buffered() {
+    git_repository_on("mode=buffered");
+}
+
+fn git_repository_on(opts: &str) {
     if !fuse_usable() || !tool("git", "apt-get install -y git") {
         return;
     }
     let pool = Pool::new("git");
-    let m = Mount::new(&pool, "");
+    let m = Mount::new(&pool, opts);
     let out = sh(
         &m.dir,
         r#"
@@ -116,11 +141,20 @@ fn git_repository() {
 
 #[test]
 fn sqlite_wal_and_delete_journals() {
+    sqlite_on("");
+}
+
+#[test]
+fn sqlite_wal_and_delete_journals_buffered() {
+    sqlite_on("mode=buffered");
+}
+
+fn sqlite_on(opts: &str) {
     if !fuse_usable() || !tool("sqlite3", "apt-get install -y sqlite3") {
         return;
     }
     let pool = Pool::new("sqlite");
-    let m = Mount::new(&pool, "");
+    let m = Mount::new(&pool, opts);
     for mode in ["wal", "delete"] {
         let out = sh(
             &m.dir,
@@ -142,7 +176,7 @@ fn sqlite_wal_and_delete_journals() {
     m.unmount();
     pool.fsck_clean();
     // And after a remount, the databases are intact.
-    let m = Mount::new(&pool, "");
+    let m = Mount::new(&pool, opts);
     let out = sh(&m.dir, "sqlite3 test-wal.db 'PRAGMA integrity_check; SELECT count(*) FROM t;'; sqlite3 test-delete.db 'PRAGMA integrity_check;'");
     assert_eq!(out.lines().collect::<Vec<_>>(), ["ok", "1819", "ok"]);
     m.unmount();

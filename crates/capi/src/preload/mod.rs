@@ -555,24 +555,40 @@ fn start() -> Option<Preload> {
         warn("the pool may not lie under FERRITE_ROOT; the library is off");
         return None;
     }
-    // FERRITE_MODE: the mode of regular files created from now on;
-    // FERRITE_ATOMIC: name patterns of files made fsync-atomic.
+    // FERRITE_MODE: the mode of regular files created from now on, or a
+    // buffered mount (tuned by FERRITE_BUFFERED_LAG_MS and
+    // FERRITE_BUFFERED_OPS_MAX); FERRITE_ATOMIC: name patterns of files
+    // made fsync-atomic.
+    let mut cfg = ferrite_fuse::options::MountConfig::default();
     let default_mode = match env("FERRITE_MODE") {
         None => None,
+        Some(v) if v == b"buffered" => {
+            cfg.buffered = true;
+            None
+        }
         Some(v) => match modes::parse_mode(&v) {
             Some(m) => Some(m),
             None => {
                 warn(&format!(
-                    "FERRITE_MODE={}: not a mode (strict or fsync-atomic); the library is off",
+                    "FERRITE_MODE={}: not a mode (strict, fsync-atomic or buffered); the library is off",
                     String::from_utf8_lossy(&v)
                 ));
                 return None;
             }
         },
     };
+    for (var, opt) in [("FERRITE_BUFFERED_LAG_MS", "buffered_lag_ms"), ("FERRITE_BUFFERED_OPS_MAX", "buffered_ops_max")]
+    {
+        if let Some(v) = env(var) {
+            let word = format!("{opt}={}", String::from_utf8_lossy(&v));
+            if let Err(e) = cfg.apply(&word).and_then(|()| cfg.check()) {
+                warn(&format!("{var}: {e} (FERRITE_MODE=buffered); the library is off"));
+                return None;
+            }
+        }
+    }
     let atomic = modes::AtomicPatterns::parse(&env("FERRITE_ATOMIC").unwrap_or_default());
     let before = open_fds();
-    let mut cfg = ferrite_fuse::options::MountConfig::default();
     // FERRITE_SIZE: the size of a pool this process creates (default 1 GiB).
     if let Some(size) = env("FERRITE_SIZE") {
         match ferrite_fuse::options::parse_size(&String::from_utf8_lossy(&size)) {
@@ -784,7 +800,15 @@ fn shutdown() {
     if !served_alone {
         // Another process still works in the mount, served by our threads
         // until this process ends: the engine stays as it is, durable, and
-        // the next owner recovers it.
+        // the next owner recovers it. A buffered engine is made durable up
+        // to here (what the other process does from now on is durable
+        // within the lag while this process lives, and a prefix of it
+        // after).
+        if p.session.is_buffered() {
+            if let Err(e) = inside(|| p.session.persist_now()) {
+                warn(&format!("cannot make the buffered operations durable ({e}): the next mount recovers the pool"));
+            }
+        }
         return;
     }
     // Calls that entered before STATE went OFF may still be running in

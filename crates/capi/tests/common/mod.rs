@@ -75,6 +75,8 @@ pub struct Env {
     pub root: PathBuf,
     pub tmpfs: PathBuf,
     pub mount: bool,
+    /// Extra environment of every preloaded command (e.g. FERRITE_MODE).
+    pub vars: Vec<(String, String)>,
 }
 
 impl Env {
@@ -89,7 +91,15 @@ impl Env {
         let _ = std::fs::remove_file(&pool);
         std::fs::create_dir_all(&root).unwrap();
         std::fs::create_dir_all(&tmpfs).unwrap();
-        Env { pool, root, tmpfs, mount }
+        Env { pool, root, tmpfs, mount, vars: Vec::new() }
+    }
+
+    /// As `new`, with every preloaded program on a buffered mount
+    /// (FERRITE_MODE=buffered).
+    pub fn buffered(name: &str, mount: bool) -> Env {
+        let mut e = Env::new(name, mount);
+        e.vars.push(("FERRITE_MODE".into(), "buffered".into()));
+        e
     }
 
     /// A command run under the preload library with this pool and root.
@@ -106,6 +116,9 @@ impl Env {
             .env("FERRITE_MOUNT", if mount { "1" } else { "0" })
             .env("FERRITE_SIZE", "64M")
             .env_remove("FERRITE_FDS");
+        for (k, v) in &self.vars {
+            c.env(k, v);
+        }
         c
     }
 

@@ -3,14 +3,20 @@ journal_mode=OFF and synchronous=FULL, changed by a stream of transactions
 that are each a deterministic function of (seed, number), so that a checker
 can rebuild exactly what any number of committed transactions leave.
 
-  sqlite_atomic.py run DB SEED
+  sqlite_atomic.py run DB SEED [JOURNAL]
       Continue the stream: print "ready N" (N: the last transaction in the
       database, -1 for none), then commit N+1, N+2, ... and print
       "committed T" (flushed) after each COMMIT has returned, until killed.
-  sqlite_atomic.py check DB SEED
+  sqlite_atomic.py check DB SEED [JOURNAL]
       Print "integrity <result>", "mode <user.ferrite.mode of DB>",
       "last N" and "content ok" if the tables hold exactly what
-      transactions 0..=N leave, else "content differs: ..."."""
+      transactions 0..=N leave, else "content differs: ...".
+
+JOURNAL is the journal mode (default OFF). With another mode (WAL,
+DELETE: the buffered-mount test) the checker opens the database for
+writing, so that SQLite recovers its hot journal or WAL first. DELETE
+runs with synchronous=EXTRA: its COMMIT is the unlink of the journal,
+which only a sync of the directory makes durable."""
 import os, random, sqlite3, sys
 
 INSERTS, UPDATES, DELETES = 8, 5, 2
@@ -62,10 +68,12 @@ def last_of(db):
     return -1 if row is None else row[0]
 
 
-def run(path, seed):
+def run(path, seed, journal="OFF"):
     db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode=OFF")
-    db.execute("PRAGMA synchronous=FULL")
+    db.execute("PRAGMA journal_mode=%s" % journal)
+    # In DELETE mode the unlink of the journal commits: EXTRA syncs the
+    # directory after it, so that a COMMIT that returned is durable.
+    db.execute("PRAGMA synchronous=%s" % ("EXTRA" if journal == "DELETE" else "FULL"))
     db.execute("CREATE TABLE IF NOT EXISTS t(k INTEGER PRIMARY KEY, v TEXT)")
     db.execute("CREATE TABLE IF NOT EXISTS meta(id INTEGER PRIMARY KEY, n INTEGER)")
     last = last_of(db)
@@ -77,8 +85,11 @@ def run(path, seed):
         t += 1
 
 
-def check(path, seed):
-    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+def check(path, seed, journal="OFF"):
+    if journal == "OFF":
+        db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+    else:
+        db = sqlite3.connect(path)
     print("integrity %s" % db.execute("PRAGMA integrity_check").fetchone()[0])
     try:
         print("mode %s" % os.getxattr(path, "user.ferrite.mode").decode())
@@ -104,4 +115,4 @@ def check(path, seed):
 
 
 if __name__ == "__main__":
-    {"run": run, "check": check}[sys.argv[1]](sys.argv[2], int(sys.argv[3]))
+    {"run": run, "check": check}[sys.argv[1]](sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])
