@@ -6,9 +6,11 @@
 //! - WORKLOAD: `s1.OP`, `s2.OP+OP`, `s3.OP+OP+OP` (catalogue names),
 //!   `a1.OP`, `a2.OP+OP` (the fsync-atomic catalogue), `z1.OP`, `z2.OP+OP`
 //!   (the zero-copy catalogue, pairs possibly with a main catalogue op),
-//!   `rnd.SEED.LEN`, `rndm.SEED.LEN` and `rndz.SEED.LEN` (the random
-//!   generator: strict, mixing the modes, with peek and patch) or
-//!   `sc.NAME` (a scenario); any of these prefixed with `file.` when the
+//!   `b1.OP`, `b2.OP+OP` (the buffered catalogue, on a buffered mount),
+//!   `rnd.SEED.LEN`, `rndm.SEED.LEN`, `rndz.SEED.LEN` and `rndb.SEED.LEN`
+//!   (the random generator: strict, mixing the modes, with peek and patch,
+//!   on a buffered mount), `sc.NAME` (a scenario) or `bsc.NAME` (a
+//!   scenario on a buffered mount); any of these prefixed with `file.` when the
 //!   workload was recorded on a pool file (`exec::Backing::File`);
 //! - POINT: `live` (engine and model disagree without a crash), `pcheck`
 //!   (the persistence checker), or `eN:LABEL` (the crash point before event

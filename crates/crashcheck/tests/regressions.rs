@@ -489,7 +489,8 @@ fn superblock_update_never_leaves_both_copies_torn() {
 /// cc1:0xc0ffee:empty:s3.create+remount+link:e44:T:42:p1:n (and
 /// cc1:0xc0ffee:empty:b2.buf_remount+buf_overwrite_reuse:e103:T:101:p1:n
 /// on a buffered mount). Fixed by starting each mount's sequence numbers
-/// from the superblock's mount count (`Journals::start_mount`).
+/// from the superblock's mount count (`Journals::start_mount`), and by
+/// clearing the CRC word with the active word when a transaction closes.
 #[test]
 fn journal_sequence_reused_after_remount() {
     must_pass(
