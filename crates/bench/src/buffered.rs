@@ -146,14 +146,14 @@ const P_BACKPRESSURE: Metric = Metric {
 };
 const P_LAG_MAX: Metric = Metric {
     key: "lag_max_ms",
-    label: "buffered: longest return → durable lag since mount",
+    label: "buffered: longest return → durable lag in the round",
     unit: "ms",
     better: Better::Lower,
 };
 
 /// What a buffered target's persister did between two snapshots: ops per
 /// batch, % of batches run by callers, back-pressure waits per 1,000 ops,
-/// the longest lag since mount (ms). NaN for every other target.
+/// the longest lag in the round (ms). NaN for every other target.
 fn persister_values(before: Option<&BufferedStats>, t: &dyn Target) -> [f64; 4] {
     let (Some(a), Some((_, b))) = (before, t.buffered()) else {
         return [f64::NAN; 4];
@@ -171,7 +171,10 @@ fn persister_values(before: Option<&BufferedStats>, t: &dyn Target) -> [f64; 4] 
     ]
 }
 
+/// The persister's counts before a round; the longest-lag figure starts
+/// afresh, so that the round reports its own.
 fn snapshot(t: &dyn Target) -> Option<BufferedStats> {
+    t.reset_buffered_lag();
     t.buffered().map(|(_, s)| s)
 }
 

@@ -543,7 +543,13 @@ fn run_workload(
     let mut failed = vec![false; n];
     // What a buffered mount's persister did over the warm-up and the
     // measured rounds (issue 13: the lag is reported with every workload).
-    let persister_before: Vec<_> = targets.iter().map(|t| t.buffered().map(|(_, s)| s)).collect();
+    let persister_before: Vec<_> = targets
+        .iter()
+        .map(|t| {
+            t.reset_buffered_lag();
+            t.buffered().map(|(_, s)| s)
+        })
+        .collect();
     for i in 0..n {
         if let Some(p) = prepared[i].as_mut() {
             if let Err(e) = p.run(seed_of(u64::MAX)).and_then(|_| settle(targets[i].as_ref())) {
@@ -649,7 +655,7 @@ fn persister_note(
     format!(
         "buffered persister over the warm-up and {rounds} rounds: {queued} ops queued, {persisted} made durable \
          in {batches} batches ({per_batch} ops per batch; {inline} batches run by callers at sync points or \
-         back-pressure), {waits} back-pressure waits, {} pending at the end; longest lag since mount {} \
+         back-pressure), {waits} back-pressure waits, {} pending at the end; longest lag {} \
          (bound {}, ops_max {})",
         b.pending_now,
         target::fmt_ns(b.lag_ns_max_seen),

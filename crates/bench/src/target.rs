@@ -201,6 +201,9 @@ pub trait Target: Sync {
     fn buffered(&self) -> Option<(BufferedOptions, BufferedStats)> {
         None
     }
+    /// Start the buffered mount's longest-lag figure afresh (nothing for
+    /// other targets).
+    fn reset_buffered_lag(&self) {}
     /// Start counting what reaches the media (untimed passes only).
     fn accounting_begin(&self) -> io::Result<()> {
         Ok(())
@@ -555,6 +558,9 @@ impl Target for FerriteLib {
     }
     fn buffered(&self) -> Option<(BufferedOptions, BufferedStats)> {
         Some((self.buffered.clone()?, self.fs().buffered_stats()))
+    }
+    fn reset_buffered_lag(&self) {
+        self.fs().engine().reset_buffered_lag();
     }
     fn prepare(&self, path: &str) -> TPath {
         TPath(path.as_bytes().to_vec())

@@ -101,7 +101,7 @@ pub struct BufferedStats {
     /// Operations returned but not yet durable, now.
     pub pending_now: u64,
     /// The longest an operation has waited between its return and the end
-    /// of its batch, since mount.
+    /// of its batch, since mount or the last `Ferrite::reset_buffered_lag`.
     pub lag_ns_max_seen: u64,
     /// Operations that persisted the queue before returning because it
     /// was full or its oldest operation was at the lag bound.
@@ -474,6 +474,10 @@ impl Buffered {
     /// that the mount then refuses changes and sync points.
     pub fn inject_failure(&self) {
         self.fail_next.store(true, Ordering::Relaxed);
+    }
+
+    pub fn reset_lag(&self) {
+        self.lag_ns_max_seen.store(0, Ordering::Relaxed);
     }
 
     pub fn stats(&self) -> BufferedStats {

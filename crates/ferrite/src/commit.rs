@@ -566,6 +566,14 @@ impl Ferrite {
         }
     }
 
+    /// Start measuring `BufferedStats::lag_ns_max_seen` afresh (for one
+    /// benchmark round, say).
+    pub fn reset_buffered_lag(&self) {
+        if let Some(b) = &self.buffered {
+            b.reset_lag();
+        }
+    }
+
     /// What the persister of a buffered mount has done (all zero in a
     /// strict mount).
     pub fn buffered_stats(&self) -> crate::buffered::BufferedStats {
