@@ -19,6 +19,7 @@ mod fuse;
 mod plot;
 mod preload;
 mod report;
+mod scaling;
 mod scratch;
 mod stats;
 mod target;
@@ -215,6 +216,8 @@ fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> 
     ] {
         v.push(fio(name, "threads", 4096, true, read, 0, 2, shared, n));
     }
+    // Issue 14: two threads against one, in the same round.
+    v.push(Box::new(scaling::Scaling { writes: n / 2, files: s.dir_n, file_size: s.file_size }));
     v.push(Box::new(DirOps { n: s.dir_n }));
     v.push(Box::new(NovaMicro { files: s.nova_files, appends: 16 }));
     v.push(Box::new(Lookup { big: s.lookup_big, small: 10, lookups: s.lookups }));
@@ -389,6 +392,8 @@ fn run(args: &Args) -> io::Result<()> {
     let zc_goals = if with_zerocopy { report::evaluate_zerocopy(&results, args.quick) } else { Vec::new() };
     let with_buffered = target_info.iter().any(|(t, _)| t == "ferrite-buffered");
     let buffered_goals = if with_buffered { report::evaluate_buffered(&results, args.quick) } else { Vec::new() };
+    let with_strict = target_info.iter().any(|(t, _)| t == "ferrite");
+    let issue14_goals = if with_strict { report::evaluate_issue14(&results, args.quick) } else { Vec::new() };
     let mut body = String::new();
     let _ = writeln!(body, "## Results\n");
     let _ = writeln!(
@@ -431,10 +436,15 @@ fn run(args: &Args) -> io::Result<()> {
         let _ = writeln!(body, "\n## Summary against the goals of issue 13 (buffered mode)\n");
         body.push_str(&report::summary_markdown(&buffered_goals));
     }
+    if with_strict && ran(&issue14_goals) {
+        let _ = writeln!(body, "\n## Summary against the goals of issue 14 (strict mode near the hardware limit)\n");
+        body.push_str(&report::summary_markdown(&issue14_goals));
+    }
     goals.extend(preload_goals);
     goals.extend(fuse_goals);
     goals.extend(zc_goals);
     goals.extend(buffered_goals);
+    goals.extend(issue14_goals);
     if !errors.is_empty() {
         let _ = writeln!(body, "\n## Errors\n");
         for e in &errors {

@@ -521,6 +521,44 @@ pub fn buffered_goals() -> Vec<Goal> {
     ]
 }
 
+/// The benchmark goals of issue 14 (strict mode near the hardware limit),
+/// judged on the `ferrite` target.
+pub fn issue14_goals() -> Vec<Goal> {
+    use GoalKind::*;
+    let r = |text, workload, metric, other, at_least| Goal { text, workload, metric, kind: Ratio { other, at_least } };
+    let own = |text, workload, metric, at_least| Goal { text, workload, metric, kind: AtLeast { at_least } };
+    let at_most = |text, workload, metric, at_most| Goal { text, workload, metric, kind: AtMost { at_most } };
+    vec![
+        r("random 4 KiB write ≥ 0.6× the hardware limit", "randwrite-4k", "ops_per_s", "hw-limit", 0.6),
+        r("sequential 4 KiB write ≥ 0.7× the hardware limit", "seqwrite-4k", "ops_per_s", "hw-limit", 0.7),
+        r("create ≥ 3× tmpfs", "dirops", "create_us", "tmpfs", 3.0),
+        r("unlink ≥ 3× tmpfs", "dirops", "unlink_us", "tmpfs", 3.0),
+        r("mkdir ≥ 3× tmpfs", "dirops", "mkdir_us", "tmpfs", 3.0),
+        r("rmdir ≥ 3× tmpfs", "dirops", "rmdir_us", "tmpfs", 3.0),
+        r("NOVA microbenchmark create ≥ 3× tmpfs", "nova-micro", "create_us", "tmpfs", 3.0),
+        r("NOVA microbenchmark append ≥ 3× tmpfs", "nova-micro", "append_us", "tmpfs", 3.0),
+        r("NOVA microbenchmark fsync ≥ 3× tmpfs", "nova-micro", "fsync_us", "tmpfs", 3.0),
+        r("NOVA microbenchmark unlink ≥ 3× tmpfs", "nova-micro", "unlink_us", "tmpfs", 3.0),
+        at_most("stat in a 100,000-entry directory ≤ 1.3× a 10-entry one", "lookup", "big_over_small", 1.3),
+        own("2 threads on private files ≥ 1.8× one thread: writes", "scaling-2t", "private_write_x", 1.8),
+        own("2 threads on private directories ≥ 1.8× one thread: creates", "scaling-2t", "create_x", 1.8),
+        own("2 threads on private directories ≥ 1.8× one thread: unlinks", "scaling-2t", "unlink_x", 1.8),
+        own("2 threads writing disjoint halves of one file ≥ 1.3× one thread", "scaling-2t", "shared_write_x", 1.3),
+        at_most("mount after a crash of a pool with 100,000 files ≤ 50 ms", "remount", "crash_mount_ms", 50.0),
+        at_most(
+            "remount after a clean unmount of a pool with 100,000 files < 10 ms",
+            "remount",
+            "clean_mount_ms",
+            10.0,
+        ),
+    ]
+}
+
+/// The goals of issue 14, judged on the `ferrite` target.
+pub fn evaluate_issue14(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
+    evaluate_goals(issue14_goals(), "ferrite", results, quick)
+}
+
 /// The goals of issue 13, judged on the `ferrite-buffered` target.
 pub fn evaluate_buffered(results: &[WorkloadResult], quick: bool) -> Vec<GoalResult> {
     evaluate_goals(buffered_goals(), "ferrite-buffered", results, quick)

@@ -94,13 +94,32 @@ impl Ferrite {
         Ok(i)
     }
 
+    /// Look a name up in a directory and hold the inode it names, both
+    /// under one read lock of the directory: the name keeps its inode
+    /// alive, so its number cannot belong to another inode at that moment
+    /// (path resolution's lookup: one probe of the index, no retry).
+    pub(crate) fn lookup_child(&self, dir: &Inode, name: &[u8]) -> FsResult<Option<(Dentry, Arc<Inode>)>> {
+        let d = dir.data.read();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        let Some(slot) = d.dir().names.get(name) else {
+            return Ok(None);
+        };
+        if let Some(i) = slot.inode.get() {
+            return Ok(Some((slot.de, i.clone())));
+        }
+        let i = self.child(&slot.de)?;
+        Ok(Some((slot.de, slot.inode.get_or_init(|| i).clone())))
+    }
+
     /// Look a name up in a directory (read lock only).
     pub(crate) fn lookup_dentry(&self, dir: &Inode, name: &[u8]) -> FsResult<Option<Dentry>> {
         let d = dir.data.read();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
-        Ok(d.dir().names.get(name).copied())
+        Ok(d.dir().names.get(name).map(|s| s.de))
     }
 
     /// The inode a name in `parent` refers to.
@@ -114,17 +133,18 @@ impl Ferrite {
             let p = dir.data.read().attrs.parent;
             return self.getattr(p);
         }
-        loop {
-            let de = self.lookup_dentry(&dir, name)?.ok_or(Errno::ENOENT)?;
-            // The inode the name names now, never a later owner of its
-            // number (an unlink and a create may race with this lookup).
-            if let Some(i) = self.child_of(&dir, name, &de)? {
-                match self.getattr_inode(&i) {
-                    Err(Errno::ENOENT) => continue, // freed since: look again
-                    r => return r,
-                }
+        // The inode the name names now, never a later owner of its number
+        // (an unlink and a create may race with this lookup). Freed between
+        // the lookup and its attributes: the name has gone or names
+        // another inode by now, so look again.
+        for _ in 0..crate::path::RACE_RETRIES_MAX {
+            let (_, i) = self.lookup_child(&dir, name)?.ok_or(Errno::ENOENT)?;
+            match self.getattr_inode(&i) {
+                Err(Errno::ENOENT) => continue,
+                r => return r,
             }
         }
+        Err(Errno::ENOENT)
     }
 
     /// Create a regular file, directory, symlink, FIFO, socket or device
@@ -599,7 +619,7 @@ impl Ferrite {
             .range(cookie.saturating_add(1)..)
             .take(max)
             .map(|(&seq, name)| {
-                let de = idx.names[name];
+                let de = idx.names[name].de;
                 DirEntry { name: name.to_vec(), ino: de.ino, kind: de.kind, next_cookie: seq }
             })
             .collect())

@@ -125,7 +125,7 @@ impl Ferrite {
     pub(crate) fn commit_all_pending(&self) {
         let inos: Vec<InodeNo> = self.pending_files.lock().iter().copied().collect();
         for ino in inos {
-            let Some(inode) = self.shard(ino).lock().get(&ino).cloned() else {
+            let Some(inode) = self.cached(ino) else {
                 continue;
             };
             let mut d = inode.data.write();

@@ -7,7 +7,6 @@ use crate::inode::{Attrs, Inode, InodeData};
 use crate::journal::Journals;
 use crate::media::Media;
 use crate::types::{limits, Clock, Errno, FileMode, FileType, FsResult, InodeNo, StatFs, SystemClock};
-use crate::Map;
 use ferrite_pmem::{Pmem, PmemError, PoolOffset};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -110,8 +109,6 @@ pub struct MountReport {
     pub recovery_ns: u64,
 }
 
-const INODE_SHARDS: usize = 64;
-
 /// A mounted Ferrite file system. Send + Sync: share it with `Arc`.
 pub struct Ferrite {
     pub(crate) media: Media,
@@ -119,7 +116,7 @@ pub struct Ferrite {
     pub(crate) pages: Arc<PageAllocator>,
     pub(crate) inodes_free: Arc<InodeAllocator>,
     pub(crate) journals: Arc<Journals>,
-    inodes: Vec<Mutex<Map<InodeNo, Arc<Inode>>>>,
+    inodes: crate::inode_cache::InodeCache,
     pub(crate) clock: Arc<dyn Clock>,
     /// Serializes renames across directories, so that the check "not into
     /// its own subtree" sees a stable tree (Linux's s_vfs_rename_mutex).
@@ -254,13 +251,14 @@ impl Ferrite {
 
     pub(crate) fn new_mounted(media: Media, sb: Superblock, clock: Arc<dyn Clock>, report: MountReport) -> Ferrite {
         let lanes = media.layout.lane_count as usize;
+        let inode_count = media.layout.inode_count;
         Ferrite {
             pages: Arc::new(PageAllocator::new(lanes, media.layout.data_start, media.layout.total_pages)),
             inodes_free: Arc::new(InodeAllocator::new(lanes)),
             journals: Arc::new(Journals::new(lanes)),
             media,
             sb: Mutex::new(sb),
-            inodes: (0..INODE_SHARDS).map(|_| Mutex::new(Map::default())).collect(),
+            inodes: crate::inode_cache::InodeCache::new(inode_count),
             clock,
             rename_lock: Mutex::new(()),
             report,
@@ -369,25 +367,30 @@ impl Ferrite {
 
     // ---- inode cache -----------------------------------------------------
 
-    pub(crate) fn shard(&self, ino: InodeNo) -> &Mutex<Map<InodeNo, Arc<Inode>>> {
-        &self.inodes[(ino.0 as usize) % INODE_SHARDS]
+    /// The cached inode, if it has been rebuilt since mount.
+    pub(crate) fn cached(&self, ino: InodeNo) -> Option<Arc<Inode>> {
+        self.inodes.get(ino)
     }
 
     pub(crate) fn cache_insert(&self, inode: Arc<Inode>) {
-        self.shard(inode.ino).lock().insert(inode.ino, inode);
+        self.inodes.insert(inode);
     }
 
     pub(crate) fn cache_remove(&self, ino: InodeNo) {
-        self.shard(ino).lock().remove(&ino);
+        self.inodes.remove(ino);
     }
 
     /// The inode, rebuilt from its log at the first access (lazy rebuild).
     pub(crate) fn inode(&self, ino: InodeNo) -> FsResult<Arc<Inode>> {
-        let mut shard = self.shard(ino).lock();
-        if let Some(i) = shard.get(&ino) {
+        // The slot stays locked while the inode is rebuilt, so that two
+        // threads never rebuild it twice.
+        let Some(mut cached) = self.inodes.slot(ino) else {
+            return Err(Errno::ENOENT);
+        };
+        if let Some(i) = cached.as_ref() {
             return Ok(i.clone());
         }
-        if ino.0 == 0 || ino.0 >= self.media.layout.inode_count {
+        if ino.0 == 0 {
             return Err(Errno::ENOENT);
         }
         // Freed in DRAM, its slot still live on media until the free's batch
@@ -405,7 +408,7 @@ impl Ferrite {
             .claim(&data.owned_pages())
             .map_err(|c| self.corrupt(format::corrupt!("inode {}: {}", ino.0, c.0)))?;
         let inode = Arc::new(Inode::new(ino, header.kind, header.generation, header.rdev, data));
-        shard.insert(ino, inode.clone());
+        *cached = Some(inode.clone());
         Ok(inode)
     }
 

@@ -141,7 +141,7 @@ impl InodeData {
             }
             Body::Dir(dir) => {
                 for (&seq, name) in &dir.by_seq {
-                    let de = dir.names[name];
+                    let de = dir.names[name].de;
                     entries.push(Entry::DentryAdd(DentryEntry {
                         ino: de.ino,
                         kind: de.kind,

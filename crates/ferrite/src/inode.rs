@@ -84,11 +84,102 @@ pub struct Dentry {
     pub entry: PoolOffset,
 }
 
+/// The longest name kept inline in a `DirName`.
+const DIR_NAME_INLINE_MAX: usize = 22;
+
+/// A name in a directory's index. Names of up to 22 bytes (most names)
+/// sit inline in the hash table's bucket, so that a lookup compares the
+/// name without following a pointer: in a directory too big for the cache,
+/// that pointer was a dependent miss on every lookup. Longer names go to
+/// the heap. Hashes and compares as its bytes, so the index is searched
+/// with a plain `&[u8]`.
+#[derive(Clone)]
+pub enum DirName {
+    Inline { len: u8, bytes: [u8; DIR_NAME_INLINE_MAX] },
+    Heap(Box<[u8]>),
+}
+
+impl DirName {
+    pub fn new(name: &[u8]) -> DirName {
+        if name.len() <= DIR_NAME_INLINE_MAX {
+            let mut bytes = [0u8; DIR_NAME_INLINE_MAX];
+            bytes[..name.len()].copy_from_slice(name);
+            DirName::Inline { len: name.len() as u8, bytes }
+        } else {
+            DirName::Heap(name.into())
+        }
+    }
+}
+
+impl std::ops::Deref for DirName {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            DirName::Inline { len, bytes } => &bytes[..*len as usize],
+            DirName::Heap(b) => b,
+        }
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for DirName {
+    fn borrow(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PartialEq for DirName {
+    fn eq(&self, other: &DirName) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for DirName {}
+
+impl std::hash::Hash for DirName {
+    /// As the bytes hash, which `Borrow<[u8]>` requires.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (**self).hash(h)
+    }
+}
+
+impl std::fmt::Debug for DirName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<DirName>() == 24);
+
+/// A name's value in a directory's index: its dentry, and the inode it
+/// names once a lookup has held it. A lookup then finds the inode in the
+/// same bucket as the name instead of in the inode cache: in a directory
+/// too big for the processor's cache, one dependent miss less. The Arc is
+/// the inode cache's own (the cache replaces an inode only when its number
+/// is freed and reused, and a name keeps its inode from being freed), and
+/// it cannot form a cycle: a directory is named by one parent only.
+pub struct NameSlot {
+    pub de: Dentry,
+    pub inode: std::sync::OnceLock<std::sync::Arc<Inode>>,
+}
+
+impl NameSlot {
+    pub fn new(de: Dentry) -> NameSlot {
+        NameSlot { de, inode: std::sync::OnceLock::new() }
+    }
+}
+
+impl std::ops::Deref for NameSlot {
+    type Target = Dentry;
+    fn deref(&self) -> &Dentry {
+        &self.de
+    }
+}
+
 #[derive(Default)]
 pub struct DirIndex {
-    pub names: Map<Box<[u8]>, Dentry>,
+    pub names: Map<DirName, NameSlot>,
     /// Names in cookie order, for readdir.
-    pub by_seq: BTreeMap<u64, Box<[u8]>>,
+    pub by_seq: BTreeMap<u64, DirName>,
     pub subdirs: u32,
 }
 
@@ -121,28 +212,35 @@ pub struct Pending {
     pub reserve: Option<PageNo>,
 }
 
-/// The DRAM state of an inode, behind its lock.
+/// The DRAM state of an inode, behind its lock. In declared order
+/// (`repr(C)`): what `stat` reads comes first, so that with the fields of
+/// `Inode` before it, a `stat` of an inode not in the cache touches two
+/// adjacent cache lines rather than lines spread over the whole struct.
+#[repr(C)]
 pub struct InodeData {
     /// False once the inode has been freed; every operation that finds a
     /// dead inode treats it as gone (ENOENT) or retries its lookup.
     pub alive: bool,
-    pub attrs: Attrs,
-    pub log: Log,
-    pub body: Body,
-    /// Extended attributes: name -> (value, location of the XattrSet entry).
-    pub xattrs: BTreeMap<Box<[u8]>, Xattr>,
     /// Open descriptors and handles; an unlinked inode is freed at the last close.
     pub open_count: u32,
+    pub attrs: Attrs,
+    pub body: Body,
+    pub log: Log,
+    /// Extended attributes: name -> (value, location of the XattrSet entry).
+    pub xattrs: BTreeMap<Box<[u8]>, Xattr>,
     /// The uncommitted epoch of an fsync-atomic file, if any.
     pub pending: Option<Box<Pending>>,
 }
 
+/// An inode in DRAM. In declared order (`repr(C)`), what a lookup and a
+/// `stat` read first (see `InodeData`).
+#[repr(C)]
 pub struct Inode {
     pub ino: InodeNo,
-    pub kind: FileType,
-    pub generation: u32,
     /// Device number of a device node (fixed at creation), else 0.
     pub rdev: u64,
+    pub generation: u32,
+    pub kind: FileType,
     pub data: RwLock<InodeData>,
     /// Recent reads and writes of the file, for the fold policy of small
     /// writes (Libnvmmio's read/write mix; halved as they grow).

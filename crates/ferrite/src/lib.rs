@@ -24,6 +24,7 @@ mod fs;
 pub mod fsck;
 mod gc;
 mod inode;
+mod inode_cache;
 mod journal;
 mod log;
 mod media;

@@ -47,10 +47,12 @@ impl Delta {
 pub type Deltas = SmallVec<[Delta; 2]>;
 
 #[derive(Default)]
+#[repr(C)]
 pub struct PageMap {
+    /// First (`repr(C)`): `stat` reads it, right after the attributes.
+    count: usize,
     dense: Vec<PageRef>,
     sparse: BTreeMap<u64, PageRef>,
-    count: usize,
     deltas: crate::Map<u64, Deltas>,
     delta_bytes: usize,
 }

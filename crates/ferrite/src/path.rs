@@ -31,9 +31,9 @@ pub(crate) fn stale(r: &Resolved) -> bool {
     !r.dir.data.read().alive || r.target_inode.as_ref().is_some_and(|i| !i.data.read().alive)
 }
 
-/// How often one path resolution may find a name whose inode was freed
-/// between the directory lookup and holding it, before giving up (each
-/// time means another thread removed that name meanwhile).
+/// How often an operation may find that an inode it resolved was freed
+/// before it acted on it, and resolve again, before giving up (each time
+/// means another thread removed or replaced that name meanwhile).
 pub(crate) const RACE_RETRIES_MAX: u32 = 64;
 
 /// The owner and mode of an inode, for the permission rules.
@@ -172,9 +172,6 @@ impl Ferrite {
             (start.ino, start.clone())
         };
         let mut links = 0;
-        // Lookups that found a name whose inode was freed before it could
-        // be held (a racing unlink): each retries the component.
-        let mut raced = 0;
         if comps.is_empty() {
             // Only slashes: the root.
             return Ok(Resolved::directory(cur_dir.clone(), None, cur_dir, trailing));
@@ -208,27 +205,16 @@ impl Ferrite {
             if dir.kind != FileType::Directory {
                 return Err(Errno::ENOTDIR);
             }
-            let de = self.lookup_dentry(&dir, &c)?;
-            match de {
+            match self.lookup_child(&dir, &c)? {
                 None if last => return Ok(Resolved::missing(cur_dir, c, false, trailing)),
                 None => return Err(Errno::ENOENT),
-                Some(de) => {
+                Some((de, child)) => {
                     if de.kind == FileType::Symlink && (!last || follow_last) {
                         links += 1;
                         if links > limits::SYMLOOP_MAX {
                             return Err(Errno::ELOOP);
                         }
-                        let link = match self.child_of(&dir, &c, &de)? {
-                            Some(i) => i,
-                            None if raced < RACE_RETRIES_MAX => {
-                                raced += 1;
-                                links -= 1;
-                                comps.push_front(c);
-                                continue;
-                            }
-                            None => return Err(Errno::ENOENT),
-                        };
-                        if self.splice_symlink(&link, last, &mut comps, &mut trailing)? {
+                        if self.splice_symlink(&child, last, &mut comps, &mut trailing)? {
                             cur = InodeNo::ROOT;
                             cur_dir = self.inode(InodeNo::ROOT)?;
                         }
@@ -241,19 +227,6 @@ impl Ferrite {
                     if !last && de.kind != FileType::Directory {
                         return Err(Errno::ENOTDIR);
                     }
-                    // Hold the inode the name refers to. If it was freed
-                    // after the lookup (a racing unlink or rename over it),
-                    // look the name up again: its number may already belong
-                    // to another file.
-                    let child = match self.child_of(&dir, &c, &de)? {
-                        Some(i) => i,
-                        None if raced < RACE_RETRIES_MAX => {
-                            raced += 1;
-                            comps.push_front(c);
-                            continue;
-                        }
-                        None => return Err(Errno::ENOENT),
-                    };
                     if last {
                         return Ok(Resolved::found(cur_dir, c, child, trailing));
                     }

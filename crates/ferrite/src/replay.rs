@@ -7,7 +7,7 @@ use crate::format::{
     self, corrupt, AttrEntry, Corrupt, DentryEntry, Entry, InlineEntry, PageNo, PoolOffset, PunchEntry, TruncateEntry,
     WriteEntry, XattrEntry, LOG_PAGE_HEADER_SIZE, LOG_UNIT, PAGE_SIZE,
 };
-use crate::inode::{Attrs, Body, Dentry, InodeData, PageRef};
+use crate::inode::{Attrs, Body, Dentry, DirName, InodeData, NameSlot, PageRef};
 use crate::log::{page_of, Liveness, NO_PAGE};
 use crate::media::Media;
 use crate::pagemap::Delta;
@@ -178,8 +178,8 @@ impl InodeData {
         if dir.names.contains_key(d.name.as_slice()) {
             return Err(corrupt!("directory adds name {:?} twice", String::from_utf8_lossy(&d.name)));
         }
-        let name: Box<[u8]> = d.name.clone().into_boxed_slice();
-        dir.names.insert(name.clone(), Dentry { ino: d.ino, kind: d.kind, seq, entry: loc });
+        let name = DirName::new(&d.name);
+        dir.names.insert(name.clone(), NameSlot::new(Dentry { ino: d.ino, kind: d.kind, seq, entry: loc }));
         dir.by_seq.insert(seq, name);
         if d.kind == FileType::Directory {
             dir.subdirs += 1;

@@ -367,10 +367,14 @@ impl Session {
     }
 
     fn write_at(&self, f: &OpenFile, data: &[u8], offset: Option<u64>) -> FsResult<(usize, u64)> {
-        let n = {
+        let n = if f.append() {
             let mut d = f.inode.data.write();
-            let at = if f.append() { d.attrs.size } else { offset.expect("an offset without O_APPEND") };
+            let at = d.attrs.size;
             let n = self.fs.write_locked(&f.inode, &mut d, at, data)?;
+            (n, at + n as u64)
+        } else {
+            let at = offset.expect("an offset without O_APPEND");
+            let n = self.fs.write_inode_at(&f.inode, at, data)?;
             (n, at + n as u64)
         };
         // O_SYNC and O_DSYNC writes are a commit point of the engine's

@@ -1,0 +1,86 @@
+//! The inode cache: the DRAM inodes rebuilt so far, found by number.
+//!
+//! Inode numbers are dense (slots of the inode table, fixed at mkfs), so
+//! the cache is an array indexed by number rather than a hash map: finding
+//! a cached inode costs one slot, which in a big directory is one cache
+//! miss instead of the two or three a hash probe costs (control bytes,
+//! bucket, key). The array is split into chunks allocated at their first
+//! use, so a pool formatted for millions of inodes costs DRAM only for the
+//! ranges it touches. Each slot has its own lock, held while an inode is
+//! rebuilt from its log, so that two threads never rebuild the same inode
+//! and threads on different inodes never wait for each other.
+
+use crate::inode::Inode;
+use crate::types::InodeNo;
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::{Arc, OnceLock};
+
+/// Slots per chunk: 16 KiB of slots, allocated together.
+const SLOTS_PER_CHUNK: usize = 1024;
+
+type Slot = Mutex<Option<Arc<Inode>>>;
+
+pub(crate) struct InodeCache {
+    chunks: Box<[OnceLock<Box<[Slot]>>]>,
+    /// Inode numbers are below this (the inode table's slot count).
+    inode_count: u64,
+}
+
+impl InodeCache {
+    pub(crate) fn new(inode_count: u64) -> InodeCache {
+        let chunks = (inode_count as usize).div_ceil(SLOTS_PER_CHUNK);
+        InodeCache { chunks: (0..chunks).map(|_| OnceLock::new()).collect(), inode_count }
+    }
+
+    /// The slot of `ino`, locked; None for a number outside the table.
+    pub(crate) fn slot(&self, ino: InodeNo) -> Option<MutexGuard<'_, Option<Arc<Inode>>>> {
+        if ino.0 >= self.inode_count {
+            return None;
+        }
+        let i = ino.0 as usize;
+        let chunk =
+            self.chunks[i / SLOTS_PER_CHUNK].get_or_init(|| (0..SLOTS_PER_CHUNK).map(|_| Mutex::new(None)).collect());
+        Some(chunk[i % SLOTS_PER_CHUNK].lock())
+    }
+
+    /// The cached inode `ino`, if it has been rebuilt (never rebuilds it).
+    pub(crate) fn get(&self, ino: InodeNo) -> Option<Arc<Inode>> {
+        if ino.0 >= self.inode_count {
+            return None;
+        }
+        let i = ino.0 as usize;
+        let chunk = self.chunks[i / SLOTS_PER_CHUNK].get()?;
+        chunk[i % SLOTS_PER_CHUNK].lock().clone()
+    }
+
+    pub(crate) fn insert(&self, inode: Arc<Inode>) {
+        let ino = inode.ino;
+        *self.slot(ino).unwrap_or_else(|| panic!("inode {} outside the table", ino.0)) = Some(inode);
+    }
+
+    pub(crate) fn remove(&self, ino: InodeNo) {
+        if let Some(mut s) = self.slot(ino) {
+            *s = None;
+        }
+    }
+}
+
+impl Drop for InodeCache {
+    /// Directories hold the inodes their names name (`NameSlot`): let go of
+    /// those first, so that dropping a deep tree is a loop over the table,
+    /// never a recursion as deep as the tree.
+    fn drop(&mut self) {
+        for chunk in self.chunks.iter_mut().filter_map(|c| c.get_mut()) {
+            for slot in chunk.iter_mut() {
+                if let Some(inode) = slot.get_mut() {
+                    let mut d = inode.data.write();
+                    if let crate::inode::Body::Dir(dir) = &mut d.body {
+                        for name in dir.names.values_mut() {
+                            name.inode.take();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
