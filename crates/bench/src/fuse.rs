@@ -41,6 +41,9 @@ impl FuseMount {
         std::fs::create_dir(mnt.path())?;
         let pmem = Pmem::create_file(pool.path(), pool_len, 64 * 4096)
             .map_err(|e| io::Error::other(format!("{}: {e}", pool.path().display())))?;
+        // Pages are faulted in on a thread of their own; measurements start
+        // once it is done, as they did when creating the pool did it.
+        pmem.wait_populated();
         let fs = Ferrite::format(pmem, &FormatOptions::default())
             .map_err(|e| io::Error::other(format!("format {}: {e}", pool.path().display())))?;
         // FERRITE_BENCH_FUSE_OPTS: extra mount options (`-o` syntax), to

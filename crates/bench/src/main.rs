@@ -12,6 +12,7 @@
 //! CSV, JSON, summary against the goals) and `plot` (SVG). See docs/BENCHMARKS.md for how to run it and what the
 //! figures mean.
 
+mod aging;
 mod buffered;
 mod ext4;
 mod filebench;
@@ -155,7 +156,9 @@ impl Scale {
 /// workloads (issue 12) move 512 MiB per method, round and target, and
 /// have their own goals; the buffered workloads (issue 13) time bursts and
 /// sustained runs of the operations `all` already has, for buffered mounts.
-const NOT_IN_ALL: [&str; 3] = ["tree", zerocopy::GROUP, buffered::GROUP];
+/// The aging workload (issue 14) fills a pool of its own and writes for
+/// ten minutes in full mode.
+const NOT_IN_ALL: [&str; 4] = ["tree", zerocopy::GROUP, buffered::GROUP, aging::GROUP];
 
 fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> {
     let fio = |name: &str,
@@ -233,6 +236,8 @@ fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> 
     v.extend(zerocopy::workloads(quick));
     // Issue 13: bursts and sustained runs (selected by name or `buffered`).
     v.extend(buffered::workloads(quick));
+    // Issue 14: a pool aged to 95 % full (selected by name or `aging`).
+    v.push(Box::new(aging::Aging::new(quick, base)));
     v
 }
 

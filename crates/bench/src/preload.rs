@@ -131,6 +131,9 @@ impl PreloadTarget {
         {
             let pmem = Pmem::create_file(pool.path(), pool_len, 64 * 4096)
                 .map_err(|e| io::Error::other(format!("{}: {e}", pool.path().display())))?;
+            // Pages are faulted in on a thread of their own; measurements start
+            // once it is done, as they did when creating the pool did it.
+            pmem.wait_populated();
             let opts = FormatOptions { inodes: Some(inodes), ..FormatOptions::default() };
             let fs = Session::format(pmem, &opts)
                 .map_err(|e| io::Error::other(format!("format {}: {e}", pool.path().display())))?;

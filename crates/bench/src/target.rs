@@ -444,6 +444,9 @@ impl FerriteLib {
         let pool = Scratch::new(unique_path(base, "ferrite.pool"));
         let pmem = Pmem::create_file(pool.path(), pool_len, 64 * 4096)
             .map_err(|e| io::Error::other(format!("{}: {e}", pool.path().display())))?;
+        // Pages are faulted in on a thread of their own; measurements start
+        // once it is done, as they did when creating the pool did it.
+        pmem.wait_populated();
         let inodes = inodes_for(pool_len);
         let opts = FormatOptions { inodes: Some(inodes), ..FormatOptions::default() };
         let mut fs = Session::format(pmem, &opts)
@@ -690,6 +693,9 @@ impl FerriteRemount {
         let pool_len = ((files as u64 * 4096 * 5 / 4) + (64 << 20)).next_multiple_of(1 << 20);
         let pmem = Pmem::create_file(pool.path(), pool_len, 64 * 4096)
             .map_err(|e| io::Error::other(format!("{}: {e}", pool.path().display())))?;
+        // Pages are faulted in on a thread of their own; measurements start
+        // once it is done, as they did when creating the pool did it.
+        pmem.wait_populated();
         let opts = FormatOptions { inodes: Some(files as u64 + 4096), ..FormatOptions::default() };
         let fs = Session::format(pmem, &opts)
             .map_err(|e| io::Error::other(format!("format {}: {e}", pool.path().display())))?;
@@ -995,6 +1001,9 @@ impl HwLimit {
         let pool = Scratch::new(unique_path(base, "limit.pool"));
         let pmem = Pmem::create_file(pool.path(), pool_len, 4096)
             .map_err(|e| io::Error::other(format!("{}: {e}", pool.path().display())))?;
+        // Pages are faulted in on a thread of their own; measurements start
+        // once it is done, as they did when creating the pool did it.
+        pmem.wait_populated();
         let raw = RawMap::new(pool.path(), pool_len)?;
         Ok(HwLimit {
             pmem: Some(pmem),

@@ -10,13 +10,10 @@
 
 use crate::format::{self, crc, MountState, PageNo, PAGE_SIZE};
 use crate::fs::{Ferrite, PoolError};
-use crate::inode::{Inode, InodeData};
+use crate::inode::InodeData;
+use crate::replay::Replay;
 use crate::types::{FileType, InodeNo};
-use std::sync::Arc;
 use std::time::Instant;
-
-/// An inode rebuilt by the recovery scan: number, type, generation, state.
-type ScannedInode = (InodeNo, format::InodeHeader, InodeData);
 
 pub(crate) fn mount_existing(mut fs: Ferrite, threads: usize) -> Result<Ferrite, PoolError> {
     let started = Instant::now();
@@ -107,25 +104,55 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
     fs.report.journals_rolled_back = crate::journal::recover(&fs.media)?;
     let l = fs.media.layout;
     let count = l.inode_count;
-    let chunk = count.div_ceil(threads as u64).max(1);
     let media = &fs.media;
-    // Scan the inode table in parallel: each thread rebuilds the inodes of
-    // its range and reports them.
-    let results: Vec<Result<Vec<ScannedInode>, format::Corrupt>> = std::thread::scope(|s| {
+    // Threads take chunks of the table from a shared counter: inode numbers
+    // are handed out lowest first, so live inodes crowd the start of the
+    // table, and fixed halves would leave one thread with all the work.
+    let next_chunk = std::sync::atomic::AtomicU64::new(0);
+    let next_chunk = &next_chunk;
+    // Scan the inode table in parallel: each thread replays the logs of
+    // its range with the same `load` a lazy rebuild uses, keeps only what
+    // the allocator needs (the pages each inode owns, whether it is an
+    // orphan), and drops the rebuilt state. The inodes are rebuilt again
+    // at their first access, as after a clean mount: keeping a whole
+    // pool's inodes would cost recovery their memory (most of its time
+    // was the page faults of that memory) for inodes nobody may touch.
+    let results: Vec<Result<Scan, format::Corrupt>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads as u64)
-            .map(|t| {
+            .map(|_| {
                 s.spawn(move || {
-                    let mut out = Vec::new();
-                    let lo = (t * chunk).max(1);
-                    let hi = ((t + 1) * chunk).min(count);
-                    for i in lo..hi {
-                        let ino = InodeNo(i);
-                        if let format::InodeSlot::Live { header, head, tail } = media.read_slot(ino)? {
-                            let d = InodeData::load(media, ino, header.kind, header.generation, head, tail)?;
-                            out.push((ino, header, d));
+                    let mut scan = Scan::default();
+                    loop {
+                        let c = next_chunk.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let lo = (c * RECOVERY_CHUNK_INODES).max(1);
+                        if lo >= count {
+                            break;
+                        }
+                        let hi = ((c + 1) * RECOVERY_CHUNK_INODES).min(count);
+                        for i in lo..hi {
+                            let ino = InodeNo(i);
+                            if let format::InodeSlot::Live { header, head, tail } = media.read_slot(ino)? {
+                                let d = InodeData::load_as(
+                                    media,
+                                    ino,
+                                    header.kind,
+                                    header.generation,
+                                    head,
+                                    tail,
+                                    Replay::Ownership,
+                                )?;
+                                let owned = d.owned_pages();
+                                if d.attrs.nlink == 0 {
+                                    scan.orphans.push(ino);
+                                } else {
+                                    scan.live.push(ino);
+                                    scan.owners.extend(std::iter::repeat_n(ino, owned.len()));
+                                    scan.owned.extend(owned);
+                                }
+                            }
                         }
                     }
-                    Ok(out)
+                    Ok(scan)
                 })
             })
             .collect();
@@ -137,58 +164,59 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
     }
     let mut live = vec![false; count as usize];
     let mut orphans = Vec::new();
-    let mut scanned = 0u64;
     for r in results {
-        for (ino, header, d) in r? {
-            scanned += 1;
-            for p in d.owned_pages() {
-                if bitmap_get(&used, p.0) {
-                    return Err(PoolError::Corrupt(format!(
-                        "page {} is owned twice (second owner inode {})",
-                        p.0, ino.0
-                    )));
-                }
-                bitmap_set(&mut used, p.0);
+        let scan = r?;
+        for (&p, &ino) in scan.owned.iter().zip(&scan.owners) {
+            if bitmap_get(&used, p.0) {
+                return Err(PoolError::Corrupt(format!("page {} is owned twice (second owner inode {})", p.0, ino.0)));
             }
-            let inode = Arc::new(Inode::new(ino, header.kind, header.generation, header.rdev, d));
-            if inode.data.read().attrs.nlink == 0 {
-                orphans.push(inode);
-            } else {
-                live[ino.0 as usize] = true;
-                fs.cache_insert(inode);
-            }
+            bitmap_set(&mut used, p.0);
         }
+        for ino in scan.live {
+            live[ino.0 as usize] = true;
+        }
+        orphans.extend(scan.orphans);
     }
-    // Orphans were unlinked while open; their last close never came.
-    for inode in &orphans {
-        fs.media.store_u64(fs.media.slot_offset(inode.ino), 0);
-        fs.media.flush(fs.media.slot_offset(inode.ino), 8);
-        for p in inode.data.read().owned_pages() {
-            used[(p.0 / 8) as usize] &= !(1 << (p.0 % 8));
-        }
+    // Orphans were unlinked while open; their last close never came. Their
+    // pages were never marked, so they are free below.
+    for &ino in &orphans {
+        fs.media.store_u64(fs.media.slot_offset(ino), 0);
+        fs.media.flush(fs.media.slot_offset(ino), 8);
     }
     fs.media.fence();
     fs.report.orphans_freed = orphans.len() as u64;
-    fs.report.inodes_scanned = scanned;
+    fs.report.inodes_scanned = (live.iter().filter(|&&l| l).count() + orphans.len()) as u64;
+    // Free extents, and runs of used pages: every live inode is rebuilt
+    // lazily and claims its pages then, exactly as after a clean mount.
     let mut p = l.data_start.0;
     while p < l.total_pages {
-        if bitmap_get(&used, p) {
-            p += 1;
-            continue;
-        }
         let s = p;
-        while p < l.total_pages && !bitmap_get(&used, p) {
+        let in_use = bitmap_get(&used, p);
+        while p < l.total_pages && bitmap_get(&used, p) == in_use {
             p += 1;
         }
-        fs.pages.init_free(PageNo(s), p - s);
-    }
-    for p in l.data_start.0..l.total_pages {
-        if bitmap_get(&used, p) {
-            fs.pages.init_claimed(PageNo(p));
+        if in_use {
+            fs.pages.init_used(PageNo(s), p - s);
+        } else {
+            fs.pages.init_free(PageNo(s), p - s);
         }
     }
     fs.inodes_free.fill((2..count).filter(|&i| !live[i as usize]));
     Ok(())
+}
+
+/// Inode slots a recovery thread takes at a time.
+const RECOVERY_CHUNK_INODES: u64 = 512;
+
+/// What one recovery thread found in its range of the inode table.
+#[derive(Default)]
+struct Scan {
+    /// Pages owned by live inodes, and each one's owner (for the error).
+    owned: Vec<PageNo>,
+    owners: Vec<InodeNo>,
+    live: Vec<InodeNo>,
+    /// Inodes with no link left: freed by recovery.
+    orphans: Vec<InodeNo>,
 }
 
 /// Save the allocator and mark the pool clean (the last act of unmount).

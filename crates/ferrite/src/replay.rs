@@ -13,6 +13,22 @@ use crate::media::Media;
 use crate::pagemap::Delta;
 use crate::types::{FileType, InodeNo};
 
+/// What a log is replayed for (`InodeData::load_as`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Replay {
+    /// The whole DRAM state: every index.
+    Full,
+    /// What crash recovery needs: owned pages and attributes.
+    Ownership,
+}
+
+thread_local! {
+    /// A log page's bytes while it is replayed: one buffer per thread, not
+    /// a 4 KiB allocation (or clearing) per inode rebuilt.
+    static LOAD_BUF: std::cell::RefCell<Box<[u8; PAGE_SIZE as usize]>> =
+        std::cell::RefCell::new(Box::new([0u8; PAGE_SIZE as usize]));
+}
+
 impl InodeData {
     /// Apply one committed entry at `loc`. Pool pages that the entry makes
     /// unreferenced are pushed to `freed`. The same code serves replay at
@@ -255,6 +271,38 @@ impl InodeData {
         head: PoolOffset,
         tail: PoolOffset,
     ) -> Result<InodeData, Corrupt> {
+        Self::load_as(media, ino, kind, generation, head, tail, Replay::Full)
+    }
+
+    /// `load`, for a purpose: `Replay::Ownership` (crash recovery's scan)
+    /// wants only what the allocator needs, so a directory's name entries
+    /// are decoded and checked (CRC, sequence) but not indexed: a
+    /// directory owns nothing but its log pages, and its names are indexed
+    /// when it is rebuilt at first use.
+    #[allow(clippy::too_many_arguments)]
+    pub fn load_as(
+        media: &Media,
+        ino: InodeNo,
+        kind: FileType,
+        generation: u32,
+        head: PoolOffset,
+        tail: PoolOffset,
+        replay: Replay,
+    ) -> Result<InodeData, Corrupt> {
+        LOAD_BUF.with_borrow_mut(|buf| Self::load_into(media, ino, kind, generation, head, tail, replay, buf))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn load_into(
+        media: &Media,
+        ino: InodeNo,
+        kind: FileType,
+        generation: u32,
+        head: PoolOffset,
+        tail: PoolOffset,
+        replay: Replay,
+        buf: &mut [u8; PAGE_SIZE as usize],
+    ) -> Result<InodeData, Corrupt> {
         let mut data = InodeData::new_empty(kind, Attrs::UNSET);
         let head_page = media.check_log_pointer(head, "log head")?;
         if !format::log_tail_in_bounds(tail) {
@@ -264,18 +312,33 @@ impl InodeData {
         media.check_data_page(tail_page, "log tail")?;
         let tail_in_page = tail.0 - tail_page.offset().0;
         let mut page = head_page;
-        let mut buf = vec![0u8; PAGE_SIZE as usize];
         let mut freed = Vec::new();
         let max_pages = media.layout.total_pages;
+        // Pages seen so far, to refuse a cycle: a short list for the
+        // common short log (no allocation), a set once it grows.
+        let mut seen_few: smallvec::SmallVec<[u64; 8]> = smallvec::SmallVec::new();
         let mut seen = crate::Set::default();
         loop {
-            if !seen.insert(page.0) || seen.len() as u64 > max_pages {
+            let repeated = if seen_few.len() < seen_few.inline_size() {
+                let r = seen_few.contains(&page.0);
+                seen_few.push(page.0);
+                r
+            } else {
+                if seen.is_empty() {
+                    seen.extend(seen_few.iter().copied());
+                }
+                !seen.insert(page.0)
+            };
+            if repeated || (seen_few.len() + seen.len()) as u64 > max_pages {
                 return Err(corrupt!("inode {}: log pages form a cycle", ino.0));
             }
-            media.read_checked(page.offset(), &mut buf)?;
-            let next = format::decode_log_page_header(&buf, ino, generation)?;
-            data.log.live.push_page(page);
+            // Only what replay reads: up to the tail in the tail's page (a
+            // new inode's log is one page holding an entry or two, and
+            // copying the whole 4 KiB was most of a rebuild's time).
             let end = if page == tail_page { tail_in_page } else { PAGE_SIZE };
+            media.read_checked(page.offset(), &mut buf[..end as usize])?;
+            let next = format::decode_log_page_header(&buf[..], ino, generation)?;
+            data.log.live.push_page(page);
             let mut at = LOG_PAGE_HEADER_SIZE;
             while at < end {
                 let rest = &buf[at as usize..end as usize];
@@ -283,6 +346,16 @@ impl InodeData {
                     break; // the rest of a full page is unused
                 }
                 let (entry, seq, len) = Entry::decode(rest).map_err(|c| corrupt!("inode {}: {}", ino.0, c.0))?;
+                if replay == Replay::Ownership && matches!(entry, Entry::DentryAdd(_) | Entry::DentryRemove(_)) {
+                    if kind != FileType::Directory || seq < data.log.next_seq {
+                        return Err(corrupt!("inode {}: dentry out of place or out of sequence", ino.0));
+                    }
+                    data.log.next_seq = seq
+                        .checked_add(1)
+                        .ok_or_else(|| corrupt!("inode {}: log entry sequence number {seq} out of range", ino.0))?;
+                    at += len as u64;
+                    continue;
+                }
                 if let Entry::Write(w) = &entry {
                     media.check_data_page(w.pool_page, "write entry")?;
                     media.check_data_page(PageNo(w.pool_page.0 + w.num_pages as u64 - 1), "write entry")?;

@@ -42,6 +42,42 @@ pub(crate) struct Region {
     /// way to store into the pool.
     #[cfg(unix)]
     read_only_file: std::sync::OnceLock<Option<File>>,
+    /// The thread that fills a new pool's pages in the background, if one
+    /// runs: stopped and joined before the mapping goes (`Drop`).
+    populator: Option<Populator>,
+}
+
+/// How much a populating thread faults in per call: small enough that a
+/// drop waits little for it.
+#[cfg(target_os = "linux")]
+const POPULATE_CHUNK_BYTES: usize = 16 << 20;
+
+/// A background thread populating a mapping chunk by chunk; `stop` asks it
+/// to end after its current chunk.
+struct Populator {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The process that started the thread: a child made by fork has no
+    /// such thread, and joining it there would wait forever.
+    pid: u32,
+}
+
+impl Populator {
+    fn stop_and_join(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.join();
+    }
+
+    fn join(&self) {
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            if self.pid == std::process::id() {
+                let _ = t.join();
+            } else {
+                std::mem::forget(t);
+            }
+        }
+    }
 }
 
 // SAFETY: `Region` owns its memory (a private heap allocation or a mapping
@@ -74,6 +110,7 @@ impl Region {
             backing: Backing::Heap { layout },
             #[cfg(unix)]
             read_only_file: Default::default(),
+            populator: None,
         }
     }
 
@@ -233,6 +270,51 @@ impl Region {
         let _ = (chunk, more);
     }
 
+    /// Fault every page of a new pool in, on a background thread. tmpfs
+    /// leaves fallocated pages to be zeroed at their first touch (about a
+    /// microsecond each), which would otherwise land on the first
+    /// operations that use each page; doing it before `create_file`
+    /// returned made mkfs cost 0.4 s or more per GiB. A store to a page the
+    /// thread has not reached yet just takes that fault itself. The thread
+    /// ends when it is done, or after its current chunk when the region is
+    /// dropped. Best effort: older kernels lack the advice.
+    fn populate_in_background(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Backing::File { shared: true, .. } = self.backing {
+            use std::sync::atomic::{AtomicBool, Ordering};
+            use std::sync::Arc;
+            const MADV_POPULATE_WRITE: libc::c_int = 23;
+            let stop = Arc::new(AtomicBool::new(false));
+            let (base, len) = (self.base.as_ptr() as usize, self.len);
+            let stop_t = stop.clone();
+            let thread = std::thread::Builder::new().name("ferrite-populate".into()).spawn(move || {
+                let mut at = 0;
+                while at < len && !stop_t.load(Ordering::Relaxed) {
+                    let n = POPULATE_CHUNK_BYTES.min(len - at);
+                    // SAFETY: advice on a part of the mapping this region
+                    // owns (`at + n <= len`, page aligned); the region joins
+                    // this thread before it unmaps. Populating faults pages
+                    // in without changing a byte, so it races with no store.
+                    unsafe { libc::madvise((base + at) as *mut libc::c_void, n, MADV_POPULATE_WRITE) };
+                    at += n;
+                }
+            });
+            // No thread (resource limits): the pages fault in at first use.
+            if let Ok(t) = thread {
+                self.populator =
+                    Some(Populator { stop, thread: std::sync::Mutex::new(Some(t)), pid: std::process::id() });
+            }
+        }
+    }
+
+    /// Wait until the background population of a new pool is done (at
+    /// once if none runs).
+    pub(crate) fn wait_populated(&self) {
+        if let Some(p) = self.populator.as_ref() {
+            p.join();
+        }
+    }
+
     /// msync of a file mapping (MS_SYNC); nothing for heap memory.
     pub(crate) fn msync(&self) -> io::Result<()> {
         match &self.backing {
@@ -258,6 +340,10 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        // The populating thread uses the mapping: it ends first.
+        if let Some(p) = self.populator.as_ref() {
+            p.stop_and_join();
+        }
         match &self.backing {
             Backing::Heap { layout } => {
                 // SAFETY: `base` was returned by `alloc_zeroed(*layout)` and is
@@ -410,6 +496,7 @@ mod file_impl {
                 len,
                 backing: Backing::File { file, shared: true },
                 read_only_file: Default::default(),
+                populator: None,
             },
             map_sync,
             domain,
@@ -465,25 +552,9 @@ mod file_impl {
                 let _ = d.sync_all();
             }
         }
-        let m = finish(file, len, path)?;
-        populate(&m.region);
+        let mut m = finish(file, len, path)?;
+        m.region.populate_in_background();
         Ok(m)
-    }
-
-    /// Fault every page of a new pool in at creation. tmpfs leaves
-    /// fallocated pages to be zeroed at their first touch (about a
-    /// microsecond each), which would otherwise land on the first operations
-    /// that use each page. Best effort: older kernels lack the advice.
-    fn populate(region: &Region) {
-        #[cfg(target_os = "linux")]
-        {
-            const MADV_POPULATE_WRITE: libc::c_int = 23;
-            // SAFETY: advice on a mapping this region owns, for its whole
-            // length; populating faults pages in without changing a byte.
-            unsafe { libc::madvise(region.base.as_ptr().cast(), region.len, MADV_POPULATE_WRITE) };
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = region;
     }
 
     /// Opens a pool file for a private, copy-on-write view: stores go to
@@ -517,6 +588,7 @@ mod file_impl {
                 len: len as usize,
                 backing: Backing::File { file, shared: false },
                 read_only_file: Default::default(),
+                populator: None,
             },
             map_sync: false,
             domain: PersistenceDomain::Heap,

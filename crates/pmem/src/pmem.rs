@@ -474,6 +474,15 @@ impl Pmem {
         self.region.prefault(chunk_bytes, more);
     }
 
+    /// A pool made by [`create_file`](Pmem::create_file) has its pages
+    /// faulted in by a background thread, so that creating a large pool
+    /// does not wait for it; this waits until that thread is done (at once
+    /// for any other pool). Benchmarks call it so that no measurement
+    /// shares the machine with it.
+    pub fn wait_populated(&self) {
+        self.region.wait_populated();
+    }
+
     /// msync of the whole mapping, so a `PageCache` pool survives power loss
     /// (at clean unmount or fsync). Harmless for the other file domains; a
     /// no-op for heap pools.

@@ -178,3 +178,35 @@ fn tmpfs_pool_is_shared_memory() {
     pool.read(PoolOffset(3), &mut b);
     assert!(b.iter().all(|&x| x == 9));
 }
+
+/// A new pool's pages are faulted in by a background thread (mkfs does not
+/// wait for it): stores made while it runs, ahead of it and behind it,
+/// keep their bytes; every other byte reads zero; dropping the pool in the
+/// middle stops the thread, and the file reopens with the data.
+#[test]
+fn stores_during_background_population_are_kept() {
+    let shm = Path::new("/dev/shm");
+    let parent = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    let dir = TempDir::new(&parent, "populate");
+    let path = dir.file("pool");
+    let len: u64 = 256 << 20;
+    let pool = Pmem::create_file(&path, len, 0).unwrap();
+    let offsets: Vec<u64> = (0..64u64).map(|i| (i * 4_000_037 * 4096 + 8 * i) % (len - 8) / 8 * 8).collect();
+    for (i, &o) in offsets.iter().enumerate() {
+        pool.store_u64(PoolOffset(o), 0xfeed_0000 + i as u64);
+        pool.flush(PoolOffset(o), 8);
+    }
+    pool.fence();
+    for (i, &o) in offsets.iter().enumerate() {
+        assert_eq!(pool.read_u64(PoolOffset(o)), 0xfeed_0000 + i as u64);
+    }
+    assert_eq!(pool.read_u64(PoolOffset(len - 8)), 0);
+    drop(pool);
+    let pool = Pmem::open_file(&path, 0).unwrap();
+    for (i, &o) in offsets.iter().enumerate() {
+        assert_eq!(pool.read_u64(PoolOffset(o)), 0xfeed_0000 + i as u64, "store at {o} lost");
+    }
+    let mut page = vec![0u8; 4096];
+    pool.read(PoolOffset(len / 2 + 4096), &mut page);
+    assert!(page.iter().all(|&b| b == 0) || offsets.iter().any(|&o| o / 4096 == (len / 2 + 4096) / 4096));
+}
