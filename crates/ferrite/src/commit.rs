@@ -214,14 +214,16 @@ impl Ferrite {
                 self.seal_pending(part.inode, guards[i]);
             }
         }
-        let mut staged: Vec<Option<Staged>> = Vec::with_capacity(parts.len());
-        for (i, part) in parts.iter().enumerate() {
+        let mut parts = parts;
+        let mut staged: SmallVec<[Option<Staged>; 4]> = SmallVec::with_capacity(parts.len());
+        for (i, part) in parts.iter_mut().enumerate() {
             if part.entries.is_empty() {
                 staged.push(None);
                 continue;
             }
             let g = &guards[i];
-            match g.stage(&self.media, &self.pages, part.inode.ino, part.inode.generation, part.entries.clone()) {
+            let entries = std::mem::take(&mut part.entries);
+            match g.stage(&self.media, &self.pages, part.inode.ino, part.inode.generation, entries) {
                 Ok(s) => staged.push(Some(s)),
                 Err(e) => {
                     let mut abandoned: Vec<Staged> = staged.into_iter().flatten().collect();
@@ -285,7 +287,7 @@ impl Ferrite {
         b: &crate::buffered::Buffered,
         parts: &[Part<'_>],
         guards: &mut [&mut InodeData],
-        mut staged: Vec<Option<Staged>>,
+        mut staged: SmallVec<[Option<Staged>; 4]>,
         new_inode: Option<(Arc<Inode>, Staged)>,
     ) -> Option<Arc<Inode>> {
         let mut words: SmallVec<[(format::PoolOffset, u64); 4]> = SmallVec::new();

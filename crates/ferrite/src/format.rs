@@ -374,9 +374,10 @@ pub fn journal_active_word(seq: u64, count: usize) -> u64 {
 }
 
 /// Encode the records and the header of an open transaction.
-pub fn journal_encode(seq: u64, records: &[JournalRecord]) -> Vec<u8> {
+pub fn journal_encode(seq: u64, records: &[JournalRecord]) -> smallvec::SmallVec<[u8; 128]> {
     assert!(!records.is_empty() && records.len() <= JOURNAL_RECORDS_MAX);
-    let mut b = vec![0u8; JOURNAL_HEADER_SIZE as usize + records.len() * JOURNAL_RECORD_SIZE as usize];
+    let mut b: smallvec::SmallVec<[u8; 128]> =
+        smallvec::smallvec![0u8; JOURNAL_HEADER_SIZE as usize + records.len() * JOURNAL_RECORD_SIZE as usize];
     put_u64(&mut b, 0, journal_active_word(seq, records.len()));
     for (i, r) in records.iter().enumerate() {
         let at = JOURNAL_HEADER_SIZE as usize + i * JOURNAL_RECORD_SIZE as usize;

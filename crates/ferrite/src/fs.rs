@@ -117,6 +117,11 @@ pub struct Ferrite {
     pub(crate) inodes_free: Arc<InodeAllocator>,
     pub(crate) journals: Arc<Journals>,
     inodes: crate::inode_cache::InodeCache,
+    /// The root directory, held once looked up: every absolute path starts
+    /// there, and taking it from the inode cache (a slot lock and a
+    /// reference count, both writes) on every path made two threads fight
+    /// over the root's cache lines. The root is never freed.
+    root: std::sync::OnceLock<Arc<Inode>>,
     pub(crate) clock: Arc<dyn Clock>,
     /// Serializes renames across directories, so that the check "not into
     /// its own subtree" sees a stable tree (Linux's s_vfs_rename_mutex).
@@ -259,6 +264,7 @@ impl Ferrite {
             media,
             sb: Mutex::new(sb),
             inodes: crate::inode_cache::InodeCache::new(inode_count),
+            root: std::sync::OnceLock::new(),
             clock,
             rename_lock: Mutex::new(()),
             report,
@@ -378,6 +384,15 @@ impl Ferrite {
 
     pub(crate) fn cache_remove(&self, ino: InodeNo) {
         self.inodes.remove(ino);
+    }
+
+    /// The root directory, borrowed: no lock and no reference count taken.
+    pub(crate) fn root(&self) -> FsResult<&Arc<Inode>> {
+        if let Some(r) = self.root.get() {
+            return Ok(r);
+        }
+        let r = self.inode(InodeNo::ROOT)?;
+        Ok(self.root.get_or_init(|| r))
     }
 
     /// The inode, rebuilt from its log at the first access (lazy rebuild).

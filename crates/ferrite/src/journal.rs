@@ -21,13 +21,14 @@ use crate::media::Media;
 use parking_lot::Mutex;
 
 pub struct Journals {
-    lanes: Vec<Mutex<u64>>,
+    lanes: Vec<crate::alloc::Padded<Mutex<u64>>>,
 }
 
-/// The words one transaction sets: (offset, new value).
+/// The words one transaction sets: (offset, new value). Inline up to the
+/// four words of a rename: no allocation per namespace operation.
 #[derive(Default)]
 pub struct Transaction {
-    pub words: Vec<(PoolOffset, u64)>,
+    pub words: smallvec::SmallVec<[(PoolOffset, u64); 4]>,
 }
 
 impl Transaction {
@@ -40,7 +41,7 @@ impl Transaction {
 
 impl Journals {
     pub fn new(lanes: usize) -> Journals {
-        Journals { lanes: (0..lanes).map(|_| Mutex::new(1)).collect() }
+        Journals { lanes: (0..lanes).map(|_| crate::alloc::Padded(Mutex::new(1))).collect() }
     }
 
     /// Start the sequence numbers of this mount's transactions past every
@@ -66,7 +67,7 @@ impl Journals {
         let mut seq = self.lanes[lane].lock();
         *seq += 1;
         let page = media.layout.journal_page(lane as u32).offset();
-        let records: Vec<JournalRecord> =
+        let records: smallvec::SmallVec<[JournalRecord; 4]> =
             tx.words.iter().map(|&(offset, _)| JournalRecord { offset, old: media.read_u64(offset) }).collect();
         let bytes = format::journal_encode(*seq & ((1 << 48) - 1), &records);
         media.write(page, &bytes);

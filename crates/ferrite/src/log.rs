@@ -271,6 +271,13 @@ impl InodeData {
     }
 }
 
+thread_local! {
+    /// An entry's bytes while it is encoded: one buffer per thread, with
+    /// room for the largest entry, not an allocation per staged change.
+    static ENCODE_BUF: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::with_capacity(format::ENTRY_UNITS_MAX as usize * LOG_UNIT as usize));
+}
+
 /// Write `entries` (with their sequence numbers) after position `pos` (0:
 /// start a new chain), extending with fresh log pages as needed, and flush
 /// them. Nothing is committed. On ENOSPC nothing has changed. The first
@@ -289,8 +296,6 @@ pub(crate) fn write_log_entries(
     let mut pos = pos;
     let mut new_pages = SmallVec::new();
     let mut locs = SmallVec::with_capacity(entries.len());
-    // Room for the largest entry, so that encoding never reallocates.
-    let mut buf = Vec::with_capacity(format::ENTRY_UNITS_MAX as usize * LOG_UNIT as usize);
     // Plan first so that allocation failure changes nothing: which
     // entries open a fresh page.
     let mut plan: smallvec::SmallVec<[bool; 8]> = smallvec::SmallVec::new();
@@ -340,8 +345,10 @@ pub(crate) fn write_log_entries(
             prev_page = Some(page);
             pos = page.offset() + LOG_PAGE_HEADER_SIZE;
         }
-        e.encode(seq, &mut buf);
-        media.write(pos, &buf);
+        ENCODE_BUF.with_borrow_mut(|buf| {
+            e.encode(seq, buf);
+            media.write(pos, buf);
+        });
         media.flush(pos, len);
         locs.push((pos, seq));
         pos = pos + len;

@@ -7,8 +7,11 @@ use crate::fs::Ferrite;
 use crate::inode::Inode;
 use crate::perm::{self, Owner};
 use crate::types::{limits, Credentials, Errno, FileType, FsResult, InodeNo, Stat};
-use std::collections::VecDeque;
+use std::borrow::Cow;
 use std::sync::Arc;
+
+/// Path components still to resolve, the next one on top.
+type Comps<'p> = smallvec::SmallVec<[Cow<'p, [u8]>; 16]>;
 
 /// The checks of a whole path that come before any lookup.
 pub(crate) fn check_path(path: &[u8]) -> FsResult<()> {
@@ -164,19 +167,26 @@ impl Ferrite {
     ) -> FsResult<Resolved> {
         check_path(path)?;
         let mut trailing = path.ends_with(b"/");
-        let mut comps: VecDeque<Vec<u8>> =
-            path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).collect();
-        let (mut cur, mut cur_dir) = if path.first() == Some(&b'/') {
-            (InodeNo::ROOT, self.inode(InodeNo::ROOT)?)
+        // The components still to walk, the next one last (a stack): those
+        // of the path borrow it, those of a symlink body followed own
+        // theirs, so that resolving allocates nothing per component.
+        let mut comps: Comps<'_> = path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(Cow::Borrowed).collect();
+        comps.reverse();
+        // The directory being walked, borrowed where it can be (the root,
+        // the start): a directory every thread walks through (the root)
+        // is then only read, never has its reference count written.
+        let (mut cur, mut cur_dir): (InodeNo, Cow<'_, Arc<Inode>>) = if path.first() == Some(&b'/') {
+            (InodeNo::ROOT, Cow::Borrowed(self.root()?))
         } else {
-            (start.ino, start.clone())
+            (start.ino, Cow::Borrowed(start))
         };
         let mut links = 0;
         if comps.is_empty() {
             // Only slashes: the root.
-            return Ok(Resolved::directory(cur_dir.clone(), None, cur_dir, trailing));
+            let d = cur_dir.into_owned();
+            return Ok(Resolved::directory(d.clone(), None, d, trailing));
         }
-        while let Some(c) = comps.pop_front() {
+        while let Some(c) = comps.pop() {
             let last = comps.is_empty();
             // Search permission on the directory, before each component
             // (Linux's may_lookup), `.` and `..` included.
@@ -186,27 +196,27 @@ impl Ferrite {
                 // (Linux checks IS_DEADDIR before the length).
                 let dead = dead_dir(&cur_dir);
                 return match (last, dead) {
-                    (true, _) => Ok(Resolved::missing(cur_dir, c, !dead, trailing)),
+                    (true, _) => Ok(Resolved::missing(cur_dir.into_owned(), c.into_owned(), !dead, trailing)),
                     (false, true) => Err(Errno::ENOENT),
                     (false, false) => Err(Errno::ENAMETOOLONG),
                 };
             }
-            if c == b"." || c == b".." {
-                let next_dir = if c == b".." { self.inode(self.parent_of(cur)?)? } else { cur_dir.clone() };
+            if *c == *b"." || *c == *b".." {
+                let next_dir = if *c == *b".." { Cow::Owned(self.inode(self.parent_of(cur)?)?) } else { cur_dir.clone() };
                 if last {
-                    let dot: &'static [u8] = if c == b"." { b"." } else { b".." };
-                    return Ok(Resolved::directory(cur_dir, Some(dot), next_dir, trailing));
+                    let dot: &'static [u8] = if *c == *b"." { b"." } else { b".." };
+                    return Ok(Resolved::directory(cur_dir.into_owned(), Some(dot), next_dir.into_owned(), trailing));
                 }
                 cur = next_dir.ino;
                 cur_dir = next_dir;
                 continue;
             }
-            let dir = cur_dir.clone();
+            let dir: &Arc<Inode> = &cur_dir;
             if dir.kind != FileType::Directory {
                 return Err(Errno::ENOTDIR);
             }
-            match self.lookup_child(&dir, &c)? {
-                None if last => return Ok(Resolved::missing(cur_dir, c, false, trailing)),
+            match self.lookup_child(dir, &c)? {
+                None if last => return Ok(Resolved::missing(cur_dir.into_owned(), c.into_owned(), false, trailing)),
                 None => return Err(Errno::ENOENT),
                 Some((de, child)) => {
                     if de.kind == FileType::Symlink && (!last || follow_last) {
@@ -216,11 +226,12 @@ impl Ferrite {
                         }
                         if self.splice_symlink(&child, last, &mut comps, &mut trailing)? {
                             cur = InodeNo::ROOT;
-                            cur_dir = self.inode(InodeNo::ROOT)?;
+                            cur_dir = Cow::Borrowed(self.root()?);
                         }
                         if comps.is_empty() {
                             // The link points at "/" (or only slashes).
-                            return Ok(Resolved::directory(cur_dir.clone(), None, cur_dir, trailing));
+                            let d = cur_dir.into_owned();
+                            return Ok(Resolved::directory(d.clone(), None, d, trailing));
                         }
                         continue;
                     }
@@ -228,10 +239,10 @@ impl Ferrite {
                         return Err(Errno::ENOTDIR);
                     }
                     if last {
-                        return Ok(Resolved::found(cur_dir, c, child, trailing));
+                        return Ok(Resolved::found(cur_dir.into_owned(), c.into_owned(), child, trailing));
                     }
                     cur = de.ino;
-                    cur_dir = child;
+                    cur_dir = Cow::Owned(child);
                 }
             }
         }
@@ -246,15 +257,16 @@ impl Ferrite {
         &self,
         link: &Arc<Inode>,
         last: bool,
-        comps: &mut VecDeque<Vec<u8>>,
+        comps: &mut Comps<'_>,
         trailing: &mut bool,
     ) -> FsResult<bool> {
         let target = self.readlink_inode(link)?;
         if last {
             *trailing = *trailing || target.ends_with(b"/");
         }
+        // The body's first component goes on top of the stack.
         for t in target.split(|&b| b == b'/').filter(|t| !t.is_empty()).rev() {
-            comps.push_front(t.to_vec());
+            comps.push(Cow::Owned(t.to_vec()));
         }
         Ok(target.first() == Some(&b'/'))
     }

@@ -74,12 +74,15 @@ const FD_SHARDS: usize = 16;
 /// numbers already installed.
 pub struct FdTable {
     next: AtomicU64,
-    shards: Vec<Mutex<Map<u64, FdEntry>>>,
+    shards: Vec<crate::alloc::Padded<Mutex<Map<u64, FdEntry>>>>,
 }
 
 impl Default for FdTable {
     fn default() -> Self {
-        FdTable { next: AtomicU64::new(3), shards: (0..FD_SHARDS).map(|_| Mutex::new(Map::default())).collect() }
+        FdTable {
+            next: AtomicU64::new(3),
+            shards: (0..FD_SHARDS).map(|_| crate::alloc::Padded(Mutex::new(Map::default()))).collect(),
+        }
     }
 }
 
@@ -150,6 +153,21 @@ pub struct Session {
     fds: FdTable,
     cwd: Mutex<Arc<Inode>>,
     creds: RwLock<Credentials>,
+    /// Bumped by every `set_credentials`: a thread's cached copy of the
+    /// credentials (`CREDS_SEEN`) is good while this has not moved, so a
+    /// call reads one shared word instead of taking the lock (two writes
+    /// to a line every thread of the process shares).
+    creds_gen: crate::alloc::Padded<std::sync::atomic::AtomicU64>,
+    /// Which session a thread's cached credentials belong to.
+    id: u64,
+}
+
+/// Sessions made so far: each one's `id`.
+static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+thread_local! {
+    /// The credentials this thread last read: (session id, generation, credentials).
+    static CREDS_SEEN: std::cell::RefCell<Option<(u64, u64, Credentials)>> = const { std::cell::RefCell::new(None) };
 }
 
 impl std::ops::Deref for Session {
@@ -165,7 +183,14 @@ impl Session {
     pub fn new(fs: Arc<Ferrite>) -> Session {
         let root = fs.inode(InodeNo::ROOT).expect("a mounted file system has a root");
         fs.open_inode(&root).expect("the root is alive");
-        Session { fs, fds: FdTable::default(), cwd: Mutex::new(root), creds: RwLock::new(Credentials::root()) }
+        Session {
+            fs,
+            fds: FdTable::default(),
+            cwd: Mutex::new(root),
+            creds: RwLock::new(Credentials::root()),
+            creds_gen: crate::alloc::Padded(std::sync::atomic::AtomicU64::new(0)),
+            id: SESSIONS.fetch_add(1, Ordering::Relaxed),
+        }
     }
 
     /// `Ferrite::format` and a session on it.
@@ -216,12 +241,26 @@ impl Session {
     }
 
     pub fn credentials(&self) -> Credentials {
-        self.creds.read().clone()
+        let gen = self.creds_gen.load(Ordering::Acquire);
+        CREDS_SEEN.with_borrow_mut(|seen| {
+            if let Some((id, g, c)) = seen.as_ref() {
+                if *id == self.id && *g == gen {
+                    return c.clone();
+                }
+            }
+            // Read after the generation: if a change lands in between, the
+            // copy is newer than its tag and the next call reads again.
+            let c = self.creds.read().clone();
+            *seen = Some((self.id, gen, c.clone()));
+            c
+        })
     }
 
     /// The credentials every later call is made with.
     pub fn set_credentials(&self, c: Credentials) {
-        *self.creds.write() = c;
+        let mut w = self.creds.write();
+        *w = c;
+        self.creds_gen.fetch_add(1, Ordering::Release);
     }
 
     pub fn open_file(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
@@ -294,15 +333,17 @@ impl Session {
     /// Where a path starts: the root for an absolute path (whatever
     /// `dirfd` is), else the current directory (AT_FDCWD) or the directory
     /// `dirfd` names (EBADF, ENOTDIR).
-    fn start(&self, dirfd: Fd, path: &[u8]) -> FsResult<Arc<Inode>> {
+    fn start(&self, dirfd: Fd, path: &[u8]) -> FsResult<std::borrow::Cow<'_, Arc<Inode>>> {
         if path.first() == Some(&b'/') {
-            return self.fs.inode(InodeNo::ROOT);
+            // The root, borrowed: no reference count to take on the one
+            // inode every absolute path shares.
+            return Ok(std::borrow::Cow::Borrowed(self.fs.root()?));
         }
         let dir = self.dir_of(dirfd)?;
         if dir.kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
-        Ok(dir)
+        Ok(std::borrow::Cow::Owned(dir))
     }
 
     /// The inode `dirfd` names (any type), or the current directory.
@@ -807,8 +848,8 @@ impl PathFs for Session {
         let c = self.credentials();
         let mut tries = 0;
         loop {
-            let s = self.fs.resolve_lenient(&self.start(olddirfd, from)?, from, false, &c)?;
-            let d = self.fs.resolve_lenient(&self.start(newdirfd, to)?, to, false, &c)?;
+            let s = self.fs.resolve_lenient(&*self.start(olddirfd, from)?, from, false, &c)?;
+            let d = self.fs.resolve_lenient(&*self.start(newdirfd, to)?, to, false, &c)?;
             if s.name.is_some() {
                 if s.too_long {
                     return Err(Errno::ENAMETOOLONG);
