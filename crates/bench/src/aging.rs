@@ -8,7 +8,9 @@
 //!
 //! 1. **Empty.** A fresh pool holds only the working set (files of 1 MiB,
 //!    `working_mib` in all); random 4 KiB overwrites of the working set run
-//!    for `empty_secs`: the baseline.
+//!    for `empty_secs`. The same is measured again on a fresh pool after
+//!    step 3, and the baseline is the mean of the two, so that a steady
+//!    drift of the machine's speed over the minutes between cancels.
 //! 2. **Aging** (untimed; reported). Files of 16 KiB–4 MiB are created and
 //!    written in 64 KiB calls until the pool is 95 % full, then the pool is
 //!    churned at that level for `churn_factor` × its capacity in bytes
@@ -20,9 +22,10 @@
 //!    stays at 95 %: an overwrite frees the page it replaces.
 //!
 //! Reported: both throughputs, their ratio (the goal: the aged one at
-//! least 0.95 of the empty one), the slowest interval against the empty
-//! throughput, log pages collected and compactions per 1,000 writes in the
-//! aged phase, and how full the pool was. The issue's measurement is ten
+//! least 0.95 of the empty one), the slowest interval and the last tenth
+//! of the aged phase against the empty throughput, the empty throughput
+//! after over before (the drift), log pages collected and compactions per
+//! 1,000 writes in the aged phase, and how full the pool was. The issue's measurement is ten
 //! minutes of aged writes: `--workloads aging` runs that (full mode); the
 //! quick mode runs seconds, for the smoke test.
 
@@ -88,7 +91,7 @@ impl Aging {
     }
 }
 
-static AGING_METRICS: [Metric; 7] = [
+static AGING_METRICS: [Metric; 9] = [
     Metric { key: "empty_ops_per_s", label: "random 4 KiB writes, empty pool", unit: "ops/s", better: Better::Higher },
     Metric {
         key: "aged_ops_per_s",
@@ -100,6 +103,18 @@ static AGING_METRICS: [Metric; 7] = [
     Metric {
         key: "worst_interval_over_empty",
         label: "slowest aged interval / empty throughput",
+        unit: "x",
+        better: Better::Higher,
+    },
+    Metric {
+        key: "last_tenth_over_empty",
+        label: "last tenth of the aged phase / empty throughput",
+        unit: "x",
+        better: Better::Higher,
+    },
+    Metric {
+        key: "empty_drift",
+        label: "empty pool after / before the aged phase (machine drift)",
         unit: "x",
         better: Better::Higher,
     },
@@ -128,7 +143,8 @@ impl Workload for Aging {
     fn params(&self) -> String {
         format!(
             "a Ferrite pool of {pool} MiB of its own: a {ws} MiB working set (files of 1 MiB) written with random \
-             4 KiB overwrites for {e} s on the empty pool; then aged (untimed): files of 16 KiB–4 MiB created \
+             4 KiB overwrites for {e} s on the empty pool (and again on a fresh pool after the aged phase; the \
+             baseline is the mean of the two); then aged (untimed): files of 16 KiB–4 MiB created \
              (64 KiB calls) to {full} % full, then churned at that level for {churn}× the pool in bytes (random \
              4 KiB–256 KiB overwrites of aged files, deletes and new files); then the same working-set writes \
              for {a} s, timed in {i} s intervals; 1 thread",
@@ -143,6 +159,11 @@ impl Workload for Aging {
     }
     fn metrics(&self) -> &'static [Metric] {
         &AGING_METRICS
+    }
+    fn warm_up(&self) -> bool {
+        // Every run formats a fresh pool: there is nothing to warm, and a
+        // warm-up pass would take as long as the measured one.
+        false
     }
     fn applies_to(&self, t: &dyn Target) -> Result<(), String> {
         if t.name() == "ferrite" {
@@ -228,29 +249,40 @@ fn write_file(fs: &Session, path: &[u8], len: u64, block: &[u8]) -> io::Result<(
     Ok(())
 }
 
+impl AgingRun {
+    /// A freshly formatted pool (faulted in whole first, as for the other
+    /// Ferrite targets) holding only the working set, opened.
+    fn fresh_pool(&self, block: &[u8]) -> io::Result<(Session, Vec<ferrite::Fd>)> {
+        let pmem = Pmem::create_file(self.pool.path(), self.w.pool_mib << 20, 64 * 4096)
+            .map_err(|e| io::Error::other(format!("{}: {e}", self.pool.path().display())))?;
+        pmem.wait_populated();
+        let fs = Session::format(pmem, &FormatOptions::default()).map_err(io::Error::other)?;
+        fs.mkdir(b"/w", 0o755)?;
+        let files = (self.w.working_mib << 20) / WORKING_FILE_BYTES;
+        let mut fds = Vec::new();
+        for i in 0..files {
+            let p = format!("/w/f{i:04}");
+            write_file(&fs, p.as_bytes(), WORKING_FILE_BYTES, block)?;
+            fds.push(fs.open(p.as_bytes(), OpenFlags::RDWR, 0)?);
+        }
+        Ok((fs, fds))
+    }
+}
+
 impl Prepared for AgingRun {
     fn run(&mut self, seed: u64) -> io::Result<RunOut> {
         let w = &self.w;
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xa9e);
         let block = pattern(4 << 20);
         let pool_len = w.pool_mib << 20;
-        let pmem = Pmem::create_file(self.pool.path(), pool_len, 64 * 4096)
-            .map_err(|e| io::Error::other(format!("{}: {e}", self.pool.path().display())))?;
-        // The whole pool faulted in first, as for the other Ferrite targets:
-        // the empty phase must not pay first-touch faults the aged one does not.
-        pmem.wait_populated();
-        let fs = Session::format(pmem, &FormatOptions::default()).map_err(io::Error::other)?;
+        // The empty-pool throughput is measured before the aging and again
+        // after the aged phase, on a fresh pool each time, and the two are
+        // averaged: the aged phase lasts minutes on a machine whose speed
+        // drifts, and bracketing it cancels a steady drift.
+        let (fs, fds) = self.fresh_pool(&block)?;
+        let (empty_before, _, empty_n) = rates(&write_for(&fs, &fds, &block, &mut rng, w.empty_secs, w.empty_secs)?);
         let fs_engine = fs.engine().clone();
-        fs.mkdir(b"/w", 0o755)?;
         fs.mkdir(b"/a", 0o755)?;
-        let files = (w.working_mib << 20) / WORKING_FILE_BYTES;
-        let mut fds = Vec::new();
-        for i in 0..files {
-            let p = format!("/w/f{i:04}");
-            write_file(&fs, p.as_bytes(), WORKING_FILE_BYTES, &block)?;
-            fds.push(fs.open(p.as_bytes(), OpenFlags::RDWR, 0)?);
-        }
-        let (empty, _, empty_n) = rates(&write_for(&fs, &fds, &block, &mut rng, w.empty_secs, w.empty_secs)?);
 
         // Aging: fill to 95 %, then churn at that level.
         let mut aged: Vec<(u64, u64)> = Vec::new(); // (id, len)
@@ -314,7 +346,12 @@ impl Prepared for AgingRun {
         // Aged: the same writes, timed in intervals.
         let gc0 = fs_engine.gc_pages_collected();
         let compact0 = fs_engine.log_compactions();
-        let (aged_rate, worst, aged_n) = rates(&write_for(&fs, &fds, &block, &mut rng, w.aged_secs, w.interval_secs)?);
+        let intervals = write_for(&fs, &fds, &block, &mut rng, w.aged_secs, w.interval_secs)?;
+        let (aged_rate, worst, aged_n) = rates(&intervals);
+        // The last tenth of the aged phase (the last minute of ten): has the
+        // throughput drifted down as GC kept up with a full pool?
+        let tail = (intervals.len() / 10).max(1);
+        let (last_rate, _, _) = rates(&intervals[intervals.len() - tail..]);
         let gc = fs_engine.gc_pages_collected() - gc0;
         let compactions = fs_engine.log_compactions() - compact0;
         for fd in fds {
@@ -322,6 +359,14 @@ impl Prepared for AgingRun {
         }
         drop(fs_engine);
         fs.unmount().map_err(io::Error::from)?;
+        let (fs, fds) = self.fresh_pool(&block)?;
+        let (empty_after, _, empty_after_n) =
+            rates(&write_for(&fs, &fds, &block, &mut rng, w.empty_secs, w.empty_secs)?);
+        for fd in fds {
+            fs.close(fd)?;
+        }
+        fs.unmount().map_err(io::Error::from)?;
+        let empty = (empty_before + empty_after) / 2.0;
         let kops = (aged_n as f64 / 1000.0).max(1e-9);
         Ok(RunOut {
             values: vec![
@@ -329,12 +374,14 @@ impl Prepared for AgingRun {
                 aged_rate,
                 aged_rate / empty,
                 worst / empty,
+                last_rate / empty,
+                empty_after / empty_before,
                 gc as f64 / kops,
                 compactions as f64 / kops,
                 full,
             ],
-            bytes_written: (empty_n + aged_n) * IO as u64,
-            ops: empty_n + aged_n,
+            bytes_written: (empty_n + aged_n + empty_after_n) * IO as u64,
+            ops: empty_n + aged_n + empty_after_n,
         })
     }
     fn cleanup(self: Box<Self>) -> io::Result<()> {

@@ -333,7 +333,7 @@ fn run(args: &Args) -> io::Result<()> {
     let _ = writeln!(head, "- load average at start: {load_start}");
     let _ = writeln!(
         head,
-        "- rounds: {rounds} measured per workload and target, after 1 untimed warm-up pass, then 1 untimed \
+        "- rounds: {rounds} measured per workload and target, after 1 untimed warm-up pass (none for `aging`), then 1 untimed \
          accounting pass for workloads that write; targets interleaved (round r starts at target r mod {}); seed {}",
         targets.len(),
         args.seed
@@ -566,6 +566,9 @@ fn run_workload(
         })
         .collect();
     for i in 0..n {
+        if !w.warm_up() {
+            break;
+        }
         if let Some(p) = prepared[i].as_mut() {
             if let Err(e) = p.run(seed_of(u64::MAX)).and_then(|_| settle(targets[i].as_ref())) {
                 fail(targets[i].as_ref(), "warm-up", e, &mut notes);

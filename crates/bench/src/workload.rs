@@ -87,6 +87,12 @@ pub trait Workload: Sync {
     fn applies_to(&self, _t: &dyn Target) -> Result<(), String> {
         Ok(())
     }
+    /// Whether an untimed warm-up pass comes before the measured rounds
+    /// (not for a workload that starts from a fresh file system each run
+    /// and takes minutes: the aging workload).
+    fn warm_up(&self) -> bool {
+        true
+    }
     /// Untimed setup on `t`; `None` if the workload does not apply to it.
     fn prepare<'t>(&self, t: &'t dyn Target) -> io::Result<Option<Box<dyn Prepared + 't>>>;
 }

@@ -15,10 +15,33 @@ use crate::fs::Ferrite;
 use crate::inode::{Inode, InodeData};
 use crate::types::{limits, Errno, FallocateMode, FileType, FsResult, InodeNo};
 use smallvec::SmallVec;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 const PAGE: usize = PAGE_SIZE as usize;
+
+/// Tests only: every whole-page write copies its data before taking the
+/// inode's lock, as it does when another writer is about, so that the
+/// single-threaded crash harness checks that path too
+/// (`crates/crashcheck/tests/precopy.rs`). Process-wide.
+static FORCE_WRITE_PRECOPY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes that took the copy-before-lock path since the process started.
+static WRITE_PRECOPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Tests only (the crash harness): make every whole-page write take the
+/// copy-before-lock path of a contended file (`FORCE_WRITE_PRECOPY`).
+#[doc(hidden)]
+pub fn force_write_precopy(on: bool) {
+    FORCE_WRITE_PRECOPY.store(on, Ordering::Relaxed);
+}
+
+/// Tests only: how many writes took the copy-before-lock path, so that a
+/// test can show the path it means to check was reached.
+#[doc(hidden)]
+pub fn write_precopies() -> u64 {
+    WRITE_PRECOPIES.load(Ordering::Relaxed)
+}
 
 /// Consecutive runs of pool pages handed out by the allocator, walked one
 /// page at a time.
@@ -165,16 +188,35 @@ impl Ferrite {
 
     /// Write `data` at `offset` of a regular file, taking its write lock.
     ///
-    /// A write of whole pages at a page-aligned offset (the common 4 KiB
-    /// random write) copies its bytes into fresh pages *before* taking the
-    /// lock: those pages are private to this call until its commit, so the
-    /// copy needs no lock, and two threads writing different parts of one
-    /// file overlap their copies instead of queueing behind each other for
-    /// them. Under the lock, if every page is still to be copied on write
+    /// When another writer holds the lock, a write of whole pages at a
+    /// page-aligned offset (the common 4 KiB random write) copies its bytes
+    /// into fresh pages *before* taking the lock: those pages are private
+    /// to this call until its commit, so the copy needs no lock, and two
+    /// threads writing different parts of one file overlap their copies
+    /// instead of queueing behind each other for them. Under the lock, if every page is still to be copied on write
     /// (no page of an fsync-atomic epoch, which is written in place), the
     /// write commits the pages it filled; otherwise it gives them back and
     /// runs the ordinary path.
     pub(crate) fn write_inode_at(&self, inode: &Inode, offset: u64, data: &[u8]) -> FsResult<usize> {
+        // Alone (no other write to this file in progress, and the lock
+        // free: a plain load, not a locked instruction): the ordinary
+        // path, under the lock from the start. Copying first pays only when
+        // another writer is about: taking a lock is a locked instruction,
+        // which waits for this thread's streaming stores to drain, so a
+        // copy made just before it would add a round trip to the media to
+        // every write. The count is taken before anything is streamed.
+        struct InFlight<'a>(&'a AtomicU32);
+        impl Drop for InFlight<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let others = inode.writers_in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(&inode.writers_in_flight);
+        if others == 0 && !inode.data.is_locked() && !FORCE_WRITE_PRECOPY.load(Ordering::Relaxed) {
+            let mut d = inode.data.write();
+            return self.write_locked(inode, &mut d, offset, data);
+        }
         let whole_pages = !data.is_empty() && offset.is_multiple_of(PAGE_SIZE) && data.len().is_multiple_of(PAGE);
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         // An fsync-atomic file in the middle of an epoch writes its epoch's
@@ -184,6 +226,7 @@ impl Ferrite {
             return self.write_locked(inode, &mut d, offset, data);
         }
         let runs = self.pages.alloc(data.len() as u64 / PAGE_SIZE)?;
+        WRITE_PRECOPIES.fetch_add(1, Ordering::Relaxed);
         let fresh = flatten(&runs);
         for (k, page) in fresh.iter().enumerate() {
             self.media.write_nt(page.offset(), &data[k * PAGE..(k + 1) * PAGE]);

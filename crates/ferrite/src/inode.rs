@@ -245,6 +245,9 @@ pub struct Inode {
     /// Recent reads and writes of the file, for the fold policy of small
     /// writes (Libnvmmio's read/write mix; halved as they grow).
     pub reads: AtomicU32,
+    /// Calls in `write_inode_at` on this file right now: a write that finds
+    /// another one in progress copies its data before taking the lock.
+    pub writers_in_flight: AtomicU32,
     pub writes: AtomicU32,
     /// Buffered mode: the sequence number of the last queued operation that
     /// changed this inode (0: none since mount). Its log may be collected
@@ -261,6 +264,7 @@ impl Inode {
             rdev,
             data: data.into(),
             reads: AtomicU32::new(0),
+            writers_in_flight: AtomicU32::new(0),
             writes: AtomicU32::new(0),
             last_seq: Default::default(),
         }

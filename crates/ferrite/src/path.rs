@@ -202,7 +202,8 @@ impl Ferrite {
                 };
             }
             if *c == *b"." || *c == *b".." {
-                let next_dir = if *c == *b".." { Cow::Owned(self.inode(self.parent_of(cur)?)?) } else { cur_dir.clone() };
+                let next_dir =
+                    if *c == *b".." { Cow::Owned(self.inode(self.parent_of(cur)?)?) } else { cur_dir.clone() };
                 if last {
                     let dot: &'static [u8] = if *c == *b"." { b"." } else { b".." };
                     return Ok(Resolved::directory(cur_dir.into_owned(), Some(dot), next_dir.into_owned(), trailing));

@@ -35,6 +35,9 @@
 //!   --threads N              worker threads (default: available cores)
 //!   --seed S                 the run's seed (default 0xC0FFEE)
 //!   --sample N               check every Nth workload only (sizing runs)
+//!   --write-precopy          every whole-page write copies before taking the inode lock (the
+//!                            path of a contended file; tests/precopy.rs); also after a token:
+//!                            `replay TOKEN --write-precopy`
 //! ```
 
 use ferrite_crashcheck::crash::Caps;
@@ -141,6 +144,7 @@ fn parse(args: &[String], exhaustive: bool) -> Opts {
             "--threads" => o.cfg.threads = num(&mut i) as usize,
             "--seed" => o.cfg.seed = num(&mut i),
             "--sample" => o.sample = (num(&mut i) as usize).max(1),
+            "--write-precopy" => ferrite::force_write_precopy(true),
             "--no-recovery-crash" => o.cfg.verify.recovery_crash = RecoveryCrash::Off,
             "--busy-recovery-crash" => o.cfg.verify.recovery_crash = RecoveryCrash::Busy,
             "--no-usability" => o.cfg.verify.usability = false,
@@ -251,6 +255,9 @@ fn main() {
     let code = match cmd.as_str() {
         "replay" => {
             let Some(t) = args.get(1) else { usage() };
+            if args[2..].iter().any(|a| a == "--write-precopy") {
+                ferrite::force_write_precopy(true);
+            }
             match ferrite_crashcheck::token::replay(t) {
                 Ok((out, failed)) => {
                     print!("{out}");
