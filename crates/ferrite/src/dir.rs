@@ -616,9 +616,9 @@ impl Ferrite {
         let idx = d.dir();
         Ok(idx
             .by_seq
-            .range(cookie.saturating_add(1)..)
+            .after(cookie)
             .take(max)
-            .map(|(&seq, name)| {
+            .map(|(seq, name)| {
                 let de = idx.names[name].de;
                 DirEntry { name: name.to_vec(), ino: de.ino, kind: de.kind, next_cookie: seq }
             })

@@ -140,7 +140,7 @@ impl InodeData {
                 seqs.extend(1..=entries.len() as u64);
             }
             Body::Dir(dir) => {
-                for (&seq, name) in &dir.by_seq {
+                for (seq, name) in dir.by_seq.iter() {
                     let de = dir.names[name].de;
                     entries.push(Entry::DentryAdd(DentryEntry {
                         ino: de.ino,

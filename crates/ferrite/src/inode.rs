@@ -179,8 +179,72 @@ impl std::ops::Deref for NameSlot {
 pub struct DirIndex {
     pub names: Map<DirName, NameSlot>,
     /// Names in cookie order, for readdir.
-    pub by_seq: BTreeMap<u64, DirName>,
+    pub by_seq: DirOrder,
     pub subdirs: u32,
+}
+
+/// Holes a directory's order keeps before it squeezes them out (and then
+/// only once they outnumber the names).
+const DIR_ORDER_HOLES_MIN: usize = 16;
+
+/// A directory's names in cookie order (their DentryAdd's sequence
+/// number), for readdir. A name is only ever added with a sequence number
+/// above every earlier one (replay refuses a log whose numbers do not
+/// increase, and new entries take the log's next number), so the order is
+/// an append-only list: adding is a push, removing leaves a hole found by
+/// binary search, and holes are squeezed out once they outnumber the names
+/// (each name is moved at most once per squeeze, so amortised O(1)). A
+/// B-tree here paid a node allocation every few names and a rebalance on
+/// removal, about 8 % of a create.
+#[derive(Default)]
+pub struct DirOrder {
+    slots: Vec<(u64, Option<DirName>)>,
+    holes: usize,
+}
+
+impl DirOrder {
+    /// Add `name` at cookie `seq`, above every cookie before it.
+    pub fn push(&mut self, seq: u64, name: DirName) {
+        assert!(self.slots.last().is_none_or(|last| last.0 < seq), "directory cookie {seq} added after a higher one");
+        self.slots.push((seq, Some(name)));
+    }
+
+    /// Remove the name at cookie `seq`, if there is one.
+    pub fn remove(&mut self, seq: u64) -> Option<DirName> {
+        let k = self.slots.binary_search_by_key(&seq, |s| s.0).ok()?;
+        let name = self.slots[k].1.take()?;
+        self.holes += 1;
+        if self.holes == self.slots.len() {
+            self.slots.clear();
+            self.holes = 0;
+        } else if self.holes > DIR_ORDER_HOLES_MIN && self.holes * 2 > self.slots.len() {
+            self.slots.retain(|s| s.1.is_some());
+            self.holes = 0;
+            if self.slots.capacity() > 4 * self.slots.len() {
+                self.slots.shrink_to(2 * self.slots.len());
+            }
+        }
+        Some(name)
+    }
+
+    /// The names with a cookie above `cookie`, in cookie order.
+    pub fn after(&self, cookie: u64) -> impl Iterator<Item = (u64, &DirName)> {
+        let start = self.slots.partition_point(|s| s.0 <= cookie);
+        self.slots[start..].iter().filter_map(|(seq, name)| name.as_ref().map(|n| (*seq, n)))
+    }
+
+    /// Every name, in cookie order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &DirName)> {
+        self.after(0)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len() - self.holes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 pub enum Body {
@@ -352,5 +416,65 @@ impl InodeData {
             v.extend(map.values().map(|r| r.pool));
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `DirOrder` against a B-tree holding the same names: after every add
+    //! and removal (in creation order, at random, all of them, and across
+    //! the squeezes that drop holes), both list the same names in the same
+    //! order after every cookie probed. The choices come from a fixed
+    //! linear congruential sequence, so a failure reproduces as is.
+    use super::{DirName, DirOrder};
+    use std::collections::BTreeMap;
+
+    fn check(order: &DirOrder, model: &BTreeMap<u64, Vec<u8>>, probes: &[u64]) {
+        assert_eq!(order.len(), model.len());
+        let all: Vec<(u64, Vec<u8>)> = order.iter().map(|(s, n)| (s, n.to_vec())).collect();
+        let want: Vec<(u64, Vec<u8>)> = model.iter().map(|(&s, n)| (s, n.clone())).collect();
+        assert_eq!(all, want);
+        for &c in probes {
+            let got: Vec<u64> = order.after(c).map(|(s, _)| s).collect();
+            let want: Vec<u64> = model.range(c + 1..).map(|(&s, _)| s).collect();
+            assert_eq!(got, want, "names after cookie {c}");
+        }
+    }
+
+    #[test]
+    fn dir_order_matches_a_btree() {
+        let mut order = DirOrder::default();
+        let mut model = BTreeMap::new();
+        let mut next_seq = 1u64;
+        let mut x = 12345u64;
+        let mut rand = move |n: u64| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) % n
+        };
+        for round in 0..6 {
+            let adds = 50 + rand(300);
+            for _ in 0..adds {
+                next_seq += 1 + rand(3);
+                let name = format!("n{next_seq}").into_bytes();
+                order.push(next_seq, DirName::new(&name));
+                model.insert(next_seq, name);
+            }
+            let keys: Vec<u64> = model.keys().copied().collect();
+            let removals: Vec<u64> = match round % 3 {
+                0 => keys.iter().copied().take(keys.len() * 3 / 4).collect(),
+                1 => keys.iter().copied().filter(|_| rand(2) == 0).collect(),
+                _ => keys.clone(),
+            };
+            for (k, seq) in removals.into_iter().enumerate() {
+                assert!(order.remove(seq).is_some());
+                assert!(order.remove(seq).is_none(), "cookie {seq} removed twice");
+                model.remove(&seq);
+                if k % 17 == 0 {
+                    check(&order, &model, &[0, seq, seq.saturating_sub(1), next_seq, rand(next_seq + 2)]);
+                }
+            }
+            assert!(order.remove(next_seq + 1).is_none());
+            check(&order, &model, &[0, 1, next_seq / 2, next_seq]);
+        }
     }
 }

@@ -48,11 +48,86 @@ pub(crate) struct LogPage {
 
 pub(crate) const NO_PAGE: PageNo = PageNo(u64::MAX);
 
+/// Log pages a log keeps in its short list before it moves them to a map.
+const LOG_PAGES_FEW: usize = 4;
+
+/// The bookkeeping of a log's pages, by page number. Most logs are one or
+/// two pages long (every new inode starts with one), so up to
+/// `LOG_PAGES_FEW` pages are kept in a short list searched in order: a new
+/// inode then needs no hash table of its own, and a reference change in a
+/// short log no hashing. A longer log moves its pages to a map for good.
+pub(crate) enum LogPages {
+    Few(SmallVec<[(PageNo, Box<LogPage>); LOG_PAGES_FEW]>),
+    Many(Map<PageNo, Box<LogPage>>),
+}
+
+impl Default for LogPages {
+    fn default() -> Self {
+        LogPages::Few(SmallVec::new())
+    }
+}
+
+impl LogPages {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            LogPages::Few(v) => v.len(),
+            LogPages::Many(m) => m.len(),
+        }
+    }
+
+    pub(crate) fn get(&self, p: &PageNo) -> Option<&LogPage> {
+        match self {
+            LogPages::Few(v) => v.iter().find(|e| e.0 == *p).map(|e| &*e.1),
+            LogPages::Many(m) => m.get(p).map(|b| &**b),
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, p: &PageNo) -> Option<&mut LogPage> {
+        match self {
+            LogPages::Few(v) => v.iter_mut().find(|e| e.0 == *p).map(|e| &mut *e.1),
+            LogPages::Many(m) => m.get_mut(p).map(|b| &mut **b),
+        }
+    }
+
+    /// Add page `p`; false if it is already there (nothing changes then).
+    fn insert(&mut self, p: PageNo, page: Box<LogPage>) -> bool {
+        if self.get(&p).is_some() {
+            return false;
+        }
+        match self {
+            LogPages::Few(v) if v.len() < LOG_PAGES_FEW => v.push((p, page)),
+            LogPages::Few(v) => {
+                let mut m: Map<PageNo, Box<LogPage>> = v.drain(..).collect();
+                m.insert(p, page);
+                *self = LogPages::Many(m);
+            }
+            LogPages::Many(m) => {
+                m.insert(p, page);
+            }
+        }
+        true
+    }
+
+    fn remove(&mut self, p: &PageNo) -> Option<Box<LogPage>> {
+        match self {
+            LogPages::Few(v) => v.iter().position(|e| e.0 == *p).map(|k| v.swap_remove(k).1),
+            LogPages::Many(m) => m.remove(p),
+        }
+    }
+}
+
+impl std::ops::Index<&PageNo> for LogPages {
+    type Output = LogPage;
+    fn index(&self, p: &PageNo) -> &LogPage {
+        self.get(p).expect("page in this log")
+    }
+}
+
 /// Liveness accounting for log GC (see the module comment), and the order
 /// of the log's pages, kept as a doubly linked list so that unlinking a
 /// dead page costs O(1) whatever the length of the log.
 pub struct Liveness {
-    pub(crate) pages: Map<PageNo, Box<LogPage>>,
+    pub(crate) pages: LogPages,
     pub(crate) first: PageNo,
     pub(crate) last: PageNo,
     pub(crate) live_entries: usize,
@@ -67,7 +142,7 @@ pub struct Liveness {
 impl Default for Liveness {
     fn default() -> Self {
         Liveness {
-            pages: Map::default(),
+            pages: LogPages::default(),
             first: NO_PAGE,
             last: NO_PAGE,
             live_entries: 0,
@@ -103,7 +178,7 @@ impl Liveness {
             units: [0; LOG_UNITS_PER_PAGE as usize],
             pins: Vec::new(),
         });
-        assert!(self.pages.insert(p, page).is_none(), "log page {} linked twice", p.0);
+        assert!(self.pages.insert(p, page), "log page {} linked twice", p.0);
         if self.last == NO_PAGE {
             self.first = p;
         } else {

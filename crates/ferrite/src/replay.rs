@@ -196,7 +196,7 @@ impl InodeData {
         }
         let name = DirName::new(&d.name);
         dir.names.insert(name.clone(), NameSlot::new(Dentry { ino: d.ino, kind: d.kind, seq, entry: loc }));
-        dir.by_seq.insert(seq, name);
+        dir.by_seq.push(seq, name);
         if d.kind == FileType::Directory {
             dir.subdirs += 1;
         }
@@ -223,7 +223,7 @@ impl InodeData {
         if old.ino != d.ino {
             return Err(corrupt!("directory removes name {:?} of another inode", String::from_utf8_lossy(&d.name)));
         }
-        dir.by_seq.remove(&old.seq);
+        dir.by_seq.remove(old.seq);
         if old.kind == FileType::Directory {
             dir.subdirs -= 1;
         }

@@ -7,7 +7,11 @@
 //! still open is freed, so the clean pool is fsck-clean and its inode and
 //! pages are free again) and refuses (EBUSY) while another session holds
 //! the engine; O_SYNC writes go through; and a removed current directory
-//! is an empty, usable starting point (getcwd ENOENT, creation ENOENT).
+//! is an empty, usable starting point (getcwd ENOENT, creation ENOENT);
+//! numbers the table picks are 3, 4, 5, ... for one thread, never repeat
+//! while the table lives, stay distinct when several threads and several
+//! sessions on one thread open at once, and skip numbers a front end
+//! installed.
 
 use ferrite::{Credentials, Errno, Fd, Ferrite, FormatOptions, OpenFlags, PathFs, Session, AT_FDCWD};
 use ferrite_pmem::Pmem;
@@ -111,4 +115,59 @@ fn removed_current_directory() {
     assert_eq!(s.getcwd().unwrap(), b"/");
     s.close(dir).unwrap();
     s.unmount().unwrap();
+}
+
+#[test]
+fn picked_numbers_are_distinct_across_threads_and_sessions() {
+    let fs = engine();
+    let s = Arc::new(Session::new(fs.clone()));
+    // One thread alone: consecutive numbers from 3, as from one counter.
+    let first: Vec<Fd> =
+        (0..5).map(|i| s.open(format!("/f{i}").as_bytes(), OpenFlags::RDWR.create(), 0o644).unwrap()).collect();
+    assert_eq!(first, (3..8).map(Fd).collect::<Vec<_>>());
+    // A number a front end installed ahead of the counter is skipped.
+    let taken = s.openat_fd(AT_FDCWD, b"/f0", OpenFlags::RDONLY, 0, Fd(8)).unwrap();
+    assert_eq!(taken, Fd(8));
+    assert_eq!(s.open(b"/f1", OpenFlags::RDONLY, 0).unwrap(), Fd(9));
+    // Two sessions used in turn from one thread: each table's numbers stay
+    // its own and distinct, past one block's worth (64) of opens.
+    let t = Session::new(fs.clone());
+    let mut seen_s = std::collections::HashSet::new();
+    let mut seen_t = std::collections::HashSet::new();
+    for _ in 0..150 {
+        let a = s.open(b"/f2", OpenFlags::RDONLY, 0).unwrap();
+        let b = t.open(b"/f2", OpenFlags::RDONLY, 0).unwrap();
+        assert!(seen_s.insert(a) && seen_t.insert(b), "a number picked twice");
+        assert_eq!(s.fstat(a).unwrap().ino, t.fstat(b).unwrap().ino);
+    }
+    // Four threads opening and closing at once: every open descriptor has
+    // its own number, and each still names the file it was opened on.
+    let handles: Vec<_> = (0..4)
+        .map(|k| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let name = format!("/f{k}");
+                let ino = s.stat(name.as_bytes()).unwrap().ino;
+                let mut held = Vec::new();
+                for i in 0..300 {
+                    let fd = s.open(name.as_bytes(), OpenFlags::RDONLY, 0).unwrap();
+                    held.push(fd);
+                    if i % 3 == 0 {
+                        s.close(held.swap_remove(0)).unwrap();
+                    }
+                }
+                for &fd in &held {
+                    assert_eq!(s.fstat(fd).unwrap().ino, ino);
+                }
+                held
+            })
+        })
+        .collect();
+    let mut all = std::collections::HashSet::new();
+    for h in handles {
+        for fd in h.join().unwrap() {
+            assert!(all.insert(fd), "descriptor {} held by two threads", fd.0);
+        }
+    }
+    assert_eq!(s.open_descriptors(), first.len() + 2 + 150 + all.len());
 }
