@@ -193,12 +193,19 @@ pub fn build_start(kind: StartKind, geo: Geometry) -> Result<Start, String> {
     Ok(Start { kind, geometry: geo, image: Arc::new(image), model: pair.model.snapshot(), layout })
 }
 
-/// Pages and inodes left free in the nearly-full image.
-pub const FULL_FREE_PAGES: u64 = 5;
+/// Pages left free in the nearly-full image, and the fewest inodes the
+/// fill leaves (it stops on whichever runs out first; pages do here).
+pub const FULL_FREE_PAGES: u64 = 2;
 pub const FULL_FREE_INODES: u64 = 3;
 
-/// Fill the pool under /F until FULL_FREE_PAGES pages and FULL_FREE_INODES
-/// inodes are left (both sides get exactly the same calls).
+/// Fill the pool under /F until FULL_FREE_PAGES pages are left (or no more
+/// than FULL_FREE_INODES inodes), both sides getting exactly the same
+/// calls: files of ten pages while there is room, then of one, then one
+/// last file sized to leave exactly FULL_FREE_PAGES. (Empty files would
+/// not do it: an inode's attributes live in its slot, so an empty file
+/// takes no page; before format feature bit 3 each took a log page, and
+/// this image was filled with them to the same 2 free pages and 35 free
+/// inodes it has now.)
 fn fill(pair: &mut Pair) -> Result<(), String> {
     let run = |pair: &mut Pair, call: Call, slots: &mut (Slots, Slots)| -> Result<(), String> {
         pair.tick();
@@ -217,7 +224,7 @@ fn fill(pair: &mut Pair) -> Result<(), String> {
         // Each file costs its data pages and one log page; /F's log may
         // need one more.
         let chunk = if free > 24 { 10 } else { 1 };
-        if free < FULL_FREE_PAGES + chunk + 2 {
+        if free < FULL_FREE_PAGES + chunk + 3 {
             break;
         }
         let path = format!("/F/f{n}").into_bytes();
@@ -229,16 +236,10 @@ fn fill(pair: &mut Pair) -> Result<(), String> {
             break;
         }
     }
-    // Use up inodes with empty files (each takes one log page).
-    while pair.engine.free_inodes() > FULL_FREE_INODES && pair.engine.free_pages() > 2 {
-        let path = format!("/F/e{n}").into_bytes();
-        n += 1;
-        run(pair, Call::Open { slot: 0, path, flags: OpenFlags::RDWR.create(), perm: 0o644 }, &mut slots)?;
-        run(pair, Call::Close { slot: 0 }, &mut slots)?;
-    }
-    // Trim pages down to the target with one last file.
+    // Trim pages down to the target with one last file: its data pages
+    // and its one log page (/F's log has room: its names are one unit).
     let free = pair.engine.free_pages();
-    if free > FULL_FREE_PAGES + 2 && pair.engine.free_inodes() > 1 {
+    if free > FULL_FREE_PAGES + 1 && pair.engine.free_inodes() > 1 {
         let pages = free - FULL_FREE_PAGES - 1;
         run(
             pair,
@@ -256,6 +257,11 @@ pub fn log_room_units(fs: &Session, path: &[u8]) -> Result<u64, String> {
     let ino = fs.lstat(path).map_err(|e| format!("stat {path:?}: {e:?}"))?.ino;
     let slot = fs.layout().inode_slot(ino);
     let tail = fs.pmem().read_u64(slot + ferrite::format::INODE_TAIL_OFFSET);
+    if tail == 0 {
+        // An empty log (attributes in the slot only): its first entry opens
+        // a page with all of its units free.
+        return Ok(ferrite::format::LOG_UNITS_PER_PAGE);
+    }
     let within = (tail - 1) % 4096 + 1;
     Ok((4096 - within) / 64)
 }

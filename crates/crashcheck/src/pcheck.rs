@@ -118,7 +118,7 @@ pub fn live_log_pages(img: &[u8], layout: &Layout) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
     for ino in 1..layout.inode_count {
         let off = layout.inode_slot(InodeNo(ino)).0 as usize;
-        let Ok(InodeSlot::Live { header, head, tail }) =
+        let Ok(InodeSlot::Live { header, head, tail, .. }) =
             format::decode_inode_slot(&img[off..off + INODE_SLOT_SIZE as usize], InodeNo(ino))
         else {
             continue;

@@ -15,7 +15,7 @@ use ferrite_crashcheck::exec::{record, start, Recording};
 use ferrite_crashcheck::harness::{check_recording, run_all, Config, Failure};
 use ferrite_crashcheck::pcheck;
 use ferrite_crashcheck::verify::{RecoveryCrash, VerifyOpts};
-use ferrite_crashcheck::workload::{seq1, workload_by_id, StartKind, Workload};
+use ferrite_crashcheck::workload::{seq1, workload_by_id, Call, StartKind, Workload};
 use ferrite_pmem::Event;
 
 const PAGE: u64 = 4096;
@@ -127,18 +127,49 @@ fn mkdir_log_head_persistence() {
     let r = rec(StartKind::Empty, "s1.mkdir");
     let it = r.layout.inode_table_start.offset().0;
     let it_end = it + r.layout.inode_table_pages * PAGE;
-    // The 16-byte store of head and tail into the new slot.
+    let in_slot_at = move |offset: u64, within: u64| offset >= it && offset < it_end && offset % 128 == within;
+    // The one store of the new slot's head, tail, identity and attributes
+    // (bytes 8..128), moved after the commit and never flushed.
     let s = find(
         &r.events,
         0,
-        |e| matches!(e, Event::Store { offset, data } if *offset >= it && *offset < it_end && offset % 128 == 8 && data.len() == 16),
+        |e| matches!(e, Event::Store { offset, data } if in_slot_at(*offset, 8) && data.len() == 120),
     );
     let mut ev = r.events.clone();
-    let head_tail = ev.remove(s);
+    let identity = ev.remove(s);
     let end = r.spans[0].1 - 1;
-    ev.insert(end, head_tail);
+    ev.insert(end, identity);
     must_fail(
-        "mkdir that writes the new slot's log head late and never flushes it",
+        "mkdir that writes the new slot's identity and attributes late and never flushes them",
+        StartKind::Empty,
+        r.with_events(ev),
+    );
+    // A directory whose log was empty (its attributes in its slot) gets
+    // its first page with its first name: the head store that names the
+    // page, moved after the commit and never flushed.
+    let first_name = Workload {
+        id: "regression.mkdir_in_a_new_dir".into(),
+        prepare: Vec::new(),
+        setup: Vec::new(),
+        calls: vec![
+            Call::Mkdir { path: b"/E".to_vec(), perm: 0o755 },
+            Call::Mkdir { path: b"/E/F".to_vec(), perm: 0o755 },
+        ],
+        buffered: None,
+    };
+    let st = start(StartKind::Empty);
+    let r = record(&st, &first_name);
+    assert!(r.divergences.is_empty(), "{:?}", r.divergences);
+    let (_, failures) = check_recording(StartKind::Empty, &r, &strict());
+    assert!(failures.is_empty(), "first name in a new directory: {}", show(&failures));
+    let (from, to) = r.spans[1];
+    let s = find(&r.events, from, |e| matches!(e, Event::Commit { offset, .. } if in_slot_at(*offset, 8)));
+    assert!(s < to, "the second mkdir stores no head: {:?}", &r.events[from..to]);
+    let mut ev = r.events.clone();
+    let head = ev.remove(s);
+    ev.insert(to - 1, head);
+    must_fail(
+        "a directory's first log page linked by a head stored after the commit and never flushed",
         StartKind::Empty,
         r.with_events(ev),
     );
@@ -313,7 +344,8 @@ fn link_counts_after_rename_and_link() {
 /// WineFS/PMFS: torn 16-byte "atomic" updates. (1) The crash model tears
 /// a 16-byte store word by word (either half alone). (2) Ferrite's only
 /// multi-word store to commit words (head and tail of a slot that is not
-/// live yet) is checked, counted, and survives tearing. (3) A live slot's
+/// live yet, written with its identity and attributes) is checked,
+/// counted, and survives tearing. (3) A live slot's
 /// head and tail changed by one 16-byte store is flagged, and its torn
 /// images are caught.
 #[test]
@@ -330,7 +362,9 @@ fn torn_16_byte_updates() {
     // (2)
     let ids = ["s1.create", "s1.mkdir", "s1.symlink", "s1.create_long_name", "s2.create+create_root"];
     must_pass("torn_16_byte_updates", &ids, &[StartKind::Empty, StartKind::Aged]);
-    let r = rec(StartKind::Empty, "s1.create");
+    // (A symlink: its target needs a log page, so its new slot's head and
+    // tail are not zero; an empty file's are.)
+    let r = rec(StartKind::Empty, "s1.symlink");
     let rep = pcheck::check(&r.base, &r.events, &r.layout);
     assert!(rep.violations.is_empty(), "{:?}", rep.violations);
     assert!(rep.guarded.get("slot-not-live").copied().unwrap_or(0) > 0, "{:?}", rep.guarded);

@@ -22,6 +22,7 @@ use crate::format::{self, Entry, PageNo, INODE_STATE_OFFSET, INODE_TAIL_OFFSET};
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Inode, InodeData, Staged};
 use crate::journal::Transaction;
+use crate::log::write_log_entries;
 use crate::types::{Errno, FileMode, FileType, FsResult, InodeNo};
 use parking_lot::RwLockWriteGuard;
 use smallvec::SmallVec;
@@ -421,11 +422,21 @@ impl Ferrite {
         assert!(rdev == 0 || kind.has_rdev(), "a device number on a {kind:?}");
         let generation = self.media.slot_generation(ino).wrapping_add(1).max(1);
         let data = InodeData::new_empty(kind, attrs);
-        let mut entries = Vec::with_capacity(1 + extra.len());
-        entries.push(Entry::Attr(attrs.to_entry()));
-        entries.extend(extra);
-        let staged = data.stage(&self.media, &self.pages, ino, generation, entries)?;
-        self.media.write_slot_identity(ino, &format::InodeHeader { ino, generation, kind, rdev }, &staged);
+        // The attributes go in the slot (FORMAT.md, "Inode slot"); a log
+        // page is allocated only for entries beyond them, so an empty file
+        // or directory has none until its first change.
+        let staged = if extra.is_empty() {
+            Staged::nothing()
+        } else {
+            let seqs = (1..=extra.len() as u64).collect();
+            write_log_entries(&self.media, &self.pages, ino, generation, format::NO_LOG, extra, seqs, None)?
+        };
+        self.media.write_slot_identity(
+            ino,
+            &format::InodeHeader { ino, generation, kind, rdev },
+            &attrs.to_entry(),
+            &staged,
+        );
         let inode = Arc::new(Inode::new(ino, kind, generation, rdev, data));
         Ok((inode, staged))
     }

@@ -83,10 +83,11 @@ pub fn dump(pmem: Pmem, ino: Option<InodeNo>) -> Result<String, PoolError> {
         Ok(InodeSlot::Free) => {
             let _ = writeln!(w, "  free slot");
         }
-        Ok(InodeSlot::Live { header, head, tail }) => {
+        Ok(InodeSlot::Live { header, head, tail, attr }) => {
             let _ = writeln!(w, "  type {:?}, generation {}", header.kind, header.generation);
             let _ = writeln!(w, "  log head {head} (page {}), tail {tail}", PageNo::containing(head).0);
-            if let Ok(d) = crate::inode::InodeData::load(&media, ino, header.kind, header.generation, head, tail) {
+            if let Ok(d) = crate::inode::InodeData::load(&media, ino, header.kind, header.generation, head, tail, attr)
+            {
                 let a = &d.attrs;
                 let _ = writeln!(
                     w,

@@ -165,7 +165,11 @@ pub const FEATURE_PUNCH_HOLE: u32 = 2;
 /// (entry byte 2), and logs may hold Inline entries (kind 9, small writes
 /// with their bytes in the log). Set like `FEATURE_SPECIAL_FILES`.
 pub const FEATURE_MODES_INLINE: u32 = 4;
-pub const FEATURES_KNOWN: u32 = FEATURE_SPECIAL_FILES | FEATURE_PUNCH_HOLE | FEATURE_MODES_INLINE;
+/// Feature bit 3: an inode slot may hold the inode's first Attr entry in
+/// its bytes 64..128 (`INODE_ATTR_OFFSET`), and a live inode's log may be
+/// empty (tail 0: no log page yet). Set like `FEATURE_SPECIAL_FILES`.
+pub const FEATURE_SLOT_ATTR: u32 = 8;
+pub const FEATURES_KNOWN: u32 = FEATURE_SPECIAL_FILES | FEATURE_PUNCH_HOLE | FEATURE_MODES_INLINE | FEATURE_SLOT_ATTR;
 
 impl Superblock {
     pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
@@ -445,7 +449,9 @@ pub fn journal_decode(page: &[u8]) -> JournalState {
 //           FEATURE_SPECIAL_FILES).
 // [48..60)  reserved, zero.
 // [60..64)  CRC-32C of [24..60).
-// [64..128) reserved for later versions (epochs, per-file modes, sharing).
+// [64..128) the inode's first Attr entry (one 64-byte unit, sequence number
+//           0, its own CRC), written with the identity; all zero in slots of
+//           inodes made before feature bit FEATURE_SLOT_ATTR.
 
 pub const INODE_STATE_OFFSET: u64 = 0;
 pub const INODE_HEAD_OFFSET: u64 = 8;
@@ -454,13 +460,21 @@ pub const INODE_TAIL_OFFSET: u64 = 16;
 pub const INODE_HEADER_OFFSET: u64 = 24;
 /// Where the generation lies inside the slot (within the identity).
 pub const INODE_GENERATION_OFFSET: u64 = INODE_HEADER_OFFSET + 8;
-/// The bytes of a slot that recovery reads: state, head, tail, identity.
+/// The bytes of a slot before its Attr entry: state, head, tail, identity.
 pub const INODE_SLOT_USED_BYTES: u64 = 64;
+/// Where the slot's Attr entry lies (`FEATURE_SLOT_ATTR`): the attributes
+/// a new inode starts with, so that an inode whose log has no entry yet
+/// needs no log page. Later Attr entries in the log supersede it.
+pub const INODE_ATTR_OFFSET: u64 = INODE_SLOT_USED_BYTES;
+/// The sequence number of a slot's Attr entry: below every log entry's
+/// (they start at 1), as it comes first.
+pub const SLOT_ATTR_SEQ: u64 = 0;
 pub const INODE_LIVE_TAG: u64 = 0x4E4F_4445_0000_0000; // "NODE" in the high half.
 
 const _: () = assert!(INODE_SLOT_SIZE == 128 && PAGE_SIZE.is_multiple_of(INODE_SLOT_SIZE));
 const _: () = assert!(INODE_HEAD_OFFSET + 8 == INODE_TAIL_OFFSET && INODE_TAIL_OFFSET + 8 == INODE_HEADER_OFFSET);
 const _: () = assert!(INODE_HEADER_OFFSET + InodeHeader::ENCODED_SIZE as u64 == INODE_SLOT_USED_BYTES);
+const _: () = assert!(INODE_ATTR_OFFSET + LOG_UNIT == INODE_SLOT_SIZE);
 
 pub fn inode_live_word(generation: u32) -> u64 {
     INODE_LIVE_TAG | generation as u64
@@ -492,11 +506,34 @@ impl InodeHeader {
     }
 }
 
-/// A decoded slot.
+/// A decoded slot. `attr` is the slot's Attr entry (`FEATURE_SLOT_ATTR`),
+/// if it has one; a tail of `NO_LOG` is an empty log (and the head is
+/// then meaningless: it may name a page staged before a crash).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum InodeSlot {
     Free,
-    Live { header: InodeHeader, head: PoolOffset, tail: PoolOffset },
+    Live { header: InodeHeader, head: PoolOffset, tail: PoolOffset, attr: Option<AttrEntry> },
+}
+
+/// Encode a slot's Attr entry (bytes 64..128).
+pub fn encode_slot_attr(a: &AttrEntry) -> [u8; LOG_UNIT as usize] {
+    let mut buf = Vec::with_capacity(LOG_UNIT as usize);
+    Entry::Attr(*a).encode(SLOT_ATTR_SEQ, &mut buf);
+    buf.try_into().expect("an Attr entry is one unit")
+}
+
+/// Decode a slot's Attr entry: all zero is none (an inode made before
+/// `FEATURE_SLOT_ATTR`); anything else must be a valid one-unit Attr entry
+/// with sequence number `SLOT_ATTR_SEQ`.
+fn decode_slot_attr(b: &[u8], ino: InodeNo) -> Result<Option<AttrEntry>, Corrupt> {
+    if b.iter().all(|&x| x == 0) {
+        return Ok(None);
+    }
+    match Entry::decode(b) {
+        Ok((Entry::Attr(a), SLOT_ATTR_SEQ, len)) if len == LOG_UNIT as usize => Ok(Some(a)),
+        Ok(_) => Err(corrupt!("inode {}: slot holds an entry that is not its first Attr", ino.0)),
+        Err(c) => Err(corrupt!("inode {}: slot attributes: {}", ino.0, c.0)),
+    }
 }
 
 pub fn decode_inode_slot(slot: &[u8], expect_ino: InodeNo) -> Result<InodeSlot, Corrupt> {
@@ -524,10 +561,16 @@ pub fn decode_inode_slot(slot: &[u8], expect_ino: InodeNo) -> Result<InodeSlot, 
     if rdev != 0 && !kind.has_rdev() {
         return Err(corrupt!("inode {}: device number {rdev:#x} on a {kind:?}", ino.0));
     }
+    let attr = decode_slot_attr(&slot[INODE_ATTR_OFFSET as usize..INODE_SLOT_SIZE as usize], ino)?;
+    let tail = PoolOffset(get_u64(slot, INODE_TAIL_OFFSET as usize));
+    if tail == NO_LOG && attr.is_none() {
+        return Err(corrupt!("inode {}: neither attributes in its slot nor a log", ino.0));
+    }
     Ok(InodeSlot::Live {
         header: InodeHeader { ino, generation, kind, rdev },
         head: PoolOffset(get_u64(slot, INODE_HEAD_OFFSET as usize)),
-        tail: PoolOffset(get_u64(slot, INODE_TAIL_OFFSET as usize)),
+        tail,
+        attr,
     })
 }
 

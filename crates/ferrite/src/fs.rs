@@ -414,10 +414,10 @@ impl Ferrite {
             return Err(Errno::ENOENT);
         }
         let slot = self.media.read_slot(ino).map_err(|c| self.corrupt(c))?;
-        let format::InodeSlot::Live { header, head, tail } = slot else {
+        let format::InodeSlot::Live { header, head, tail, attr } = slot else {
             return Err(Errno::ENOENT);
         };
-        let data = InodeData::load(&self.media, ino, header.kind, header.generation, head, tail)
+        let data = InodeData::load(&self.media, ino, header.kind, header.generation, head, tail, attr)
             .map_err(|c| self.corrupt(c))?;
         self.pages
             .claim(&data.owned_pages())

@@ -226,8 +226,8 @@ fn load_live_inodes(fs: &Ferrite, r: &mut FsckReport) -> (LiveInodes, HashMap<u6
         let ino = InodeNo(i);
         match media.read_slot(ino) {
             Ok(InodeSlot::Free) => {}
-            Ok(InodeSlot::Live { header, head, tail }) => {
-                match InodeData::load(media, ino, header.kind, header.generation, head, tail) {
+            Ok(InodeSlot::Live { header, head, tail, attr }) => {
+                match InodeData::load(media, ino, header.kind, header.generation, head, tail, attr) {
                     Ok(d) => {
                         for p in d.owned_pages() {
                             if !l.is_data_page(p) {

@@ -397,8 +397,10 @@ impl InodeData {
     /// Bring the DRAM state forward after `staged` committed. Pool pages no
     /// longer referenced go to `freed` (to free once the commit is durable).
     pub fn commit_staged(&mut self, kind: FileType, staged: Staged, freed: &mut Vec<PageNo>) {
-        if self.log.head == NO_LOG {
-            self.log.head = staged.new_pages[0].offset();
+        if self.log.tail == NO_LOG {
+            if let Some(first) = staged.new_pages.first() {
+                self.log.head = first.offset();
+            }
         }
         for &p in &staged.new_pages {
             self.log.live.push_page(p);

@@ -304,6 +304,13 @@ pub struct Staged {
     pub entries: Vec<Entry>,
 }
 
+impl Staged {
+    /// No entries: a new inode whose attributes are all it has.
+    pub fn nothing() -> Staged {
+        Staged { new_tail: format::NO_LOG, new_pages: SmallVec::new(), locs: SmallVec::new(), entries: Vec::new() }
+    }
+}
+
 impl InodeData {
     /// Write `entries` after the tail, extending the log with new pages as
     /// needed, and flush them. Nothing is committed: the caller fences and
@@ -318,7 +325,25 @@ impl InodeData {
         entries: Vec<Entry>,
     ) -> FsResult<Staged> {
         let seqs = self.next_seqs(entries.len());
-        write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, None)
+        let staged = write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, None)?;
+        self.link_first_page(media, owner, &staged);
+        Ok(staged)
+    }
+
+    /// The first entries of an empty log (an inode whose attributes were
+    /// all it had) start its first page: the slot's head must name that
+    /// page before the tail commits. The head of an empty log is not a
+    /// commit word (recovery reads no log while the tail is 0), so it is
+    /// stored and flushed here, and the commit's first fence orders it
+    /// before the tail; a crash before the tail leaves an empty log whose
+    /// head names a page nobody owns.
+    fn link_first_page(&self, media: &Media, owner: InodeNo, staged: &Staged) {
+        let Some(first) = staged.new_pages.first().filter(|_| self.log.tail == format::NO_LOG) else {
+            return;
+        };
+        let head = media.slot_offset(owner) + format::INODE_HEAD_OFFSET;
+        media.store_u64(head, first.offset().0);
+        media.flush(head, 8);
     }
 
     /// The sequence numbers of the next `n` entries of this log.
@@ -341,6 +366,7 @@ impl InodeData {
         let seqs = self.next_seqs(entries.len());
         let staged = write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, Some(reserve))
             .expect("staging into a reserved page needs no allocation");
+        self.link_first_page(media, owner, &staged);
         let unused = (!staged.new_pages.contains(&reserve)).then_some(reserve);
         (staged, unused)
     }

@@ -83,15 +83,27 @@ impl Media {
     /// Write a new inode's slot, all but its state word: its identity and
     /// the head and tail of its staged first log page; then flush. The slot
     /// is not live until a journal transaction sets the state word.
-    pub fn write_slot_identity(&self, ino: InodeNo, header: &format::InodeHeader, staged: &crate::inode::Staged) {
+    pub fn write_slot_identity(
+        &self,
+        ino: InodeNo,
+        header: &format::InodeHeader,
+        attr: &format::AttrEntry,
+        staged: &crate::inode::Staged,
+    ) {
         assert_eq!(header.ino, ino, "slot identity of another inode");
         let slot = self.slot_offset(ino);
-        self.write(slot + format::INODE_HEADER_OFFSET, &header.encode());
-        let mut words = [0u8; 16];
-        words[..8].copy_from_slice(&staged.new_pages[0].offset().0.to_le_bytes());
-        words[8..].copy_from_slice(&staged.new_tail.0.to_le_bytes());
-        self.write(slot + format::INODE_HEAD_OFFSET, &words);
-        self.flush(slot, format::INODE_SLOT_USED_BYTES);
+        // Head, tail, identity and the first Attr entry: bytes 8..128, the
+        // whole slot but its state word, in one write. A new inode with no
+        // entry beyond its attributes has no log yet (head and tail 0).
+        let mut b = [0u8; (format::INODE_SLOT_SIZE - 8) as usize];
+        let head = staged.new_pages.first().map_or(format::NO_LOG, |p| p.offset());
+        b[..8].copy_from_slice(&head.0.to_le_bytes());
+        b[8..16].copy_from_slice(&staged.new_tail.0.to_le_bytes());
+        let at = (format::INODE_HEADER_OFFSET - 8) as usize;
+        b[at..at + format::InodeHeader::ENCODED_SIZE].copy_from_slice(&header.encode());
+        b[(format::INODE_ATTR_OFFSET - 8) as usize..].copy_from_slice(&format::encode_slot_attr(attr));
+        self.write(slot + format::INODE_HEAD_OFFSET, &b);
+        self.flush(slot, format::INODE_SLOT_SIZE);
     }
 
     /// A page number read from media must lie in the data region.

@@ -131,7 +131,7 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
                         let hi = ((c + 1) * RECOVERY_CHUNK_INODES).min(count);
                         for i in lo..hi {
                             let ino = InodeNo(i);
-                            if let format::InodeSlot::Live { header, head, tail } = media.read_slot(ino)? {
+                            if let format::InodeSlot::Live { header, head, tail, attr } = media.read_slot(ino)? {
                                 let d = InodeData::load_as(
                                     media,
                                     ino,
@@ -139,6 +139,7 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
                                     header.generation,
                                     head,
                                     tail,
+                                    attr,
                                     Replay::Ownership,
                                 )?;
                                 let owned = d.owned_pages();

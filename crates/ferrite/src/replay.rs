@@ -75,6 +75,17 @@ impl InodeData {
     /// An Attr entry is a full snapshot of every attribute but the size;
     /// it is live while it is the newest one.
     fn apply_attr(&mut self, a: &AttrEntry, loc: PoolOffset) -> Result<(), Corrupt> {
+        self.set_attr_fields(a);
+        let live = &mut self.log.live;
+        live.add_ref(loc, 1);
+        if let Some(prev) = live.last_attr.replace(loc) {
+            live.unref(prev);
+        }
+        Ok(())
+    }
+
+    /// Every attribute an Attr entry holds (all but the size).
+    fn set_attr_fields(&mut self, a: &AttrEntry) {
         self.attrs.perm = a.perm;
         self.attrs.uid = a.uid;
         self.attrs.gid = a.gid;
@@ -84,12 +95,6 @@ impl InodeData {
         self.attrs.ctime_ns = a.ctime_ns;
         self.attrs.parent = a.parent;
         self.attrs.mode = a.mode;
-        let live = &mut self.log.live;
-        live.add_ref(loc, 1);
-        if let Some(prev) = live.last_attr.replace(loc) {
-            live.unref(prev);
-        }
-        Ok(())
     }
 
     /// The newest size-carrying entry (Write or Truncate) stays live: it
@@ -270,8 +275,9 @@ impl InodeData {
         generation: u32,
         head: PoolOffset,
         tail: PoolOffset,
+        attr: Option<AttrEntry>,
     ) -> Result<InodeData, Corrupt> {
-        Self::load_as(media, ino, kind, generation, head, tail, Replay::Full)
+        Self::load_as(media, ino, kind, generation, head, tail, attr, Replay::Full)
     }
 
     /// `load`, for a purpose: `Replay::Ownership` (crash recovery's scan)
@@ -287,9 +293,10 @@ impl InodeData {
         generation: u32,
         head: PoolOffset,
         tail: PoolOffset,
+        attr: Option<AttrEntry>,
         replay: Replay,
     ) -> Result<InodeData, Corrupt> {
-        LOAD_BUF.with_borrow_mut(|buf| Self::load_into(media, ino, kind, generation, head, tail, replay, buf))
+        LOAD_BUF.with_borrow_mut(|buf| Self::load_into(media, ino, kind, generation, head, tail, attr, replay, buf))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -300,10 +307,29 @@ impl InodeData {
         generation: u32,
         head: PoolOffset,
         tail: PoolOffset,
+        attr: Option<AttrEntry>,
         replay: Replay,
         buf: &mut [u8; PAGE_SIZE as usize],
     ) -> Result<InodeData, Corrupt> {
         let mut data = InodeData::new_empty(kind, Attrs::UNSET);
+        // The slot's Attr entry comes first (sequence number 0, below every
+        // log entry's). It lies in no log page, so it holds no reference:
+        // it is superseded by the log's first Attr, if any.
+        if let Some(a) = &attr {
+            data.set_attr_fields(a);
+        }
+        if tail == format::NO_LOG {
+            // An empty log: the slot's attributes are the whole inode (the
+            // slot decoder refuses an empty log without them); the head
+            // may name a page staged before a crash, which nobody owns.
+            if attr.is_none() {
+                return Err(corrupt!("inode {}: empty log and no attributes in its slot", ino.0));
+            }
+            if kind == FileType::Directory && data.attrs.parent.0 == 0 {
+                return Err(corrupt!("directory {} has no parent", ino.0));
+            }
+            return Ok(data);
+        }
         let head_page = media.check_log_pointer(head, "log head")?;
         if !format::log_tail_in_bounds(tail) {
             return Err(corrupt!("inode {}: log tail {tail} invalid", ino.0));
@@ -371,8 +397,8 @@ impl InodeData {
         }
         data.log.head = head;
         data.log.tail = tail;
-        if data.log.live.last_attr.is_none() {
-            return Err(corrupt!("inode {}: log holds no attribute entry", ino.0));
+        if data.log.live.last_attr.is_none() && attr.is_none() {
+            return Err(corrupt!("inode {}: neither its slot nor its log holds attributes", ino.0));
         }
         if kind == FileType::Directory && data.attrs.parent.0 == 0 {
             return Err(corrupt!("directory {} has no parent", ino.0));

@@ -213,8 +213,17 @@ fn map_pool(img: &[u8]) -> PoolMap {
             continue;
         }
         m.slots.push(slot);
+        // The slot's Attr entry (bytes 64..128) is the inode's first entry,
+        // encoded and checksummed as a log entry is.
+        if img[slot + 64..slot + 128].iter().any(|&b| b != 0) {
+            m.entries.push((slot + 64, 64));
+            m.entry_owner.push(ino);
+        }
         let head = u64_at(img, slot + 8) as usize;
         let tail = u64_at(img, slot + 16) as usize;
+        if tail == 0 {
+            continue; // an empty log: the head means nothing
+        }
         let tail_page = tail.saturating_sub(1) & !(PAGE - 1);
         let mut page = head;
         for _ in 0..POOL_PAGES {

@@ -9,8 +9,8 @@
 //! (with the punch-hole bit: mkfs and every read-write mount set both).
 
 use ferrite::format::{
-    Superblock, FEATURES_KNOWN, FEATURE_MODES_INLINE, FEATURE_PUNCH_HOLE, FEATURE_SPECIAL_FILES, SUPERBLOCK_COPIES,
-    SUPERBLOCK_SIZE,
+    Superblock, FEATURES_KNOWN, FEATURE_MODES_INLINE, FEATURE_PUNCH_HOLE, FEATURE_SLOT_ATTR, FEATURE_SPECIAL_FILES,
+    SUPERBLOCK_COPIES, SUPERBLOCK_SIZE,
 };
 use ferrite::{Errno, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session};
 use ferrite_pmem::Pmem;
@@ -122,7 +122,7 @@ fn superblock(image: &[u8]) -> Superblock {
 
 #[test]
 fn pools_carry_the_feature_bits() {
-    assert_eq!(FEATURES_KNOWN, FEATURE_SPECIAL_FILES | FEATURE_PUNCH_HOLE | FEATURE_MODES_INLINE);
+    assert_eq!(FEATURES_KNOWN, FEATURE_SPECIAL_FILES | FEATURE_PUNCH_HOLE | FEATURE_MODES_INLINE | FEATURE_SLOT_ATTR);
     let fs = Session::format(Pmem::heap(1024 * 4096), &FormatOptions::default()).unwrap();
     let pmem = fs.pmem().clone();
     fs.unmount().unwrap();
