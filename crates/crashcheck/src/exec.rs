@@ -303,6 +303,11 @@ fn gc_ready_dir(pair: &mut Pair) -> Result<(), String> {
         Ok(())
     };
     run(pair, Call::Mkdir { path: b"/G".to_vec(), perm: 0o755 })?;
+    // A new directory's attributes are in its slot; one chmod puts an Attr
+    // entry (one unit) first in its log, which the last chmod supersedes,
+    // and leaves an even number of units for the add/remove pairs below,
+    // so that the page fills with entries that all die.
+    run(pair, Call::Chmod { path: b"/G".to_vec(), perm: 0o750 })?;
     while log_room_units(&pair.engine, b"/G")? >= 2 {
         run(pair, Call::Open { slot: 0, path: b"/G/t".to_vec(), flags: OpenFlags::WRONLY.create(), perm: 0o644 })?;
         run(pair, Call::Close { slot: 0 })?;

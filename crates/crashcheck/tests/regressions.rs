@@ -533,3 +533,16 @@ fn journal_sequence_reused_after_remount() {
         &[StartKind::Empty],
     );
 }
+
+/// The log-edge image's `/G` is built so that `chmod /G` opens a second
+/// log page and collects the first in the same call (the catalogue's
+/// `chmod_collects_log`, which is how seq-1 reaches fast GC inside an
+/// operation). A change of the format or of the log's end-of-page rule
+/// can silently undo that (issue 14's slot Attr did: `/G`'s first page
+/// kept one live name), so it is checked here.
+#[test]
+fn chmod_collects_log_collects() {
+    let r = rec(StartKind::LogEdge, "s1.chmod_collects_log");
+    let collected: u64 = r.outcomes.iter().map(|o| o.gc_pages).sum();
+    assert!(collected >= 1, "chmod /G collected no log page: {:?}", r.outcomes);
+}
