@@ -172,7 +172,10 @@ fn fsck_finds_a_damaged_log_page() {
     let s = Scratch::new("fsck-log");
     let pool = s.file("p.pool");
     let p = pool.to_str().unwrap();
-    mkfs(&pool, "4M");
+    // A pool whose root holds names (a new root has its attributes in its
+    // slot and no log page yet): the demo's tree, left clean.
+    expect_code(&run(&["demo", p, "--files", "8", "--size", "4M"]), 0, "demo");
+    expect_code(&run(&["fsck", p]), 0, "fsck of the demo's pool");
     // The root's log head (slot word at +8) is the pool offset of its
     // first log page; damage that page's header and first entry.
     let slot = root_slot(&pool);
