@@ -238,7 +238,7 @@ impl Ferrite {
             }
         }
         if let Some(b) = &self.buffered {
-            return Ok(self.commit_journaled_buffered(b, &parts, guards, staged, new_inode));
+            return Ok(self.commit_journaled_buffered(b, &parts, guards, &mut staged, new_inode));
         }
         // The commit point: one journal transaction.
         let mut tx = Transaction::default();
@@ -255,28 +255,47 @@ impl Ferrite {
         if let Some((new, _)) = &new_inode {
             tx.set(self.media.slot_offset(new.ino) + INODE_STATE_OFFSET, format::inode_live_word(new.generation));
         }
-        self.journals.run(&self.media, &tx);
-        // Durable: bring DRAM forward, free what was released, collect.
+        let close = self.journals.run_to_close(&self.media, &tx);
+        // The change is complete (its new values are durable) and its close
+        // is on its way to the media. Bring DRAM forward meanwhile: the
+        // inodes' locks are held, so nobody sees it before the fence below,
+        // and this work takes no lock (a locked instruction would wait for
+        // the close's write-back like the fence does).
+        // Per part: (its log grew, the pages its entries released).
+        type Committed = Option<(bool, Vec<PageNo>)>;
+        let mut committed: SmallVec<[Committed; 4]> = SmallVec::new();
+        for (i, part) in parts.iter().enumerate() {
+            committed.push(match staged[i].take() {
+                Some(s) if !part.free => {
+                    let extended = !s.new_pages.is_empty();
+                    let mut released = Vec::new();
+                    guards[i].commit_staged(part.inode.kind, s, &mut released);
+                    Some((extended, released))
+                }
+                _ => None,
+            });
+        }
+        let new_inode = new_inode.map(|(mut new, s)| {
+            let (ino, kind) = (new.ino, new.kind);
+            let mut released = Vec::new();
+            let only = Arc::get_mut(&mut new).expect("a new inode has one owner until it is cached");
+            only.data.get_mut().commit_staged(kind, s, &mut released);
+            assert!(released.is_empty(), "a new inode {} released pages", ino.0);
+            new
+        });
+        close.fence(&self.media);
+        // Durable: free what was released, collect.
         for (i, part) in parts.iter().enumerate() {
             if part.free {
                 self.release_inode(part.inode, guards[i]);
-            } else if let Some(s) = staged[i].take() {
-                let extended = !s.new_pages.is_empty();
-                let mut released = Vec::new();
-                guards[i].commit_staged(part.inode.kind, s, &mut released);
+            } else if let Some((extended, released)) = committed[i].take() {
                 let epoch_ended = self.finish_epoch(part.inode, guards[i]);
                 self.after_commit(part.inode, guards[i], extended || epoch_ended, released);
             } else if self.finish_epoch(part.inode, guards[i]) {
                 self.after_commit(part.inode, guards[i], true, Vec::new());
             }
         }
-        Ok(new_inode.map(|(new, s)| {
-            let mut released = Vec::new();
-            new.data.write().commit_staged(new.kind, s, &mut released);
-            assert!(released.is_empty(), "a new inode {} released pages", new.ino.0);
-            self.cache_insert(new.clone());
-            new
-        }))
+        Ok(new_inode.inspect(|new| self.cache_insert(new.clone())))
     }
 
     /// The buffered commit point of a multi-inode change, whose entries are
@@ -288,7 +307,7 @@ impl Ferrite {
         b: &crate::buffered::Buffered,
         parts: &[Part<'_>],
         guards: &mut [&mut InodeData],
-        mut staged: SmallVec<[Option<Staged>; 4]>,
+        staged: &mut SmallVec<[Option<Staged>; 4]>,
         new_inode: Option<(Arc<Inode>, Staged)>,
     ) -> Option<Arc<Inode>> {
         let mut words: SmallVec<[(format::PoolOffset, u64); 4]> = SmallVec::new();
@@ -307,7 +326,7 @@ impl Ferrite {
         self.media.fence();
         let mut released = Vec::new();
         let mut freed: SmallVec<[InodeNo; 1]> = SmallVec::new();
-        let mut extended = vec![false; parts.len()];
+        let mut extended: SmallVec<[bool; 4]> = smallvec::smallvec![false; parts.len()];
         for (i, part) in parts.iter().enumerate() {
             if part.free {
                 b.mark_dying(part.inode.ino);
@@ -421,7 +440,10 @@ impl Ferrite {
         let NewInode { ino, kind, rdev, attrs, entries: extra } = new;
         assert!(rdev == 0 || kind.has_rdev(), "a device number on a {kind:?}");
         let generation = self.media.slot_generation(ino).wrapping_add(1).max(1);
-        let data = InodeData::new_empty(kind, attrs);
+        // The DRAM object first, before the slot's flush below: its write-
+        // back then overlaps the rest of the commit's DRAM work, up to the
+        // next fence or locked instruction (which waits for it).
+        let inode = Arc::new(Inode::new(ino, kind, generation, rdev, InodeData::new_empty(kind, attrs)));
         // The attributes go in the slot (FORMAT.md, "Inode slot"); a log
         // page is allocated only for entries beyond them, so an empty file
         // or directory has none until its first change.
@@ -437,17 +459,21 @@ impl Ferrite {
             &attrs.to_entry(),
             &staged,
         );
-        let inode = Arc::new(Inode::new(ino, kind, generation, rdev, data));
         Ok((inode, staged))
     }
 
     /// Lock several inodes for writing, in inode-number order (the global
     /// lock order that keeps multi-inode operations free of deadlock).
     /// Duplicates are locked once; the guards come back in the order asked.
-    pub(crate) fn lock_all<'a>(&self, inodes: &[&'a Arc<Inode>]) -> Vec<Option<RwLockWriteGuard<'a, InodeData>>> {
-        let mut order: Vec<usize> = (0..inodes.len()).collect();
+    /// Inline up to a rename's four inodes: no allocation per operation.
+    pub(crate) fn lock_all<'a>(
+        &self,
+        inodes: &[&'a Arc<Inode>],
+    ) -> SmallVec<[Option<RwLockWriteGuard<'a, InodeData>>; 4]> {
+        let mut order: SmallVec<[usize; 4]> = (0..inodes.len()).collect();
         order.sort_by_key(|&i| inodes[i].ino);
-        let mut guards: Vec<Option<RwLockWriteGuard<'a, InodeData>>> = (0..inodes.len()).map(|_| None).collect();
+        let mut guards: SmallVec<[Option<RwLockWriteGuard<'a, InodeData>>; 4]> =
+            (0..inodes.len()).map(|_| None).collect();
         let mut last: Option<InodeNo> = None;
         for i in order {
             if last == Some(inodes[i].ino) {

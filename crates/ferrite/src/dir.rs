@@ -513,7 +513,8 @@ impl Ferrite {
             }
             let mut refs: Vec<&mut InodeData> = Vec::with_capacity(idx.len());
             // Hand out each guard once, in the order of `parts`.
-            let mut taken: Vec<Option<RwLockWriteGuard<'_, InodeData>>> = std::mem::take(&mut guards);
+            let mut taken: smallvec::SmallVec<[Option<RwLockWriteGuard<'_, InodeData>>; 4]> =
+                std::mem::take(&mut guards);
             let mut holders: Vec<RwLockWriteGuard<'_, InodeData>> = Vec::new();
             for &i in &idx {
                 holders.push(taken[i].take().expect("each part's inode is locked once"));

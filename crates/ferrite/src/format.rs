@@ -517,9 +517,11 @@ pub enum InodeSlot {
 
 /// Encode a slot's Attr entry (bytes 64..128).
 pub fn encode_slot_attr(a: &AttrEntry) -> [u8; LOG_UNIT as usize] {
-    let mut buf = Vec::with_capacity(LOG_UNIT as usize);
-    Entry::Attr(*a).encode(SLOT_ATTR_SEQ, &mut buf);
-    buf.try_into().expect("an Attr entry is one unit")
+    // On the stack: this runs once per create, and a heap buffer here was
+    // a measurable share of one.
+    let mut buf = [0u8; LOG_UNIT as usize];
+    Entry::Attr(*a).encode_into(SLOT_ATTR_SEQ, &mut buf);
+    buf
 }
 
 /// Decode a slot's Attr entry: all zero is none (an inode made before
@@ -842,10 +844,16 @@ impl Entry {
 
     /// Encode with its sequence number into `out` (cleared first).
     pub fn encode(&self, seq: u64, out: &mut Vec<u8>) {
-        self.assert_encodable();
         out.clear();
         out.resize(self.size_bytes(), 0);
-        let b = &mut out[..];
+        self.encode_into(seq, out);
+    }
+
+    /// Encode with its sequence number into `b`, which must be exactly
+    /// `size_bytes()` long and all zero (the padding is not written).
+    pub fn encode_into(&self, seq: u64, b: &mut [u8]) {
+        self.assert_encodable();
+        assert_eq!(b.len(), self.size_bytes(), "entry encoded into a buffer of the wrong size");
         b[1] = self.units();
         put_u64(b, 8, seq);
         match self {

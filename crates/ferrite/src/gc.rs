@@ -182,18 +182,22 @@ impl Ferrite {
         let mut tx = Transaction::default();
         tx.set(slot + format::INODE_HEAD_OFFSET, head.0);
         tx.set(slot + INODE_TAIL_OFFSET, staged.new_tail.0);
-        self.journals.run(&self.media, &tx);
+        let close = self.journals.run_to_close(&self.media, &tx);
         let old = d.log.live.page_list();
         let old_pages = old.len() as u64;
-        for &p in &old {
-            self.pages.free(p, 1);
-        }
         // Rebuild the DRAM state by applying the checkpoint's entries at
         // their new locations, as a first commit of a fresh inode would:
         // the same `apply` that replay uses, without reading the pool back.
+        // It takes no lock, so it overlaps the write-back of the journal's
+        // close (`Journals::run_to_close`); the old pages are freed only
+        // once that is fenced.
         let mut fresh = InodeData::new_empty(inode.kind, Attrs::UNSET);
         let mut released = Vec::new();
         fresh.commit_staged(inode.kind, staged, &mut released);
+        close.fence(&self.media);
+        for &p in &old {
+            self.pages.free(p, 1);
+        }
         assert!(released.is_empty(), "a checkpoint of inode {} released pages", inode.ino.0);
         assert!(fresh.log.head == head, "checkpoint of inode {} starts elsewhere", inode.ino.0);
         fresh.open_count = d.open_count;

@@ -10,7 +10,9 @@
 //!    CRC, flush, fence — the transaction is now open;
 //! 2. store every new value, flush, fence — the change is complete;
 //! 3. clear the header's active word and CRC word, flush, fence — the
-//!    transaction is closed.
+//!    transaction is closed. `run_to_close` leaves this fence to its
+//!    caller, which brings DRAM forward first (the close's write-back
+//!    overlaps that work) and must fence before releasing anything.
 //!
 //! Recovery rolls back every open transaction whose CRC checks by storing
 //! the old values. A header whose CRC does not check was never fenced, so no
@@ -62,6 +64,16 @@ impl Journals {
 
     /// Run a transaction atomically and durably.
     pub fn run(&self, media: &Media, tx: &Transaction) {
+        self.run_to_close(media, tx).fence(media);
+    }
+
+    /// Run a transaction up to its close's flush: the last fence is the
+    /// caller's, through `CloseFence::fence`, once it has done the DRAM
+    /// work that needs no lock in between. That work then overlaps the
+    /// close's write-back, which the fence would otherwise wait for with
+    /// nothing to do. The lane stays locked until the fence, so no other
+    /// transaction can write this lane's page before the close is durable.
+    pub fn run_to_close<'a>(&'a self, media: &Media, tx: &Transaction) -> CloseFence<'a> {
         assert!(!tx.words.is_empty() && tx.words.len() <= format::JOURNAL_RECORDS_MAX);
         let lane = crate::alloc::thread_lane(self.lanes.len());
         let mut seq = self.lanes[lane].lock();
@@ -78,7 +90,30 @@ impl Journals {
             media.flush(offset, 8);
         }
         media.fence();
-        close(media, page);
+        close_unfenced(media, page);
+        CloseFence { _lane: seq, fenced: false }
+    }
+}
+
+/// A transaction whose close is flushed but not fenced: it is durable,
+/// and the operation may return, only after `fence`. Dropping it unfenced
+/// is a bug, caught by an assertion that stays on.
+#[must_use = "a journal transaction is durable only after CloseFence::fence"]
+pub struct CloseFence<'a> {
+    _lane: parking_lot::MutexGuard<'a, u64>,
+    fenced: bool,
+}
+
+impl CloseFence<'_> {
+    pub fn fence(mut self, media: &Media) {
+        media.fence();
+        self.fenced = true;
+    }
+}
+
+impl Drop for CloseFence<'_> {
+    fn drop(&mut self) {
+        assert!(self.fenced || std::thread::panicking(), "a journal transaction's close was never fenced");
     }
 }
 
@@ -88,10 +123,14 @@ impl Journals {
 /// its active word never meets a CRC that still matches the old records,
 /// whatever its sequence number (`start_mount` keeps those apart as well).
 fn close(media: &Media, page: PoolOffset) {
+    close_unfenced(media, page);
+    media.fence();
+}
+
+fn close_unfenced(media: &Media, page: PoolOffset) {
     media.store_u64(page + format::JOURNAL_ACTIVE_OFFSET, 0);
     media.store_u64(page + format::JOURNAL_CRC_WORD_OFFSET, 0);
     media.flush(page, 16);
-    media.fence();
 }
 
 /// A journal record may only name a word the engine journals: an inode
