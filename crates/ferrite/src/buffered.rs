@@ -106,6 +106,9 @@ pub struct BufferedStats {
     /// Operations that persisted the queue before returning because it
     /// was full or its oldest operation was at the lag bound.
     pub backpressure_waits: u64,
+    /// The persister thread is asleep until an operation wakes it (it
+    /// found the queue empty for a while; see `PERSISTER_IDLE_WAITS`).
+    pub persister_asleep: bool,
 }
 
 /// One operation in the queue: the commit-point words it sets, and what it
@@ -138,7 +141,21 @@ struct QueueState {
     /// Set when persisting failed: nothing more is made durable, changes
     /// fail with EROFS and sync points with EIO.
     failed: bool,
+    /// The persister thread sleeps until woken (it found the queue empty
+    /// `PERSISTER_IDLE_WAITS` times in a row): the next operation queued
+    /// must wake it. While it is not asleep it wakes on its own every half
+    /// lag bound, so operations need not wake it.
+    persister_asleep: bool,
 }
+
+/// Timed waits (half the lag bound each) that find the queue empty before
+/// the persister sleeps until an operation wakes it: about a second with
+/// the default 5 ms bound. Waking it on every operation that found the
+/// queue empty cost a sleeping thread's wake-up each time the queue had
+/// just been emptied by a sync point: in varmail (an fsync every few
+/// operations, two threads) a fifth of the time went to those wake-ups
+/// and the context switches they caused.
+const PERSISTER_IDLE_WAITS: u32 = 400;
 
 /// The buffered-mode state of a mount, shared with the persister thread.
 pub(crate) struct Buffered {
@@ -188,6 +205,7 @@ impl Buffered {
                 durable_seq: 0,
                 stop: Stop::Running,
                 failed: false,
+                persister_asleep: false,
             }),
             work: Condvar::new(),
             persist_lock: Mutex::new(()),
@@ -247,7 +265,7 @@ impl Buffered {
             let pending = seq - st.durable_seq;
             let oldest_ns = now.duration_since(st.ops.front().expect("just pushed").queued_at).as_nanos() as u64;
             let over = pending >= self.opts.ops_max || oldest_ns >= self.opts.lag_ns_max;
-            if was_empty || over {
+            if (was_empty && st.persister_asleep) || over {
                 self.work.notify_one();
             }
             (seq, over)
@@ -427,6 +445,7 @@ impl Buffered {
     /// everything queued.
     fn thread_main(self: Arc<Self>) {
         let half_lag = Duration::from_nanos((self.opts.lag_ns_max / 2).max(1));
+        let mut idle_waits = 0u32;
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
             let target = {
                 let mut st = self.state.lock();
@@ -438,9 +457,22 @@ impl Buffered {
                         return;
                     }
                     let Some(front) = st.ops.front() else {
-                        self.work.wait(&mut st);
+                        // Idle: poll at the lag bound's pace for a while (an
+                        // operation queued meanwhile is seen within half the
+                        // bound, as if it had woken this thread), then sleep
+                        // until the next operation wakes it.
+                        if idle_waits < PERSISTER_IDLE_WAITS {
+                            idle_waits += 1;
+                            let _ = self.work.wait_for(&mut st, half_lag);
+                        } else {
+                            st.persister_asleep = true;
+                            self.work.wait(&mut st);
+                            st.persister_asleep = false;
+                            idle_waits = 0;
+                        }
                         continue;
                     };
+                    idle_waits = 0;
                     let waited = front.queued_at.elapsed();
                     let pending = st.next_seq - 1 - st.durable_seq;
                     if waited >= half_lag || pending >= self.opts.ops_max.div_ceil(2) || st.stop != Stop::Running {
@@ -481,9 +513,9 @@ impl Buffered {
     }
 
     pub fn stats(&self) -> BufferedStats {
-        let pending_now = {
+        let (pending_now, persister_asleep) = {
             let st = self.state.lock();
-            st.next_seq - 1 - st.durable_seq
+            (st.next_seq - 1 - st.durable_seq, st.persister_asleep)
         };
         BufferedStats {
             ops_queued: self.ops_queued.load(Ordering::Relaxed),
@@ -493,6 +525,7 @@ impl Buffered {
             pending_now,
             lag_ns_max_seen: self.lag_ns_max_seen.load(Ordering::Relaxed),
             backpressure_waits: self.backpressure_waits.load(Ordering::Relaxed),
+            persister_asleep,
         }
     }
 }

@@ -6,7 +6,9 @@
 //! persists at `ops_max`; an unlinked open file is freed in order with its
 //! unlink; inode numbers and pages a queued operation released are reused
 //! only after it is durable (and running out of either persists the queue
-//! rather than failing); log GC of a hot file still runs; unmount drains.
+//! rather than failing); log GC of a hot file still runs; unmount drains;
+//! the persister thread persists on its own, both while it polls and after
+//! it has gone to sleep (an operation must wake it then).
 
 use ferrite::{BufferedOptions, FormatOptions, MountOptions, OpenFlags, PathFs, Session};
 use ferrite_pmem::Pmem;
@@ -180,4 +182,38 @@ fn a_failed_batch_makes_the_mount_read_only() {
     let fs = crash(fs);
     assert_eq!(get(&fs, b"/synced").unwrap(), b"s");
     assert!(fs.stat(b"/lost").is_err(), "the failed batch must not be half applied");
+}
+
+/// Wait (polling, for liveness only: the bound is far beyond any lag) until
+/// `done` holds of the mount's buffered counters.
+fn wait_for_stats(fs: &Session, what: &str, done: impl Fn(&ferrite::BufferedStats) -> bool) -> ferrite::BufferedStats {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let st = fs.engine().buffered_stats();
+        if done(&st) {
+            return st;
+        }
+        assert!(std::time::Instant::now() < deadline, "never happened: {what}; {st:?}");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn the_persister_thread_persists_alone_while_polling_and_after_sleeping() {
+    // A 1 ms lag bound: the persister polls every 0.5 ms while idle and
+    // goes to sleep after a few hundred empty polls.
+    let opts = BufferedOptions { lag_ns_max: 1_000_000, ops_max: 1 << 20, persister_thread: true };
+    let fs = mount_buffered(2048, opts);
+    // While it polls, an operation does not wake it, and still becomes
+    // durable without any sync point: the persister thread ran the batch.
+    fs.mkdir(b"/polled", 0o755).unwrap();
+    let st = wait_for_stats(&fs, "the first operation persisted", |s| s.pending_now == 0);
+    assert_eq!(st.batches_inline, 0, "no caller ran a batch: {st:?}");
+    // Idle long enough, it sleeps; the next operation must wake it.
+    wait_for_stats(&fs, "the persister asleep", |s| s.persister_asleep);
+    fs.mkdir(b"/woken", 0o755).unwrap();
+    let st = wait_for_stats(&fs, "the operation after the sleep persisted", |s| s.pending_now == 0);
+    assert_eq!(st.batches_inline, 0, "no caller ran a batch: {st:?}");
+    let fs = crash(fs);
+    assert!(fs.stat(b"/polled").is_ok() && fs.stat(b"/woken").is_ok());
 }
