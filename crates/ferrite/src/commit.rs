@@ -382,8 +382,15 @@ impl Ferrite {
             return;
         }
         if !b.is_durable(seq) {
+            // Worth a batch on this thread: enough dead pages, or a log due
+            // for compaction that is big enough. (Until issue 14's third
+            // pass any big log counted, dead pages or not: a 64 MiB file's
+            // log of 260 pages persisted the queue inline at every new log
+            // page with one dead page behind it, every 64 sequential
+            // writes, which made buffered writes slower than strict ones.)
             let pages = d.log.live.page_count();
-            if dead < crate::buffered::BUFFERED_GC_DEAD_PAGES && pages < 4 * crate::buffered::BUFFERED_GC_DEAD_PAGES {
+            let big_and_due = due && pages >= 4 * crate::buffered::BUFFERED_GC_DEAD_PAGES;
+            if dead < crate::buffered::BUFFERED_GC_DEAD_PAGES && !big_and_due {
                 return;
             }
             if b.persist_upto(seq, true).is_err() {

@@ -6,7 +6,9 @@
 //! persists at `ops_max`; an unlinked open file is freed in order with its
 //! unlink; inode numbers and pages a queued operation released are reused
 //! only after it is durable (and running out of either persists the queue
-//! rather than failing); log GC of a hot file still runs; unmount drains;
+//! rather than failing); log GC of a hot file still runs, and GC of a big
+//! log persists the queue once per 16 dead log pages, not at every new log
+//! page; unmount drains;
 //! the persister thread persists on its own, both while it polls and after
 //! it has gone to sleep (an operation must wake it then).
 
@@ -216,4 +218,43 @@ fn the_persister_thread_persists_alone_while_polling_and_after_sleeping() {
     assert_eq!(st.batches_inline, 0, "no caller ran a batch: {st:?}");
     let fs = crash(fs);
     assert!(fs.stat(b"/polled").is_ok() && fs.stat(b"/woken").is_ok());
+}
+
+#[test]
+fn a_big_log_is_collected_in_batches_of_dead_pages() {
+    // A file of 4,200 pages has a log of about 67 pages of live Write
+    // entries. Overwriting it in order kills one whole log page every 63
+    // writes; with no persister thread, only GC persists the queue, and it
+    // must do so once per `BUFFERED_GC_DEAD_PAGES` (16) dead pages, not at
+    // every new log page (as it did for any log of 64 pages or more).
+    const PAGES: u64 = 4_200;
+    let fs = mount_buffered(12_288, manual(1 << 20));
+    let fd = fs.open(b"/big", OpenFlags::RDWR.create(), 0o644).unwrap();
+    for i in 0..PAGES {
+        fs.pwrite(fd, &pattern(i, 4096), i * 4096).unwrap();
+    }
+    fs.sync_all().unwrap();
+    let before = fs.engine().buffered_stats();
+    for i in 0..PAGES {
+        fs.pwrite(fd, &pattern(PAGES + i, 4096), i * 4096).unwrap();
+    }
+    let after = fs.engine().buffered_stats();
+    let forced = after.batches_inline - before.batches_inline;
+    // About 67 log pages die: 4 batches, with room for the log's own shape.
+    assert!((1..=8).contains(&forced), "GC persisted the queue {forced} times: {after:?}");
+    fs.close(fd).unwrap();
+    let fs = crash(fs);
+    // Whatever the forced batches made durable is a prefix: every page
+    // holds one of its two versions, and the versions switch only once.
+    let got = get(&fs, b"/big").unwrap();
+    let mut switched = false;
+    for i in 0..PAGES {
+        let page = &got[(i * 4096) as usize..((i + 1) * 4096) as usize];
+        if page == &pattern(PAGES + i, 4096)[..] {
+            assert!(!switched, "page {i} new after an old one");
+        } else {
+            assert_eq!(page, &pattern(i, 4096)[..], "page {i} holds neither version");
+            switched = true;
+        }
+    }
 }
