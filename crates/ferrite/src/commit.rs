@@ -383,11 +383,10 @@ impl Ferrite {
         }
         if !b.is_durable(seq) {
             // Worth a batch on this thread: enough dead pages, or a log due
-            // for compaction that is big enough. (Until issue 14's third
-            // pass any big log counted, dead pages or not: a 64 MiB file's
-            // log of 260 pages persisted the queue inline at every new log
-            // page with one dead page behind it, every 64 sequential
-            // writes, which made buffered writes slower than strict ones.)
+            // for compaction that is big enough. (An earlier version let any
+            // big log count, dead pages or not: a 64 MiB file's log of 260
+            // pages persisted the queue inline at every new log page with
+            // one dead page behind it, every 64 sequential writes.)
             let pages = d.log.live.page_count();
             let big_and_due = due && pages >= 4 * crate::buffered::BUFFERED_GC_DEAD_PAGES;
             if dead < crate::buffered::BUFFERED_GC_DEAD_PAGES && !big_and_due {
@@ -447,9 +446,9 @@ impl Ferrite {
         let NewInode { ino, kind, rdev, attrs, entries: extra } = new;
         assert!(rdev == 0 || kind.has_rdev(), "a device number on a {kind:?}");
         let generation = self.media.slot_generation(ino).wrapping_add(1).max(1);
-        // The DRAM object first, before the slot's flush below: its write-
-        // back then overlaps the rest of the commit's DRAM work, up to the
-        // next fence or locked instruction (which waits for it).
+        // The DRAM object before the slot: making it may take a lock (the
+        // allocator's), and a locked instruction after the slot's flush
+        // below would wait for that line's write-back as a fence does.
         let inode = Arc::new(Inode::new(ino, kind, generation, rdev, InodeData::new_empty(kind, attrs)));
         // The attributes go in the slot (FORMAT.md, "Inode slot"); a log
         // page is allocated only for entries beyond them, so an empty file
