@@ -844,9 +844,10 @@ impl Entry {
 
     /// Encode with its sequence number into `out` (cleared first).
     pub fn encode(&self, seq: u64, out: &mut Vec<u8>) {
+        self.assert_encodable();
         out.clear();
         out.resize(self.size_bytes(), 0);
-        self.encode_into(seq, out);
+        self.write_fields(seq, out);
     }
 
     /// Encode with its sequence number into `b`, which must be exactly
@@ -854,6 +855,12 @@ impl Entry {
     pub fn encode_into(&self, seq: u64, b: &mut [u8]) {
         self.assert_encodable();
         assert_eq!(b.len(), self.size_bytes(), "entry encoded into a buffer of the wrong size");
+        self.write_fields(seq, b);
+    }
+
+    /// The encoding itself, into a zeroed buffer of `size_bytes()`; both
+    /// callers have asserted the entry encodable first.
+    fn write_fields(&self, seq: u64, b: &mut [u8]) {
         b[1] = self.units();
         put_u64(b, 8, seq);
         match self {
