@@ -581,15 +581,19 @@ pub fn by_name(name: &str) -> Option<Scenario> {
 const GC_DEFERRED_OPS_MAX: u64 = 4096;
 
 /// `bsc.gc_deferred`, a buffered workload (issue 13): log GC of an inode
-/// with operations queued. On a buffered mount GC waits until an inode's
-/// operations are durable, and persists them first once its log has 16
-/// dead pages (`BUFFERED_GC_DEAD_PAGES`); smaller garbage waits. The
-/// preparing calls (computed on a scratch buffered mount, as the scenarios'
-/// are) grow the log of the directory `/gcbd` by chmods to 16 full pages,
-/// all but the tail page dead; recording then queues two operations on
-/// `/q`, and a chmod of `/gcbd` opens its 17th page: 16 dead pages, so the
-/// call persists the queue up to itself (one journal transaction of three
-/// operations) and collects them; a mkdir in `/gcbd` and a sync follow.
+/// with operations queued. On a buffered mount fast GC collects only the
+/// dead log pages whose death is durable (`LogPage::died_at`) and never
+/// persists the queue for them. The preparing calls (computed on a scratch
+/// buffered mount, as the scenarios' are, each made durable) grow the log
+/// of the directory `/gcbd` by chmods until it has two pages and the
+/// second is full: the first page died when the second opened, and that
+/// death is durable, but no change has extended the log since, so it is
+/// still linked. Recording then queues two operations on `/q`, and a chmod
+/// of `/gcbd` opens its third page and kills the second, whose death is
+/// not durable: GC must collect the first page and keep the second, which
+/// holds the durable tail and the Attr a crash needs; a mkdir in `/gcbd`
+/// and a sync follow. (Named when GC waited for 16 dead pages and then
+/// persisted the queue inline: it was written to reach that path.)
 pub fn buffered_gc_deferred() -> Workload {
     static PREP: OnceLock<Vec<Call>> = OnceLock::new();
     let prep = PREP.get_or_init(|| {
@@ -610,13 +614,23 @@ pub fn buffered_gc_deferred() -> Workload {
             calls.push(c);
         };
         run(Call::Mkdir { path: p("/gcbd"), perm: 0o755 }, &mut calls);
+        // Until the second log page is full. Counted by pages filled, not
+        // by pages linked, so that an engine that collects the first page
+        // too early still gets a full tail page here, and the recorded
+        // chmod still tests it.
+        let mut filled = 0;
+        let mut room_was = 1;
         for i in 0u32.. {
             let pages = fs.stat(b"/gcbd").expect("stat /gcbd").blocks / 8;
             let room = log_room_units(&fs, b"/gcbd").expect("/gcbd exists");
-            if pages == 16 && room == 0 {
+            if room == 0 && room_was != 0 {
+                filled += 1;
+            }
+            room_was = room;
+            if filled == 2 {
                 break;
             }
-            assert!(pages <= 16 && i < 4000, "bsc.gc_deferred preparation: /gcbd's log has {pages} pages");
+            assert!(pages <= 2 && i < 4000, "bsc.gc_deferred preparation: /gcbd's log has {pages} pages");
             run(chmod("/gcbd", 0o700 | (i % 0o100)), &mut calls);
         }
         calls

@@ -3,11 +3,14 @@
 //! returned.
 //!
 //! The calling thread does everything strict mode does except the commit
-//! point: it stages the entries after the tails (data in fresh pages,
-//! entries flushed), fences its own stores, applies the entries to the DRAM
-//! state (every reader sees the change at once), and appends the words the
-//! commit point would set (log tails, inode state words) to one global
-//! queue, in the order operations return. A persister sets those words in
+//! point and the flushes of its staging: it stages the entries after the
+//! tails (data streamed into fresh pages and fenced; entries and slots
+//! stored with their flushes deferred, `Media::defer_flushes`), applies the
+//! entries to the DRAM state (every reader sees the change at once), and
+//! appends the words the commit point would set (log tails, inode state
+//! words) and the ranges it left unflushed to one global queue, in the
+//! order operations return. A batch flushes those ranges before its first
+//! fence. A persister sets those words in
 //! queue order, a batch at a time, each batch in one journal transaction,
 //! so that a crash leaves the durable state equal to the state after a
 //! *prefix* of the operations: never a later one without an earlier one.
@@ -25,7 +28,7 @@
 use crate::alloc::{InodeAllocator, PageAllocator};
 use crate::format::{PageNo, JOURNAL_RECORDS_MAX};
 use crate::journal::{Journals, Transaction};
-use crate::media::Media;
+use crate::media::{FlushRanges, Media};
 use crate::types::{Errno, FsResult, InodeNo};
 use crate::Map;
 use ferrite_pmem::PoolOffset;
@@ -79,12 +82,12 @@ impl BufferedOptions {
     }
 }
 
-/// Log GC of an inode with queued operations waits for them (it judges
-/// liveness in DRAM); making them durable on the calling thread costs a
-/// batch, so it is done only once this many log pages are dead, or the log
-/// has this many pages (times four) and is due for compaction. An inode with
-/// nothing queued is collected as in strict mode.
-pub(crate) const BUFFERED_GC_DEAD_PAGES: usize = 16;
+/// Compaction of an inode's log rewrites all of it, so it waits until the
+/// inode's queued operations are durable; a log due for compaction that has
+/// this many pages makes them durable on the calling thread first (one
+/// batch), a smaller one waits for the persister. (Fast GC never waits:
+/// it collects the dead pages whose death is durable, `LogPage::died_at`.)
+pub(crate) const BUFFERED_COMPACT_PAGES: usize = 64;
 
 /// What the persister has done since mount (`Ferrite::buffered_stats`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -116,6 +119,9 @@ pub struct BufferedStats {
 struct Queued {
     seq: u64,
     words: SmallVec<[(PoolOffset, u64); 4]>,
+    /// What the operation stored without flushing (its staged entries, a
+    /// new inode's slot): flushed by the batch before its first fence.
+    flushes: FlushRanges,
     free_pages: Vec<PageNo>,
     free_inodes: SmallVec<[InodeNo; 1]>,
     queued_at: Instant,
@@ -183,6 +189,13 @@ pub(crate) struct Buffered {
     batches_inline: AtomicU64,
     lag_ns_max_seen: AtomicU64,
     backpressure_waits: AtomicU64,
+    /// `QueueState::durable_seq` and `QueueState::failed`, readable without
+    /// the queue's lock: every operation asks (GC, `check_writable`), and a
+    /// locked instruction right after the operation's streaming stores
+    /// waits for them as a fence does. Written under the lock, after the
+    /// fields they mirror.
+    durable_seq_now: AtomicU64,
+    failed_now: std::sync::atomic::AtomicBool,
 }
 
 impl Buffered {
@@ -218,6 +231,8 @@ impl Buffered {
             batches_inline: AtomicU64::new(0),
             lag_ns_max_seen: AtomicU64::new(0),
             backpressure_waits: AtomicU64::new(0),
+            durable_seq_now: AtomicU64::new(0),
+            failed_now: Default::default(),
         });
         if b.opts.persister_thread {
             let me = b.clone();
@@ -233,15 +248,16 @@ impl Buffered {
     /// EROFS once persisting has failed: no change may be acknowledged that
     /// could never become durable.
     pub fn check_writable(&self) -> FsResult<()> {
-        if self.state.lock().failed {
+        if self.failed_now.load(Ordering::Acquire) {
             return Err(Errno::EROFS);
         }
         Ok(())
     }
 
-    /// Queue an operation's commit-point words and what it released; the
-    /// caller has fenced its own stores (entries and data are durable, only
-    /// the words that make them part of the file system are not) and holds
+    /// Queue an operation's commit-point words, the ranges it stored to
+    /// without flushing (`Media::defer_flushes`) and what it released; the
+    /// caller has fenced its own flushes and streaming stores (file data)
+    /// and holds
     /// the locks of every inode the operation changed, so operations that
     /// depend on each other are queued in the order they happen. Returns
     /// the operation's sequence number. Persists the queue first if the
@@ -249,6 +265,7 @@ impl Buffered {
     pub fn push(
         &self,
         words: SmallVec<[(PoolOffset, u64); 4]>,
+        flushes: FlushRanges,
         free_pages: Vec<PageNo>,
         free_inodes: SmallVec<[InodeNo; 1]>,
     ) -> u64 {
@@ -261,7 +278,7 @@ impl Buffered {
             let seq = st.next_seq;
             st.next_seq += 1;
             let was_empty = st.ops.is_empty();
-            st.ops.push_back(Queued { seq, words, free_pages, free_inodes, queued_at: now });
+            st.ops.push_back(Queued { seq, words, flushes, free_pages, free_inodes, queued_at: now });
             let pending = seq - st.durable_seq;
             let oldest_ns = now.duration_since(st.ops.front().expect("just pushed").queued_at).as_nanos() as u64;
             let over = pending >= self.opts.ops_max || oldest_ns >= self.opts.lag_ns_max;
@@ -282,7 +299,20 @@ impl Buffered {
 
     /// Is every operation up to `seq` durable?
     pub fn is_durable(&self, seq: u64) -> bool {
-        self.state.lock().durable_seq >= seq
+        self.durable_seq() >= seq
+    }
+
+    /// Every operation up to this number is durable (their batches' fences
+    /// have completed).
+    pub fn durable_seq(&self) -> u64 {
+        self.durable_seq_now.load(Ordering::Acquire)
+    }
+
+    /// Persisting failed: refuse changes (EROFS) and sync points (EIO).
+    fn fail(&self) {
+        let mut st = self.state.lock();
+        st.failed = true;
+        self.failed_now.store(true, Ordering::Release);
     }
 
     /// The sequence number of the last operation queued.
@@ -332,7 +362,12 @@ impl Buffered {
             // skip operations. A panic on the way (an assertion, on any
             // thread) therefore fails the mount before it unwinds further.
             let failing = FailOnUnwind(self);
+            // A caller may be inside its own staging (out of pages, it
+            // persists the queue to free what the queue released): the
+            // batch's flushes are not that operation's to defer.
+            let suspended = self.media.suspend_deferral();
             self.persist_batch(batch, inline);
+            self.media.resume_deferral(suspended);
             std::mem::forget(failing);
         }
     }
@@ -377,11 +412,25 @@ impl Buffered {
             }
         }
         words.retain(|&(off, value)| self.media.read_u64(off) != value);
+        // What the operations staged, written back first: the journal's
+        // first fence (or the fence below) orders it before any word.
+        let mut flushed = false;
+        for op in &batch {
+            self.media.flush_ranges(&op.flushes);
+            flushed |= !op.flushes.is_empty();
+        }
         match words.len() {
-            0 => {}
+            0 => {
+                if flushed {
+                    self.media.fence();
+                }
+            }
             // One word needs no journal: the strict commit's 8-byte store.
             1 => {
                 let (off, value) = words[0];
+                if flushed {
+                    self.media.fence();
+                }
                 self.media.store_u64(off, value);
                 self.media.flush(off, 8);
                 self.media.fence();
@@ -431,6 +480,7 @@ impl Buffered {
             let mut st = self.state.lock();
             assert!(last > st.durable_seq, "batches made durable out of order");
             st.durable_seq = last;
+            self.durable_seq_now.store(last, Ordering::Release);
         }
         self.ops_persisted.fetch_add(count, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
@@ -485,7 +535,7 @@ impl Buffered {
         }));
         if run.is_err() {
             eprintln!("ferrite: the persister failed; the file system is read-only from now on");
-            self.state.lock().failed = true;
+            self.fail();
         }
     }
 
@@ -537,7 +587,7 @@ struct FailOnUnwind<'a>(&'a Buffered);
 impl Drop for FailOnUnwind<'_> {
     fn drop(&mut self) {
         eprintln!("ferrite: persisting a batch failed; the file system is read-only from now on");
-        self.0.state.lock().failed = true;
+        self.0.fail();
     }
 }
 

@@ -22,7 +22,7 @@ use crate::format::{self, Entry, PageNo, INODE_STATE_OFFSET, INODE_TAIL_OFFSET};
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Inode, InodeData, Staged};
 use crate::journal::Transaction;
-use crate::log::write_log_entries;
+use crate::log::{write_log_entries, EVERY_DEATH};
 use crate::types::{Errno, FileMode, FileType, FsResult, InodeNo};
 use parking_lot::RwLockWriteGuard;
 use smallvec::SmallVec;
@@ -108,6 +108,9 @@ impl Ferrite {
                 return Err(e);
             }
         }
+        // A buffered change leaves the flushes of its staging to the
+        // persister (its data, streamed before this call, it fences below).
+        let deferral = self.buffered.as_ref().map(|_| self.media.defer_flushes());
         if !pending {
             self.seal_pending(inode, d);
         }
@@ -124,14 +127,18 @@ impl Ferrite {
         }
         let slot = self.media.slot_offset(inode.ino);
         if let Some(b) = &self.buffered {
-            // Buffered commit point: this thread's stores (data, entries)
-            // complete, the change applied to DRAM, the tail word queued.
+            // Buffered commit point: this thread's streaming stores (data)
+            // complete, the change applied to DRAM, the tail word queued
+            // with the ranges whose flushes the persister owes.
             let new_tail = staged.new_tail.0;
             let extended = !staged.new_pages.is_empty();
-            self.media.fence();
+            let flushes = deferral.expect("a buffered change defers its flushes").finish();
+            self.media.fence_if_unfenced();
             let mut released = Vec::new();
+            d.log.live.deaths_pending();
             d.commit_staged(inode.kind, staged, &mut released);
-            let seq = b.push(SmallVec::from_slice(&[(slot + INODE_TAIL_OFFSET, new_tail)]), released, SmallVec::new());
+            let words = SmallVec::from_slice(&[(slot + INODE_TAIL_OFFSET, new_tail)]);
+            let seq = b.push(words, flushes, released, SmallVec::new());
             inode.last_seq.store(seq, Ordering::Relaxed);
             self.collect_buffered(b, inode, d, extended, seq);
             return Ok(());
@@ -193,6 +200,9 @@ impl Ferrite {
                 return Err(e);
             }
         }
+        // A buffered change leaves the flushes of its staging to the
+        // persister.
+        let deferral = self.buffered.as_ref().map(|_| self.media.defer_flushes());
         // The new inode first: its slot (not live) and its first log page.
         let new_inode = match new {
             None => None,
@@ -238,7 +248,8 @@ impl Ferrite {
             }
         }
         if let Some(b) = &self.buffered {
-            return Ok(self.commit_journaled_buffered(b, &parts, guards, &mut staged, new_inode));
+            let flushes = deferral.expect("a buffered change defers its flushes").finish();
+            return Ok(self.commit_journaled_buffered(b, flushes, &parts, guards, &mut staged, new_inode));
         }
         // The commit point: one journal transaction.
         let mut tx = Transaction::default();
@@ -299,12 +310,14 @@ impl Ferrite {
     }
 
     /// The buffered commit point of a multi-inode change, whose entries are
-    /// staged: fence this thread's stores, apply every part to DRAM (an
-    /// inode freed leaves the cache at once, its number and pages wait for
-    /// the batch), and queue the words the journal transaction would set.
+    /// staged with their flushes deferred (`flushes`): fence this thread's
+    /// streaming stores if it made any, apply every part to DRAM (an inode
+    /// freed leaves the cache at once, its number and pages wait for the
+    /// batch), and queue the words the journal transaction would set.
     fn commit_journaled_buffered(
         &self,
         b: &crate::buffered::Buffered,
+        flushes: crate::media::FlushRanges,
         parts: &[Part<'_>],
         guards: &mut [&mut InodeData],
         staged: &mut SmallVec<[Option<Staged>; 4]>,
@@ -323,7 +336,7 @@ impl Ferrite {
         if let Some((new, _)) = &new_inode {
             words.push((self.media.slot_offset(new.ino) + INODE_STATE_OFFSET, format::inode_live_word(new.generation)));
         }
-        self.media.fence();
+        self.media.fence_if_unfenced();
         let mut released = Vec::new();
         let mut freed: SmallVec<[InodeNo; 1]> = SmallVec::new();
         let mut extended: SmallVec<[bool; 4]> = smallvec::smallvec![false; parts.len()];
@@ -334,6 +347,7 @@ impl Ferrite {
                 freed.push(part.inode.ino);
             } else if let Some(s) = staged[i].take() {
                 extended[i] = !s.new_pages.is_empty();
+                guards[i].log.live.deaths_pending();
                 guards[i].commit_staged(part.inode.kind, s, &mut released);
             }
         }
@@ -344,7 +358,7 @@ impl Ferrite {
             self.cache_insert(new.clone());
             new
         });
-        let seq = b.push(words, released, freed);
+        let seq = b.push(words, flushes, released, freed);
         for part in parts {
             part.inode.last_seq.store(seq, Ordering::Relaxed);
         }
@@ -359,12 +373,16 @@ impl Ferrite {
         new
     }
 
-    /// Log GC after a buffered change to `inode` (operation `seq`). GC
-    /// judges liveness in DRAM, which runs ahead of the durable log while
-    /// the inode has queued operations, so they are made durable first (on
-    /// this thread; the inode's lock keeps new operations on it out
-    /// meanwhile), but only once the garbage is worth a batch
-    /// (`BUFFERED_GC_DEAD_PAGES`); smaller garbage waits for a later change.
+    /// Log GC after a buffered change to `inode` (operation `seq`, the
+    /// latest on this inode). GC judges liveness in DRAM, which runs ahead
+    /// of the durable log, so fast GC collects only the dead pages whose
+    /// death is durable (killed by operations up to the durable sequence
+    /// number; `LogPage::died_at`): the others wait for a later change,
+    /// and the calling thread never persists the queue for them.
+    /// Compaction rewrites the whole log and so needs every operation on
+    /// the inode durable: a log due for it that has reached
+    /// `BUFFERED_COMPACT_PAGES` persists the queue up to `seq` first, on this
+    /// thread; a smaller one waits.
     fn collect_buffered(
         &self,
         b: &crate::buffered::Buffered,
@@ -373,31 +391,25 @@ impl Ferrite {
         extended: bool,
         seq: u64,
     ) {
+        d.log.live.settle_deaths(seq);
         if !extended {
             return;
         }
-        let dead = d.dead_log_pages();
         let due = d.compaction_due();
-        if dead == 0 && !due {
+        let persist_first =
+            due && !b.is_durable(seq) && d.log.live.page_count() >= crate::buffered::BUFFERED_COMPACT_PAGES;
+        if persist_first && b.persist_upto(seq, true).is_err() {
+            // Persisting failed: the file system is read-only; no GC.
             return;
         }
-        if !b.is_durable(seq) {
-            // Worth a batch on this thread: enough dead pages, or a log due
-            // for compaction that is big enough. (An earlier version let any
-            // big log count, dead pages or not: a 64 MiB file's log of 260
-            // pages persisted the queue inline at every new log page with
-            // one dead page behind it, every 64 sequential writes.)
-            let pages = d.log.live.page_count();
-            let big_and_due = due && pages >= 4 * crate::buffered::BUFFERED_GC_DEAD_PAGES;
-            if dead < crate::buffered::BUFFERED_GC_DEAD_PAGES && !big_and_due {
-                return;
-            }
-            if b.persist_upto(seq, true).is_err() {
-                // Persisting failed: the file system is read-only; no GC.
-                return;
-            }
+        let durable_seq = b.durable_seq();
+        if d.dead_log_pages() > 0 {
+            let n = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino), durable_seq);
+            self.gc_pages.fetch_add(n as u64, Ordering::Relaxed);
         }
-        self.after_commit(inode, d, true, Vec::new());
+        if due && durable_seq >= seq {
+            self.compact_log(inode, d);
+        }
     }
 
     /// Give back what a change that will not commit had allocated: its
@@ -410,6 +422,7 @@ impl Ferrite {
     /// checker: a mkdir failing with ENOSPC on a full pool after staging
     /// its parent's entry).
     fn abandon(&self, fresh: Fresh, staged: Vec<Staged>) {
+        self.media.flush_deferred_now();
         self.media.fence();
         for (start, n) in fresh.0 {
             self.pages.free(start, n as u64);
@@ -431,7 +444,7 @@ impl Ferrite {
             self.pages.free(p, 1);
         }
         if extended && d.dead_log_pages() > 0 {
-            let n = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino));
+            let n = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino), EVERY_DEATH);
             self.gc_pages.fetch_add(n as u64, Ordering::Relaxed);
         }
         if extended && d.compaction_due() {
@@ -503,6 +516,7 @@ impl Ferrite {
             let pages = self.release_inode_dram(inode, d);
             let seq = b.push(
                 SmallVec::from_slice(&[(slot + INODE_STATE_OFFSET, 0)]),
+                crate::media::FlushRanges::new(),
                 pages,
                 SmallVec::from_slice(&[inode.ino]),
             );

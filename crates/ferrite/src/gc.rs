@@ -18,10 +18,18 @@ use std::sync::atomic::Ordering;
 
 impl InodeData {
     /// Fast log GC: unlink log pages whose entries are all dead (never the
-    /// tail page), then free them. Returns how many pages were collected.
-    pub fn collect_garbage(&mut self, media: &Media, alloc: &PageAllocator, slot_offset: PoolOffset) -> usize {
+    /// tail page) and whose death is durable once buffered operations up to
+    /// `durable_seq` are (`u64::MAX - 1`: every death; see `LogPage::died_at`),
+    /// then free them. Returns how many pages were collected.
+    pub fn collect_garbage(
+        &mut self,
+        media: &Media,
+        alloc: &PageAllocator,
+        slot_offset: PoolOffset,
+        durable_seq: u64,
+    ) -> usize {
         let tail_page = self.log.tail_page();
-        let dead: Vec<PageNo> = self.log.live.dead_pages.iter().copied().filter(|&p| p != tail_page).collect();
+        let dead = self.log.live.dead_pages_durable(tail_page, durable_seq);
         if dead.is_empty() {
             return 0;
         }

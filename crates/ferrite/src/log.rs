@@ -14,6 +14,13 @@
 //! - a Truncate, Punch, DentryRemove or XattrRemove for each older log page
 //!   that still holds an entry it cancels (a "pin"): if the canceller were
 //!   collected first, a rebuild would bring the cancelled entry back to life.
+//!
+//! A page that dies also records *when*: the buffered-mode operation that
+//! killed its last live entry (`LogPage::died_at`). On a buffered mount DRAM
+//! runs ahead of the durable log, so a page dead in DRAM may still be live
+//! in the durable state; GC there collects only pages whose death is
+//! durable (docs/DESIGN.md, "Buffered mode"). A strict mount stamps 0:
+//! every death is durable once its commit returns.
 
 use crate::alloc::PageAllocator;
 use crate::format::{
@@ -44,7 +51,21 @@ pub(crate) struct LogPage {
     pub(crate) units: [u8; LOG_UNITS_PER_PAGE as usize],
     /// Entries (locations) this page pins: they stay live while it exists.
     pub(crate) pins: Vec<PoolOffset>,
+    /// The buffered operation (queue sequence number) that killed the
+    /// page's last live entry, `DEATH_PENDING` until that operation has its
+    /// number, 0 when the death needs no operation to be durable (strict
+    /// mode, recovery). Meaningful only while the page is dead.
+    pub(crate) died_at: u64,
 }
+
+/// `LogPage::died_at` of a page killed by the buffered operation being
+/// committed, before the queue has given it a sequence number.
+pub(crate) const DEATH_PENDING: u64 = u64::MAX;
+
+/// The `durable_seq` bound of `collect_garbage` under which every settled
+/// death counts as durable (strict mode, and a buffered inode with nothing
+/// queued).
+pub(crate) const EVERY_DEATH: u64 = u64::MAX - 1;
 
 pub(crate) const NO_PAGE: PageNo = PageNo(u64::MAX);
 
@@ -137,6 +158,12 @@ pub struct Liveness {
     pub(crate) last_attr: Option<PoolOffset>,
     pub(crate) last_size: Option<PoolOffset>,
     pub(crate) last_entry: Option<PoolOffset>,
+    /// What a page that dies now records as `died_at`: 0 on a strict mount;
+    /// on a buffered one `DEATH_PENDING` while an operation is applied
+    /// (`deaths_pending`), then that operation's number (`settle_deaths`).
+    death_mark: u64,
+    /// Pages stamped `DEATH_PENDING`, to be settled.
+    died_now: SmallVec<[PageNo; 2]>,
 }
 
 impl Default for Liveness {
@@ -151,6 +178,8 @@ impl Default for Liveness {
             last_attr: None,
             last_size: None,
             last_entry: None,
+            death_mark: 0,
+            died_now: SmallVec::new(),
         }
     }
 }
@@ -177,6 +206,7 @@ impl Liveness {
             refs: [0; LOG_UNITS_PER_PAGE as usize],
             units: [0; LOG_UNITS_PER_PAGE as usize],
             pins: Vec::new(),
+            died_at: 0,
         });
         assert!(self.pages.insert(p, page), "log page {} linked twice", p.0);
         if self.last == NO_PAGE {
@@ -227,18 +257,66 @@ impl Liveness {
 
     pub(crate) fn unref(&mut self, loc: PoolOffset) {
         let unit = unit_of(loc);
+        let death_mark = self.death_mark;
         let page = self.page_mut(loc);
         assert!(page.refs[unit] > 0, "unref of an entry with no references");
         page.refs[unit] -= 1;
         if page.refs[unit] == 0 {
             page.live_entries -= 1;
             let dead = page.live_entries == 0;
+            if dead {
+                page.died_at = death_mark;
+            }
             self.live_units -= page.units[unit] as usize;
             self.live_entries -= 1;
             if dead {
+                if death_mark == DEATH_PENDING {
+                    self.died_now.push(page_of(loc));
+                }
                 self.dead_pages.insert(page_of(loc));
             }
         }
+    }
+
+    /// A buffered operation is about to be applied: pages it kills wait for
+    /// its sequence number (`settle_deaths`).
+    pub(crate) fn deaths_pending(&mut self) {
+        assert!(self.died_now.is_empty(), "deaths of an earlier operation never settled");
+        self.death_mark = DEATH_PENDING;
+    }
+
+    /// The buffered operation applied last is number `seq`: the pages it
+    /// killed died at `seq`, and so does any page that dies before the next
+    /// operation (GC releasing pins), since `seq` is the latest operation on
+    /// this inode and so no earlier than whatever killed the page's entries.
+    pub(crate) fn settle_deaths(&mut self, seq: u64) {
+        assert!(seq != DEATH_PENDING && seq != 0, "settling deaths with no operation number");
+        for p in self.died_now.drain(..) {
+            // The page may have been revived (and be live, or dead again
+            // with this same mark) within the operation; a dead page still
+            // stamped pending gets the number.
+            if let Some(page) = self.pages.get_mut(&p) {
+                if page.died_at == DEATH_PENDING {
+                    page.died_at = seq;
+                }
+            }
+        }
+        self.death_mark = seq;
+    }
+
+    /// Dead pages (never the tail's) whose death is durable once every
+    /// buffered operation up to `durable_seq` is.
+    pub(crate) fn dead_pages_durable(&self, tail_page: PageNo, durable_seq: u64) -> SmallVec<[PageNo; 8]> {
+        self.dead_pages
+            .iter()
+            .copied()
+            .filter(|&p| p != tail_page)
+            .filter(|p| {
+                let died_at = self.pages[p].died_at;
+                assert!(died_at != DEATH_PENDING, "log page {} dead with its death unsettled", p.0);
+                died_at <= durable_seq
+            })
+            .collect()
     }
 
     pub(crate) fn pin(&mut self, pinning_page: PageNo, loc: PoolOffset) {

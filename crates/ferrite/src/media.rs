@@ -5,7 +5,55 @@
 use crate::format::{self, corrupt, Corrupt, InodeSlot, Layout, PageNo, PoolOffset, INODE_SLOT_SIZE, PAGE_SIZE};
 use crate::types::InodeNo;
 use ferrite_pmem::Pmem;
+use smallvec::SmallVec;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
+
+/// Ranges (offset, bytes) a buffered operation stored to without flushing
+/// them: its persister flushes them before the batch's first fence
+/// (docs/DESIGN.md, "Buffered mode", "Flushes left to the persister").
+pub type FlushRanges = SmallVec<[(PoolOffset, u32); 4]>;
+
+/// A streaming store this short, inside a deferral, is made a cached store
+/// whose flush is deferred like the others (a new log page's header): the
+/// thread then has nothing in flight to fence. Longer ones (file data)
+/// stay streaming, and the operation fences them itself.
+const DEFERRED_NT_BYTES_MAX: usize = 512;
+
+thread_local! {
+    /// The flushes this thread has deferred (`Media::defer_flushes`), while
+    /// a deferral is open.
+    static DEFERRED: RefCell<Option<FlushRanges>> = const { RefCell::new(None) };
+    /// This thread has issued a flush or a streaming store that no fence of
+    /// its own has ordered yet (fences order only their own thread's).
+    static UNFENCED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// An open deferral of this thread's flushes (`Media::defer_flushes`).
+/// `finish` hands the ranges over; dropped unfinished (an error or a
+/// panic on the way), it flushes them itself, so nothing is left unflushed.
+#[must_use = "the deferred flushes must go to the persister (finish) or be flushed"]
+pub struct DeferredFlushes<'a> {
+    media: &'a Media,
+    open: bool,
+}
+
+impl DeferredFlushes<'_> {
+    /// Close the deferral: the ranges stored to and not flushed since it
+    /// opened, for the persister to flush.
+    pub fn finish(mut self) -> FlushRanges {
+        self.open = false;
+        DEFERRED.with_borrow_mut(|d| d.take()).expect("a deferral is open")
+    }
+}
+
+impl Drop for DeferredFlushes<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.media.flush_deferred_now();
+        }
+    }
+}
 
 pub struct Media {
     pub pmem: Arc<Pmem>,
@@ -33,19 +81,107 @@ impl Media {
     }
 
     pub fn write_nt(&self, offset: PoolOffset, data: &[u8]) {
-        self.pmem.write_nt(offset, data)
+        if data.len() <= DEFERRED_NT_BYTES_MAX && self.defer(offset, data.len() as u64) {
+            self.pmem.write(offset, data);
+            return;
+        }
+        self.pmem.write_nt(offset, data);
+        UNFENCED.set(true);
     }
 
     pub fn fill_nt(&self, offset: PoolOffset, len: u64, byte: u8) {
-        self.pmem.fill_nt(offset, len, byte)
+        self.pmem.fill_nt(offset, len, byte);
+        UNFENCED.set(true);
     }
 
+    /// Write back the lines of a range; inside a deferral, only note it.
     pub fn flush(&self, offset: PoolOffset, len: u64) {
-        self.pmem.flush(offset, len)
+        if self.defer(offset, len) {
+            return;
+        }
+        self.pmem.flush(offset, len);
+        UNFENCED.set(true);
     }
 
+    /// Order this thread's flushes and streaming stores before what
+    /// follows. Never inside a deferral: a fence there would be taken to
+    /// make durable what the deferral only noted.
     pub fn fence(&self) {
-        self.pmem.fence()
+        assert!(DEFERRED.with_borrow(|d| d.is_none()), "a fence inside a deferral of flushes");
+        self.pmem.fence();
+        UNFENCED.set(false);
+    }
+
+    /// Fence only if this thread has a flush or streaming store in flight.
+    pub fn fence_if_unfenced(&self) {
+        if UNFENCED.get() {
+            self.fence();
+        }
+    }
+
+    /// Open a deferral of this thread's flushes: until it is finished,
+    /// `flush` (and a short `write_nt`, made a cached store) only notes the
+    /// range. For a buffered operation's staging, whose lines the
+    /// persister flushes before the fence that precedes its commit words:
+    /// the calling thread then has no write-back in flight, so neither its
+    /// own fence nor the locked instructions after it (which wait for
+    /// write-backs as a fence does) stall. Nothing inside may need a store
+    /// durable before the deferral ends (`commit_u64` never defers).
+    pub fn defer_flushes(&self) -> DeferredFlushes<'_> {
+        DEFERRED.with_borrow_mut(|d| {
+            assert!(d.is_none(), "flushes deferred twice on one thread");
+            *d = Some(FlushRanges::new());
+        });
+        DeferredFlushes { media: self, open: true }
+    }
+
+    /// Note a range in the open deferral, if there is one.
+    fn defer(&self, offset: PoolOffset, len: u64) -> bool {
+        DEFERRED.with_borrow_mut(|d| match d {
+            None => false,
+            Some(ranges) => {
+                let len = u32::try_from(len).expect("a deferred flush under 4 GiB");
+                match ranges.last_mut() {
+                    Some(last) if last.0 .0 + last.1 as u64 == offset.0 => last.1 += len,
+                    _ => ranges.push((offset, len)),
+                }
+                true
+            }
+        })
+    }
+
+    /// Close this thread's deferral, if one is open, by flushing what it
+    /// noted (an operation that gives up: its stores must not stay
+    /// unflushed for the next sync point to find).
+    pub fn flush_deferred_now(&self) {
+        if let Some(ranges) = DEFERRED.with_borrow_mut(|d| d.take()) {
+            for (off, len) in ranges {
+                self.flush(off, len as u64);
+            }
+        }
+    }
+
+    /// Set this thread's open deferral aside (a batch persisted inline by
+    /// an operation that is staging: its allocation found no free page),
+    /// so that the batch's flushes and fences are real; `resume_deferral`
+    /// puts it back.
+    pub fn suspend_deferral(&self) -> Option<FlushRanges> {
+        DEFERRED.with_borrow_mut(|d| d.take())
+    }
+
+    pub fn resume_deferral(&self, suspended: Option<FlushRanges>) {
+        DEFERRED.with_borrow_mut(|d| {
+            assert!(d.is_none(), "a deferral opened while another was set aside");
+            *d = suspended;
+        });
+    }
+
+    /// Flush ranges a buffered operation deferred (the persister).
+    pub fn flush_ranges(&self, ranges: &FlushRanges) {
+        assert!(DEFERRED.with_borrow(|d| d.is_none()), "a persister flushing inside a deferral");
+        for &(off, len) in ranges {
+            self.flush(off, len as u64);
+        }
     }
 
     pub fn store_u64(&self, offset: PoolOffset, value: u64) {
@@ -56,7 +192,7 @@ impl Media {
     pub fn commit_u64(&self, offset: PoolOffset, value: u64) {
         self.pmem.store_u64(offset, value);
         self.pmem.flush(offset, 8);
-        self.pmem.fence();
+        self.fence();
     }
 
     pub fn slot_offset(&self, ino: InodeNo) -> PoolOffset {

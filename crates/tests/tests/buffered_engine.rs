@@ -6,9 +6,10 @@
 //! persists at `ops_max`; an unlinked open file is freed in order with its
 //! unlink; inode numbers and pages a queued operation released are reused
 //! only after it is durable (and running out of either persists the queue
-//! rather than failing); log GC of a hot file still runs, and GC of a big
-//! log persists the queue once per 16 dead log pages, not at every new log
-//! page; unmount drains;
+//! rather than failing); log GC of a hot file still runs, collects only
+//! the log pages whose death is durable and never persists the queue for
+//! them, and compaction of a big log persists it once per compaction;
+//! unmount drains;
 //! the persister thread persists on its own, both while it polls and after
 //! it has gone to sleep (an operation must wake it then).
 
@@ -221,40 +222,71 @@ fn the_persister_thread_persists_alone_while_polling_and_after_sleeping() {
 }
 
 #[test]
-fn a_big_log_is_collected_in_batches_of_dead_pages() {
+fn log_gc_collects_pages_whose_death_is_durable_and_never_persists_for_them() {
     // A file of 4,200 pages has a log of about 67 pages of live Write
-    // entries. Overwriting it in order kills one whole log page every 63
-    // writes; with no persister thread, only GC persists the queue, and it
-    // must do so once per `BUFFERED_GC_DEAD_PAGES` (16) dead pages, not at
-    // every new log page (as it did for any log of 64 pages or more).
+    // entries; overwriting it in order kills one whole log page every 63
+    // writes. No persister thread: only sync points, GC and back-pressure
+    // (far away here) persist the queue.
     const PAGES: u64 = 4_200;
-    let fs = mount_buffered(12_288, manual(1 << 20));
+    let fs = mount_buffered(16_384, manual(1 << 20));
     let fd = fs.open(b"/big", OpenFlags::RDWR.create(), 0o644).unwrap();
-    for i in 0..PAGES {
-        fs.pwrite(fd, &pattern(i, 4096), i * 4096).unwrap();
-    }
+    let write_pass = |version: u64, pages: std::ops::Range<u64>| {
+        for i in pages {
+            fs.pwrite(fd, &pattern(version * PAGES + i, 4096), i * 4096).unwrap();
+        }
+    };
+    write_pass(0, 0..PAGES);
     fs.sync_all().unwrap();
-    let before = fs.engine().buffered_stats();
-    for i in 0..PAGES {
-        fs.pwrite(fd, &pattern(PAGES + i, 4096), i * 4096).unwrap();
-    }
-    let after = fs.engine().buffered_stats();
-    let forced = after.batches_inline - before.batches_inline;
-    // About 67 log pages die: 4 batches, with room for the log's own shape.
-    assert!((1..=8).contains(&forced), "GC persisted the queue {forced} times: {after:?}");
+    let stats = |fs: &Session| (fs.engine().buffered_stats().batches_inline, fs.engine().gc_pages_collected());
+    // Half the file overwritten: about 33 log pages die, none of them
+    // durably, and the log is not yet due for compaction. GC collects none
+    // of them, and no call persists the queue for them.
+    let (inline0, gc0) = stats(&fs);
+    write_pass(1, 0..PAGES / 2);
+    let (inline1, gc1) = stats(&fs);
+    assert_eq!(inline1, inline0, "GC persisted the queue for pages whose death is not durable");
+    assert_eq!(gc1, gc0, "GC collected pages whose death is not durable");
+    // Once those deaths are durable, the next change that extends the log
+    // collects the pages, still without a batch of its own.
+    fs.sync_all().unwrap();
+    let (inline2, gc2) = stats(&fs);
+    write_pass(1, PAGES / 2..PAGES / 2 + 100);
+    let (inline3, gc3) = stats(&fs);
+    assert_eq!(inline3, inline2, "GC persisted the queue although the dead pages' deaths were durable");
+    assert!(gc3 - gc2 >= 30, "GC collected {} pages once ~33 were durably dead", gc3 - gc2);
+    // Two more passes without a sync: the log grows until it is due for
+    // compaction with operations queued; past `BUFFERED_COMPACT_PAGES`
+    // (64) pages that persists the queue first, once per compaction, not
+    // per dead page (an earlier version persisted at every new log page).
+    write_pass(2, 0..PAGES);
+    write_pass(3, 0..PAGES);
+    let (inline4, _) = stats(&fs);
+    let forced = inline4 - inline3;
+    assert!((1..=4).contains(&forced), "compaction persisted the queue {forced} times");
     fs.close(fd).unwrap();
     let fs = crash(fs);
-    // Whatever the forced batches made durable is a prefix: every page
-    // holds one of its two versions, and the versions switch only once.
+    // What the forced batches made durable is a prefix of the writes after
+    // the last sync, and it includes pass 2 at least in part.
     let got = get(&fs, b"/big").unwrap();
-    let mut switched = false;
-    for i in 0..PAGES {
-        let page = &got[(i * 4096) as usize..((i + 1) * 4096) as usize];
-        if page == &pattern(PAGES + i, 4096)[..] {
-            assert!(!switched, "page {i} new after an old one");
-        } else {
-            assert_eq!(page, &pattern(i, 4096)[..], "page {i} holds neither version");
-            switched = true;
+    let got_version: Vec<u64> = (0..PAGES)
+        .map(|i| {
+            let page = &got[(i * 4096) as usize..((i + 1) * 4096) as usize];
+            (0..4u64)
+                .find(|&v| page == &pattern(v * PAGES + i, 4096)[..])
+                .unwrap_or_else(|| panic!("page {i} holds no version written to it"))
+        })
+        .collect();
+    let mut state: Vec<u64> = (0..PAGES).map(|i| if i < PAGES / 2 + 100 { 1 } else { 0 }).collect();
+    let mut mismatches = state.iter().zip(&got_version).filter(|(a, b)| a != b).count();
+    let mut matched = Vec::new();
+    for (version, page) in (2..4u64).flat_map(|v| (0..PAGES).map(move |i| (v, i))) {
+        let i = page as usize;
+        mismatches -= (state[i] != got_version[i]) as usize;
+        state[i] = version;
+        mismatches += (state[i] != got_version[i]) as usize;
+        if mismatches == 0 {
+            matched.push((version, page));
         }
     }
+    assert!(!matched.is_empty(), "the crash image is the state after no prefix of the writes of passes 2 and 3");
 }
