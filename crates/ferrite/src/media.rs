@@ -29,6 +29,27 @@ thread_local! {
     static UNFENCED: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Run `f` on this thread's deferral state. `None` once the thread's
+/// locals are destroyed: the preload library unmounts at process exit,
+/// from a destructor that may run after them; no deferral is open then.
+fn with_deferred<R>(f: impl FnOnce(&mut Option<FlushRanges>) -> R) -> Option<R> {
+    DEFERRED.try_with(|d| f(&mut d.borrow_mut())).ok()
+}
+
+fn no_deferral_open() -> bool {
+    with_deferred(|d| d.is_none()).unwrap_or(true)
+}
+
+fn set_unfenced(unfenced: bool) {
+    let _ = UNFENCED.try_with(|u| u.set(unfenced));
+}
+
+/// Whether this thread may have a flush or streaming store in flight
+/// (unknown, so yes, once its locals are destroyed).
+fn unfenced() -> bool {
+    UNFENCED.try_with(|u| u.get()).unwrap_or(true)
+}
+
 /// An open deferral of this thread's flushes (`Media::defer_flushes`).
 /// `finish` hands the ranges over; dropped unfinished (an error or a
 /// panic on the way), it flushes them itself, so nothing is left unflushed.
@@ -42,8 +63,13 @@ impl DeferredFlushes<'_> {
     /// Close the deferral: the ranges stored to and not flushed since it
     /// opened, for the persister to flush.
     pub fn finish(mut self) -> FlushRanges {
+        if !self.open {
+            // Never opened (this thread's locals were gone): every flush
+            // was real.
+            return FlushRanges::new();
+        }
         self.open = false;
-        DEFERRED.with_borrow_mut(|d| d.take()).expect("a deferral is open")
+        with_deferred(|d| d.take()).flatten().expect("a deferral is open")
     }
 }
 
@@ -86,12 +112,12 @@ impl Media {
             return;
         }
         self.pmem.write_nt(offset, data);
-        UNFENCED.set(true);
+        set_unfenced(true);
     }
 
     pub fn fill_nt(&self, offset: PoolOffset, len: u64, byte: u8) {
         self.pmem.fill_nt(offset, len, byte);
-        UNFENCED.set(true);
+        set_unfenced(true);
     }
 
     /// Write back the lines of a range; inside a deferral, only note it.
@@ -100,21 +126,21 @@ impl Media {
             return;
         }
         self.pmem.flush(offset, len);
-        UNFENCED.set(true);
+        set_unfenced(true);
     }
 
     /// Order this thread's flushes and streaming stores before what
     /// follows. Never inside a deferral: a fence there would be taken to
     /// make durable what the deferral only noted.
     pub fn fence(&self) {
-        assert!(DEFERRED.with_borrow(|d| d.is_none()), "a fence inside a deferral of flushes");
+        assert!(no_deferral_open(), "a fence inside a deferral of flushes");
         self.pmem.fence();
-        UNFENCED.set(false);
+        set_unfenced(false);
     }
 
     /// Fence only if this thread has a flush or streaming store in flight.
     pub fn fence_if_unfenced(&self) {
-        if UNFENCED.get() {
+        if unfenced() {
             self.fence();
         }
     }
@@ -128,16 +154,16 @@ impl Media {
     /// write-backs as a fence does) stall. Nothing inside may need a store
     /// durable before the deferral ends (`commit_u64` never defers).
     pub fn defer_flushes(&self) -> DeferredFlushes<'_> {
-        DEFERRED.with_borrow_mut(|d| {
+        let opened = with_deferred(|d| {
             assert!(d.is_none(), "flushes deferred twice on one thread");
             *d = Some(FlushRanges::new());
         });
-        DeferredFlushes { media: self, open: true }
+        DeferredFlushes { media: self, open: opened.is_some() }
     }
 
     /// Note a range in the open deferral, if there is one.
     fn defer(&self, offset: PoolOffset, len: u64) -> bool {
-        DEFERRED.with_borrow_mut(|d| match d {
+        with_deferred(|d| match d {
             None => false,
             Some(ranges) => {
                 let len = u32::try_from(len).expect("a deferred flush under 4 GiB");
@@ -148,13 +174,14 @@ impl Media {
                 true
             }
         })
+        .unwrap_or(false)
     }
 
     /// Close this thread's deferral, if one is open, by flushing what it
     /// noted (an operation that gives up: its stores must not stay
     /// unflushed for the next sync point to find).
     pub fn flush_deferred_now(&self) {
-        if let Some(ranges) = DEFERRED.with_borrow_mut(|d| d.take()) {
+        if let Some(ranges) = with_deferred(|d| d.take()).flatten() {
             for (off, len) in ranges {
                 self.flush(off, len as u64);
             }
@@ -166,19 +193,23 @@ impl Media {
     /// so that the batch's flushes and fences are real; `resume_deferral`
     /// puts it back.
     pub fn suspend_deferral(&self) -> Option<FlushRanges> {
-        DEFERRED.with_borrow_mut(|d| d.take())
+        with_deferred(|d| d.take()).flatten()
     }
 
     pub fn resume_deferral(&self, suspended: Option<FlushRanges>) {
-        DEFERRED.with_borrow_mut(|d| {
+        if suspended.is_none() {
+            return;
+        }
+        with_deferred(|d| {
             assert!(d.is_none(), "a deferral opened while another was set aside");
             *d = suspended;
-        });
+        })
+        .expect("this thread's deferral state outlives its deferral");
     }
 
     /// Flush ranges a buffered operation deferred (the persister).
     pub fn flush_ranges(&self, ranges: &FlushRanges) {
-        assert!(DEFERRED.with_borrow(|d| d.is_none()), "a persister flushing inside a deferral");
+        assert!(no_deferral_open(), "a persister flushing inside a deferral");
         for &(off, len) in ranges {
             self.flush(off, len as u64);
         }
