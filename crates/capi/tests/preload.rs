@@ -37,12 +37,16 @@ use std::path::Path;
 use std::process::Command;
 
 /// Compile crates/capi/tests/c/calls.c with fortification.
-fn build_calls() -> Option<std::path::PathBuf> {
+/// Compile `tests/c/calls.c` to a binary of this test's own (`name`): the
+/// tests run in parallel in one process, and each removes its binary when
+/// done, so a name shared by two of them (the process id alone, as it
+/// once was) let one test remove the other's binary before it ran.
+fn build_calls(name: &str) -> Option<std::path::PathBuf> {
     if !tool("cc") {
         return None;
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/calls.c");
-    let out = common::target_dir().join(format!("calls-{}", std::process::id()));
+    let out = common::target_dir().join(format!("{name}-{}", std::process::id()));
     run(Command::new("cc").args(["-O2", "-D_FORTIFY_SOURCE=2", "-w", "-o"]).arg(&out).arg(&src));
     Some(out)
 }
@@ -53,7 +57,7 @@ fn calls_diff(mount: bool) {
 
 fn calls_diff_in(env: Env) {
     let mount = env.mount;
-    let Some(calls) = build_calls() else { return };
+    let Some(calls) = build_calls(if mount { "calls-mount" } else { "calls" }) else { return };
     if mount && !common::fuse_usable() {
         return;
     }
