@@ -182,9 +182,7 @@ impl Media {
     /// unflushed for the next sync point to find).
     pub fn flush_deferred_now(&self) {
         if let Some(ranges) = with_deferred(|d| d.take()).flatten() {
-            for (off, len) in ranges {
-                self.flush(off, len as u64);
-            }
+            self.flush_ranges(&ranges);
         }
     }
 
