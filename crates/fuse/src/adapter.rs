@@ -22,7 +22,10 @@
 //! - **Credentials.** The engine does not know users: new nodes get the
 //!   caller's uid/gid (or the `uid=`/`gid=` options), the set-group-ID
 //!   inheritance of directories, and the umask. Permission checks are the
-//!   kernel's (`default_permissions`).
+//!   kernel's (`default_permissions`), except on a mount private to root,
+//!   where only root's processes get in and the kernel's checks are off
+//!   (`daemon::kernel_checks_permissions` says why): there the adapter
+//!   answers `access`, and the kernel still checks execute bits.
 //! - **No panics escape.** Every handler runs under `catch_unwind`; a panic
 //!   is logged and the request answered with EIO (the unsent reply's drop
 //!   sends it), and the daemon keeps serving.
@@ -555,7 +558,9 @@ impl Core {
     }
 
     /// `kill_suidgid`: the kernel asks the daemon to drop the set-user-ID
-    /// and set-group-ID bits as part of a truncate (FUSE_HANDLE_KILLPRIV_V2,
+    /// and set-group-ID bits as part of a truncate by an unprivileged
+    /// caller or a chown of anything but a directory, by anyone (Linux
+    /// drops them on every chown, root's too; FUSE_HANDLE_KILLPRIV_V2,
     /// below).
     pub(crate) fn setattr(&self, ino: InodeNo, set: &SetAttr, kill_suidgid: bool) -> FsResult<Stat> {
         if self.trace {
@@ -563,9 +568,12 @@ impl Core {
         }
         self.writable()?;
         let mut set = *set;
-        if kill_suidgid && set.size.is_some() && set.perm.is_none() {
+        let kills = set.size.is_some() || set.uid.is_some() || set.gid.is_some();
+        if kill_suidgid && kills && set.perm.is_none() {
             let st = self.fs.getattr(ino)?;
-            set.perm = killed_perm(st.perm);
+            if st.kind != FileType::Directory {
+                set.perm = killed_perm(st.perm);
+            }
         }
         self.fs.setattr(ino, &set)
     }
@@ -1087,10 +1095,12 @@ impl Filesystem for FerriteFuse {
                 atime: time_set(atime),
                 mtime: time_set(mtime),
             };
-            // fuser does not pass FATTR_KILL_SUIDGID: an unprivileged
-            // caller (the kernel sets the flag for callers without
-            // CAP_FSETID) stands for it.
-            match c.setattr(node_no(ino), &set, req.uid() != 0) {
+            // fuser does not pass FATTR_KILL_SUIDGID. The kernel sets it
+            // on every chown of a non-directory and on a truncate by a
+            // caller without CAP_FSETID; an unprivileged caller stands for
+            // the latter.
+            let kill = uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0);
+            match c.setattr(node_no(ino), &set, kill) {
                 Ok(st) => reply.attr(&c.set.attr_ttl, &attr(&st)),
                 Err(e) => reply.error(err(e)),
             }

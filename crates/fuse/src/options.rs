@@ -51,8 +51,11 @@ pub struct MountConfig {
     /// `allow_root`: root may use the mount too (the owner always may).
     pub allow_root: bool,
     /// The kernel checks permissions from the mode bits (`default_permissions`).
-    /// On by default: the engine does no permission checks of its own.
-    pub default_permissions: bool,
+    /// `None` (the default): on, except on a mount private to root, where
+    /// the kernel lets only root's processes in and the checks could only
+    /// conclude that root may (`MountConfig::default_permissions_in_effect`).
+    /// The adapter does no permission checks of its own beyond `access`.
+    pub default_permissions: Option<bool>,
     /// Owner given to new nodes (and to the root of a pool this mount
     /// creates) instead of the creating process's.
     pub uid: Option<u32>,
@@ -119,7 +122,7 @@ impl Default for MountConfig {
             read_only: false,
             allow_other: false,
             allow_root: false,
-            default_permissions: true,
+            default_permissions: None,
             uid: None,
             gid: None,
             umask: 0,
@@ -344,8 +347,8 @@ impl MountConfig {
             ("rw", None) => self.read_only = false,
             ("allow_other", None) => self.allow_other = true,
             ("allow_root", None) => self.allow_root = true,
-            ("default_permissions", None) => self.default_permissions = true,
-            ("no_default_permissions", None) => self.default_permissions = false,
+            ("default_permissions", None) => self.default_permissions = Some(true),
+            ("no_default_permissions", None) => self.default_permissions = Some(false),
             ("uid", v) => self.uid = Some(parse_u32(key, need(key, v)?, 10)?),
             ("gid", v) => self.gid = Some(parse_u32(key, need(key, v)?, 10)?),
             ("umask", v) => {
@@ -442,8 +445,10 @@ Mount options (-o, comma-separated; may be repeated):
   ro                       read-only mount
   allow_other              let every user use the mount (default: only the owner)
   allow_root               let root use it too
-  default_permissions      the kernel checks mode bits (on by default: the engine has
-                           no permission checks); no_default_permissions turns it off
+  default_permissions      the kernel checks mode bits (the default, except on a mount
+                           private to root: mounted by root without allow_other or
+                           allow_root, where only root gets in and the checks are
+                           skipped); no_default_permissions turns it off
   uid=N,gid=N              owner of new files and directories (and of the root of a
                            pool created by this mount) instead of the caller's
   umask=OOO                bits cleared from the mode of every new node

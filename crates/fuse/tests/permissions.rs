@@ -5,6 +5,14 @@
 //! creator, set-group-ID directories pass their group on, `uid=`/`gid=`/
 //! `umask=` options apply to new nodes, and without `allow_other` other
 //! users cannot use the mount at all.
+//!
+//! And: a mount private to root (root mounted it, no `allow_other`) goes
+//! without `default_permissions`, and root's calls there give the same
+//! results as on tmpfs (execute bits, `access`, writes to mode-000 files,
+//! other users' files and sticky directories, set-ID bits dropped by
+//! chown); the one difference, a root
+//! process without CAP_DAC_OVERRIDE, is shown as docs/FUSE.md states it,
+//! and `-o default_permissions` takes it away.
 
 mod common;
 
@@ -102,6 +110,96 @@ fn owner_defaults_and_owner_only_mount() {
     // Not allow_other: other users are shut out entirely.
     let (ok, out) = as_nobody(&std::env::temp_dir(), &format!("stat {}", m.path("f").display()));
     assert!(!ok && out.contains("Permission denied"), "nobody reached an owner-only mount: {out}");
+    m.unmount();
+    pool.fsck_clean();
+}
+
+/// Root's view of mode bits, one line per step: what a root process may
+/// and may not do, as the kernel decides it on any file system.
+const ROOT_STEPS: &str = r#"
+r() { if "$@" >/dev/null 2>&1; then echo "ok: $*"; else echo "refused: $*"; fi; }
+printf 'data' > f && chmod 644 f
+r test -x f
+r ./f
+printf '#!/bin/sh\necho ran\n' > s && chmod 700 s
+r ./s
+r test -x s
+touch z && chmod 000 z
+r test -r z
+r test -w z
+r sh -c 'echo more >> z'
+r cat z
+mkdir ro && chmod 555 ro
+r touch ro/new
+r mkdir ro/sub
+mkdir st && chmod 1777 st && touch st/x && chown 1234 st/x && chown 4321 st
+r rm st/x
+touch o && chown 1000:1000 o && chmod 600 o
+r chmod 4755 o
+r touch -d @1000 o
+r chown 2000:3000 o
+stat -c '%a %u %g %Y' o
+touch g && chmod 6745 g && chown 2000 g && mkdir sd && chmod 6755 sd && chown 5 sd
+stat -c '%a' g sd
+mkdir dd && chmod 000 dd
+r touch dd/x
+r ls dd
+r rm dd/x
+r rmdir dd
+r test -d dd
+"#;
+
+/// A root process that dropped CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH.
+const READ_WITHOUT_DAC_CAPS: &str = "setpriv --bounding-set -dac_override,-dac_read_search cat z";
+
+#[test]
+fn root_private_mount_goes_without_default_permissions() {
+    if !fuse_usable() || !tool("setpriv", "apt-get install -y util-linux") {
+        return;
+    }
+    // SAFETY: geteuid cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: needs root");
+        return;
+    }
+    let tmpfs = std::path::PathBuf::from(format!("/dev/shm/ferrite-fuse-test-{}-rootref", std::process::id()));
+    let _ = fs::remove_dir_all(&tmpfs);
+    fs::create_dir_all(&tmpfs).unwrap();
+    let expected = sh(&tmpfs, ROOT_STEPS);
+    let tmpfs_no_caps = Command::new("sh").args(["-c", READ_WITHOUT_DAC_CAPS]).current_dir(&tmpfs).output().unwrap();
+    fs::remove_dir_all(&tmpfs).unwrap();
+    assert!(expected.contains("refused: ./f") && expected.contains("ok: cat z"), "reference:\n{expected}");
+    assert!(!tmpfs_no_caps.status.success(), "without CAP_DAC_OVERRIDE root read a mode-000 file on tmpfs");
+
+    let options = |m: &Mount| -> String {
+        let mounts = fs::read_to_string("/proc/mounts").unwrap();
+        let dir = m.dir.to_str().unwrap();
+        let line = mounts.lines().find(|l| l.split(' ').nth(1) == Some(dir)).expect("mount in /proc/mounts");
+        line.split(' ').nth(3).unwrap().to_string()
+    };
+
+    let pool = Pool::new("rootpriv");
+    let m = Mount::new(&pool, "");
+    assert!(!options(&m).split(',').any(|o| o == "default_permissions"), "{}", options(&m));
+    assert!(m.log_text().contains("private to root, without default_permissions"), "log:\n{}", m.log_text());
+    assert_eq!(sh(&m.dir, ROOT_STEPS), expected, "root on the private mount and on tmpfs differ");
+    // The documented difference: the kernel no longer holds a root process
+    // without its DAC capabilities to the mode bits.
+    let out = Command::new("sh").args(["-c", READ_WITHOUT_DAC_CAPS]).current_dir(&m.dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    m.unmount();
+
+    // -o default_permissions brings the kernel's checks back.
+    let m = Mount::new(&pool, "default_permissions");
+    assert!(options(&m).split(',').any(|o| o == "default_permissions"), "{}", options(&m));
+    assert!(!m.log_text().contains("without default_permissions"), "log:\n{}", m.log_text());
+    let out = Command::new("sh").args(["-c", READ_WITHOUT_DAC_CAPS]).current_dir(&m.dir).output().unwrap();
+    assert!(!out.status.success(), "default_permissions let a root process without CAP_DAC_OVERRIDE read z");
+    m.unmount();
+
+    // Other users let in: the kernel checks, whatever the mounter.
+    let m = Mount::new(&pool, "allow_other");
+    assert!(options(&m).split(',').any(|o| o == "default_permissions"), "{}", options(&m));
     m.unmount();
     pool.fsck_clean();
 }
