@@ -10,9 +10,16 @@ use crate::xattr_name::{self, XattrName};
 
 impl Ferrite {
     /// The value of an extended attribute (ENODATA if it has none).
+    /// EOPNOTSUPP for the POSIX ACL names, as a file system without ACLs
+    /// answers: none is ever stored (an access ACL that is the mode sets
+    /// the mode, any other is refused), and programs that look for ACLs
+    /// take EOPNOTSUPP to mean "none here" and stop asking (`ls -l` asks
+    /// twice per file until it sees it once on a file system), where
+    /// ENODATA would have them ask again for every file.
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> FsResult<Vec<u8>> {
-        if xattr_name::classify(name) == XattrName::Unsupported {
-            return Err(Errno::EOPNOTSUPP);
+        match xattr_name::classify(name) {
+            XattrName::Stored => {}
+            XattrName::AclAccess | XattrName::AclDefault | XattrName::Unsupported => return Err(Errno::EOPNOTSUPP),
         }
         let inode = self.inode(ino)?;
         if name == FileMode::XATTR {

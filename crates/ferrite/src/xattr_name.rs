@@ -13,7 +13,7 @@
 //! sets the mode bits and stores nothing; an ACL with named users, named
 //! groups or a mask, and every default ACL, is refused with EOPNOTSUPP
 //! (which programs already treat as "this file system has no ACLs" and
-//! fall back to chmod).
+//! fall back to chmod), and so is reading either ACL (`Ferrite::getxattr`).
 
 use crate::types::{Errno, FsResult};
 
