@@ -36,8 +36,7 @@ use common::{relative, run, same, tool, Env};
 use std::path::Path;
 use std::process::Command;
 
-/// Compile crates/capi/tests/c/calls.c with fortification.
-/// Compile `tests/c/calls.c` to a binary of this test's own (`name`): the
+/// Compile `tests/c/calls.c`, with fortification, to a binary of this test's own (`name`): the
 /// tests run in parallel in one process, and each removes its binary when
 /// done, so a name shared by two of them (the process id alone, as it
 /// once was) let one test remove the other's binary before it ran.
@@ -52,12 +51,14 @@ fn build_calls(name: &str) -> Option<std::path::PathBuf> {
 }
 
 fn calls_diff(mount: bool) {
-    calls_diff_in(Env::new(if mount { "calls-mount" } else { "calls" }, mount));
+    let name = if mount { "calls-mount" } else { "calls" };
+    calls_diff_in(Env::new(name, mount), name);
 }
 
-fn calls_diff_in(env: Env) {
+/// `name`: the test's own, for its binary (see `build_calls`).
+fn calls_diff_in(env: Env, name: &str) {
     let mount = env.mount;
-    let Some(calls) = build_calls(if mount { "calls-mount" } else { "calls" }) else { return };
+    let Some(calls) = build_calls(name) else { return };
     if mount && !common::fuse_usable() {
         return;
     }
@@ -80,7 +81,7 @@ fn every_intercepted_call_matches_tmpfs_with_the_mount() {
 
 #[test]
 fn every_intercepted_call_matches_tmpfs_buffered() {
-    calls_diff_in(Env::buffered("calls-buffered", false));
+    calls_diff_in(Env::buffered("calls-buffered", false), "calls-buffered");
 }
 
 /// A small tree with files of several sizes, a symlink and a hard link.

@@ -39,14 +39,16 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Compile `tests/c/<name>.c` against ferrite.h and libferrite.so, with
-/// warnings as errors.
-fn build(name: &str) -> Option<PathBuf> {
+/// warnings as errors, to a binary of the calling test's own (`test`): the
+/// tests run in parallel in one process and each removes its binary when
+/// done, so two tests sharing one path could remove each other's.
+fn build(name: &str, test: &str) -> Option<PathBuf> {
     if !tool("cc") {
         return None;
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = common::library();
-    let out = common::target_dir().join(format!("{name}-{}", std::process::id()));
+    let out = common::target_dir().join(format!("{test}-{}", std::process::id()));
     run(Command::new("cc")
         .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror", "-I"])
         .arg(dir.join("include"))
@@ -66,7 +68,7 @@ fn lib_path() -> PathBuf {
 
 #[test]
 fn zero_copy_calls_on_a_handle() {
-    let Some(exe) = build("zc") else { return };
+    let Some(exe) = build("zc", "zc-handle") else { return };
     let pool = format!("/dev/shm/ferrite-zc-handle-{}.pool", std::process::id());
     let out = run(Command::new(&exe).args(["handle", &pool]).env("LD_LIBRARY_PATH", lib_path()));
     let _ = std::fs::remove_file(&pool);
@@ -77,7 +79,7 @@ fn zero_copy_calls_on_a_handle() {
 
 #[test]
 fn zero_copy_calls_and_mappings_under_the_preload_library() {
-    let Some(exe) = build("zc") else { return };
+    let Some(exe) = build("zc", "zc-preload") else { return };
     let env = Env::new("zc", false);
     let out =
         run(env.preloaded(exe.to_str().unwrap()).arg("preload").arg(&env.root).env("LD_LIBRARY_PATH", lib_path()));
@@ -149,7 +151,7 @@ fn check_file_whole(pool: &Path, round: usize, seed: u64) {
 
 #[test]
 fn kills_with_live_views_and_buffers_leave_a_clean_pool() {
-    let Some(exe) = build("zc_kill") else { return };
+    let Some(exe) = build("zc_kill", "zc-kill") else { return };
     let rounds = std::env::var("FERRITE_ZC_KILL_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(50usize);
     let seed = std::env::var("FERRITE_ZC_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64
