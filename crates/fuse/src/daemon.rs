@@ -733,8 +733,8 @@ pub(crate) fn default_permissions_in_effect(cfg: &MountConfig) -> bool {
 /// private to root. A mount is private to root when root mounted it and
 /// neither `allow_other` nor `allow_root` nor `auto_unmount` (which needs
 /// allow_other at the kernel) is in effect: the kernel then lets in only
-/// processes whose user and group ids are all root's
-/// (`fuse_allow_current_process`), and for those the mode-bit checks can
+/// processes whose user ids are all 0 and whose group ids are all the
+/// mounter's (`fuse_allow_current_process`), and for those the mode-bit checks can
 /// only conclude that root may. Keeping them would cost a GETATTR of the
 /// parent after every change in a directory, since each change drops the
 /// parent's cached attributes and the check wants them fresh (0.96 requests

@@ -53,7 +53,7 @@ pub struct MountConfig {
     /// The kernel checks permissions from the mode bits (`default_permissions`).
     /// `None` (the default): on, except on a mount private to root, where
     /// the kernel lets only root's processes in and the checks could only
-    /// conclude that root may (`MountConfig::default_permissions_in_effect`).
+    /// conclude that root may (`daemon::kernel_checks_permissions`).
     /// The adapter does no permission checks of its own beyond `access`.
     pub default_permissions: Option<bool>,
     /// Owner given to new nodes (and to the root of a pool this mount
