@@ -36,10 +36,10 @@ use common::{relative, run, same, tool, Env};
 use std::path::Path;
 use std::process::Command;
 
-/// Compile `tests/c/calls.c`, with fortification, to a binary of this test's own (`name`): the
-/// tests run in parallel in one process, and each removes its binary when
-/// done, so a name shared by two of them (the process id alone, as it
-/// once was) let one test remove the other's binary before it ran.
+/// Compile `tests/c/calls.c`, with fortification, to a binary of this
+/// test's own (`name`): the tests run in parallel in one process, and each
+/// removes its binary when done, so a name shared by two of them let one
+/// test remove the other's binary before it ran.
 fn build_calls(name: &str) -> Option<std::path::PathBuf> {
     if !tool("cc") {
         return None;
