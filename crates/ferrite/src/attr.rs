@@ -5,7 +5,9 @@ use crate::commit::{Change, Fresh};
 use crate::format::Entry;
 use crate::fs::Ferrite;
 use crate::inode::{Inode, InodeData};
-use crate::types::{Errno, FileType, FsResult, InodeNo, SetAttr, Stat, TimeSet};
+use crate::perm::{self, Owner, PrivilegeDrop, CAPABILITY_XATTR};
+use crate::types::{Credentials, Errno, FileType, FsResult, InodeNo, SetAttr, Stat, TimeSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Ferrite {
@@ -38,9 +40,92 @@ impl Ferrite {
     }
 
     pub(crate) fn setattr_locked(&self, inode: &Inode, d: &mut InodeData, set: &SetAttr) -> FsResult<()> {
+        self.setattr_commit(inode, d, set, false)
+    }
+
+    /// setattr of an inode already held, made by `c`, with what `why`
+    /// takes away in the same commit (see [`Ferrite::setattr_as_locked`]):
+    /// chown and truncate as the path API makes them.
+    pub(crate) fn setattr_as(
+        &self,
+        inode: &Arc<Inode>,
+        set: &SetAttr,
+        c: &Credentials,
+        why: PrivilegeDrop,
+    ) -> FsResult<Stat> {
+        let mut d = inode.data.write();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        self.setattr_as_locked(inode, &mut d, set, c, why)?;
+        Ok(inode.stat(&d))
+    }
+
+    /// Take away what a write or fallocate by `c` takes from a file, in a
+    /// commit of its own made before the change, as Linux's
+    /// `file_remove_privs` does before a write. One load when the inode is
+    /// known to hold nothing to take (`Inode::nosec`).
+    pub(crate) fn drop_privileges(&self, inode: &Inode, c: &Credentials) -> FsResult<()> {
+        if inode.nosec.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut d = inode.data.write();
+        if !d.alive {
+            // The change that follows answers ENOENT or EBADF itself.
+            return Ok(());
+        }
+        self.setattr_as_locked(inode, &mut d, &SetAttr::default(), c, PrivilegeDrop::Modify)
+    }
+
+    /// setattr of `set` (which may be empty) by `c`, with the set-ID bits
+    /// `why` takes (`perm::dropped_bits`, unless `set` names the bits
+    /// itself) and the file's capabilities (`security.capability`, taken
+    /// whoever the caller is) dropped in the same commit, so a truncate or
+    /// chown is one atomic change, as in Linux's single `notify_change`.
+    /// Marks the inode `nosec` when it holds nothing that could be taken.
+    pub(crate) fn setattr_as_locked(
+        &self,
+        inode: &Inode,
+        d: &mut InodeData,
+        set: &SetAttr,
+        c: &Credentials,
+        why: PrivilegeDrop,
+    ) -> FsResult<()> {
+        if inode.nosec.load(Ordering::Acquire) {
+            return self.setattr_commit(inode, d, set, false);
+        }
+        let mut set = *set;
+        let owner = Owner { kind: inode.kind, perm: d.attrs.perm, uid: d.attrs.uid, gid: d.attrs.gid };
+        // A directory keeps its capabilities, as its set-ID bits, through
+        // a chown (chown_common); nothing else writes to one.
+        let remove_capability = inode.kind != FileType::Directory && d.xattrs.contains_key(CAPABILITY_XATTR);
+        if set.perm.is_none() {
+            set.perm = perm::dropped_bits(c, &owner, why);
+        }
+        if !d.xattrs.contains_key(CAPABILITY_XATTR) && d.attrs.perm & 0o6000 == 0 {
+            // Nothing to take from anyone. A `set` that adds a set-ID bit
+            // makes it false again in setattr_commit, under this lock.
+            inode.nosec.store(true, Ordering::Release);
+        }
+        self.setattr_commit(inode, d, &set, remove_capability)
+    }
+
+    /// The one setattr commit: `set`, and the removal of the file's
+    /// capabilities when `remove_capability`.
+    fn setattr_commit(&self, inode: &Inode, d: &mut InodeData, set: &SetAttr, remove_capability: bool) -> FsResult<()> {
+        if set.perm.is_some_and(|p| p & 0o6000 != 0) {
+            inode.nosec.store(false, Ordering::Release);
+        }
         let now = self.now_ns();
         let mut entries = Vec::new();
         let mut cow = Fresh::none();
+        if remove_capability {
+            entries.push(Entry::Xattr(crate::format::XattrEntry {
+                name: CAPABILITY_XATTR.to_vec(),
+                value: None,
+                ctime_ns: now,
+            }));
+        }
         if let Some(size) = set.size {
             match inode.kind {
                 FileType::Directory => return Err(Errno::EISDIR),
@@ -85,8 +170,9 @@ impl Ferrite {
             return Ok(());
         }
         // A truncate alone is a data change (pending in an fsync-atomic
-        // file); a change of attributes is a commit point.
-        let change = if attr_change { Change::Meta } else { Change::Data };
+        // file); a change of attributes or extended attributes is a commit
+        // point.
+        let change = if attr_change || remove_capability { Change::Meta } else { Change::Data };
         self.commit(inode, d, entries, cow, change)
     }
 }

@@ -13,7 +13,8 @@ use crate::format::{
 };
 use crate::fs::Ferrite;
 use crate::inode::{Inode, InodeData};
-use crate::types::{limits, Errno, FallocateMode, FileType, FsResult, InodeNo};
+use crate::perm::PrivilegeDrop;
+use crate::types::{limits, Credentials, Errno, FallocateMode, FileType, FsResult, InodeNo, SetAttr};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -429,18 +430,10 @@ impl Ferrite {
         Ok((entries, cow))
     }
 
-    pub(crate) fn truncate_locked(&self, inode: &Inode, d: &mut InodeData, size: u64) -> FsResult<()> {
-        match inode.kind {
-            FileType::Directory => return Err(Errno::EISDIR),
-            FileType::Regular => {}
-            // Linux: truncate of anything but a file or directory.
-            _ => return Err(Errno::EINVAL),
-        }
-        let now = self.now_ns();
-        let (entries, cow) = self.truncate_entries(d, size, now)?;
-        self.commit(inode, d, entries, cow, Change::Data)
-    }
-
+    /// fallocate of a locked inode. `by`: the caller, when the call is to
+    /// take the file's privileges away first (`Ferrite::setattr_as_locked`)
+    /// once its arguments have passed their checks, as Linux's
+    /// `file_modified`.
     pub(crate) fn fallocate_locked(
         &self,
         inode: &Inode,
@@ -448,6 +441,7 @@ impl Ferrite {
         mode: FallocateMode,
         offset: u64,
         len: u64,
+        by: Option<&Credentials>,
     ) -> FsResult<()> {
         if len == 0 {
             return Err(Errno::EINVAL);
@@ -458,6 +452,12 @@ impl Ferrite {
         }
         if inode.kind != FileType::Regular {
             return Err(Errno::EISDIR);
+        }
+        // Every call that passes its checks takes them, a hole punched
+        // past the end of file included (as tmpfs, whose fallocate calls
+        // `file_modified` before it looks at the size).
+        if let Some(c) = by {
+            self.setattr_as_locked(inode, d, &SetAttr::default(), c, PrivilegeDrop::Modify)?;
         }
         if mode == FallocateMode::PunchHole {
             return self.punch_hole_locked(inode, d, offset, end);
@@ -628,7 +628,27 @@ impl Ferrite {
         if !d.alive {
             return Err(Errno::ENOENT);
         }
-        self.fallocate_locked(&inode, &mut d, mode, offset, len)
+        self.fallocate_locked(&inode, &mut d, mode, offset, len, None)
+    }
+
+    /// fallocate by `c`, which first takes away the privileges a change by
+    /// `c` takes (the set-ID bits and capabilities, see
+    /// `Ferrite::setattr_as_locked`) once its arguments have passed their
+    /// checks: for a front end whose kernel leaves that to the file system.
+    pub fn fallocate_ino_as(
+        &self,
+        ino: InodeNo,
+        mode: FallocateMode,
+        offset: u64,
+        len: u64,
+        c: &Credentials,
+    ) -> FsResult<()> {
+        let inode = self.inode(ino)?;
+        let mut d = inode.data.write();
+        if !d.alive {
+            return Err(Errno::ENOENT);
+        }
+        self.fallocate_locked(&inode, &mut d, mode, offset, len, Some(c))
     }
 
     pub fn readlink_ino(&self, ino: InodeNo) -> FsResult<Vec<u8>> {

@@ -15,7 +15,7 @@ use crate::types::{FileMode, FileType, InodeNo, Stat, TimeSpec};
 use crate::Map;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 
 /// Attributes of an inode, as the log gives them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -305,6 +305,13 @@ pub struct Inode {
     pub rdev: u64,
     pub generation: u32,
     pub kind: FileType,
+    /// Known to hold nothing a write, truncate or chown would take away:
+    /// no set-user-ID or set-group-ID bit and no `security.capability`
+    /// (Linux's S_NOSEC). Set when the inode is made or loaded with neither,
+    /// or when a check under the lock finds neither; made false by every
+    /// change that could add one (a chmod, a setxattr of the capability),
+    /// so a write pays one load to skip the check.
+    pub nosec: AtomicBool,
     pub data: RwLock<InodeData>,
     /// Recent reads and writes of the file, for the fold policy of small
     /// writes (Libnvmmio's read/write mix; halved as they grow).
@@ -321,11 +328,15 @@ pub struct Inode {
 
 impl Inode {
     pub fn new(ino: InodeNo, kind: FileType, generation: u32, rdev: u64, data: InodeData) -> Inode {
+        // `data` is whole (a new inode's, or one replayed from its log), so
+        // what it holds is known here.
+        let nosec = data.attrs.perm & 0o6000 == 0 && !data.xattrs.contains_key(crate::perm::CAPABILITY_XATTR);
         Inode {
             ino,
             kind,
             generation,
             rdev,
+            nosec: AtomicBool::new(nosec),
             data: data.into(),
             reads: AtomicU32::new(0),
             writers_in_flight: AtomicU32::new(0),

@@ -153,3 +153,55 @@ pub fn sticky_create_refuses(c: &Credentials, dir: &Owner, inode: &Owner) -> boo
         && inode.uid != dir.uid
         && inode.uid != c.uid
 }
+
+/// What takes a file's privileges away in Linux: its set-user-ID and
+/// set-group-ID bits, and its file capabilities (`security.capability`),
+/// which would otherwise stay attached to content or an owner they were
+/// never granted for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PrivilegeDrop {
+    /// A write of at least one byte, a truncate (to any size, the same one
+    /// included, and O_TRUNC) or an fallocate: `file_remove_privs`.
+    Modify,
+    /// A chown of anything but a directory, even to the same owner or with
+    /// both ids -1: `chown_common`.
+    Chown,
+}
+
+/// The name of the extended attribute that holds a file's capabilities,
+/// which every `PrivilegeDrop` removes, whoever the caller is.
+pub const CAPABILITY_XATTR: &[u8] = b"security.capability";
+
+/// The permission bits left once `why` by `c` has taken the set-ID bits
+/// away (Linux 6's `setattr_should_drop_suidgid` and
+/// `setattr_should_drop_sgid`), or None when none is taken. A modification
+/// takes them from a regular file only, and never when root (CAP_FSETID)
+/// makes it; a chown takes set-user-ID from anything but a directory,
+/// root's chown too. Set-group-ID goes with set-user-ID when the group may
+/// execute the file; without group execute it marks mandatory locking and
+/// goes only when a non-root caller is not in the file's group.
+pub fn dropped_bits(c: &Credentials, o: &Owner, why: PrivilegeDrop) -> Option<u32> {
+    let applies = match why {
+        PrivilegeDrop::Modify => o.kind == FileType::Regular && !c.is_root(),
+        PrivilegeDrop::Chown => o.kind != FileType::Directory,
+    };
+    if !applies {
+        return None;
+    }
+    set_id_bits_left(o.perm, c.is_root() || c.in_group(o.gid))
+}
+
+/// The permission bits `perm` keeps once its set-ID bits are taken away
+/// (None when it had none to lose): set-user-ID always; set-group-ID when
+/// the group may execute the file, or when the caller is neither in the
+/// file's group nor privileged (`in_group_or_capable` false). For front
+/// ends where the kernel has already decided that the bits go (FUSE's
+/// KILL_SUIDGID flags), and for `dropped_bits`.
+pub fn set_id_bits_left(perm: u32, in_group_or_capable: bool) -> Option<u32> {
+    let old = perm & 0o7777;
+    let mut new = old & !0o4000;
+    if new & 0o2000 != 0 && (new & 0o010 != 0 || !in_group_or_capable) {
+        new &= !0o2000;
+    }
+    (new != old).then_some(new)
+}

@@ -11,7 +11,7 @@ use crate::inode::Inode;
 use crate::path::{
     check_path, may, may_create, may_delete, owner_of, stale, Resolved, RACE_RETRIES_MAX, RESOLVE_AGAIN,
 };
-use crate::perm;
+use crate::perm::{self, PrivilegeDrop};
 use crate::types::{
     limits, Credentials, DirEntry, Errno, FallocateMode, Fd, FileType, FsResult, InodeNo, OpenFlags, PathFs,
     RenameFlags, SetAttr, Stat, StatFs, TimeSet, Whence, XattrSetMode, AT_FDCWD,
@@ -352,6 +352,9 @@ impl Session {
     /// makes it a commit point, as a write would.
     pub fn patch(&self, fd: Fd, offset: u64, id: crate::BufferId, len: u64) -> FsResult<()> {
         let f = self.writable(fd)?;
+        if len > 0 {
+            self.drop_privileges(&f.inode)?;
+        }
         self.fs.patch(&f.inode, offset, id, len)?;
         if f.flags.sync || f.flags.dsync {
             self.fs.fsync_inode(&f.inode, !f.flags.sync)?;
@@ -458,14 +461,36 @@ impl Session {
         Ok(f)
     }
 
+    /// What a write or patch takes from the file first
+    /// (`Ferrite::drop_privileges`); one load on the usual path, the
+    /// caller's credentials read only when the file may hold something to
+    /// take.
+    fn drop_privileges(&self, inode: &Inode) -> FsResult<()> {
+        if inode.nosec.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.fs.drop_privileges(inode, &self.credentials())
+    }
+
     fn write_at(&self, f: &OpenFile, data: &[u8], offset: Option<u64>) -> FsResult<(usize, u64)> {
+        // Only a write that will change the file takes its privileges
+        // away: not one of nothing, nor one refused for its size (Linux's
+        // generic_write_checks come first).
+        let modifies = |at: u64| at.checked_add(data.len() as u64).is_some_and(|end| end <= limits::FILE_SIZE_MAX);
         let n = if f.append() {
             let mut d = f.inode.data.write();
             let at = d.attrs.size;
+            if !data.is_empty() && modifies(at) && !f.inode.nosec.load(Ordering::Acquire) {
+                let set = SetAttr::default();
+                self.fs.setattr_as_locked(&f.inode, &mut d, &set, &self.credentials(), PrivilegeDrop::Modify)?;
+            }
             let n = self.fs.write_locked(&f.inode, &mut d, at, data)?;
             (n, at + n as u64)
         } else {
             let at = offset.expect("an offset without O_APPEND");
+            if !data.is_empty() && modifies(at) {
+                self.drop_privileges(&f.inode)?;
+            }
             let n = self.fs.write_inode_at(&f.inode, at, data)?;
             (n, at + n as u64)
         };
@@ -531,7 +556,8 @@ impl Session {
                 fs.open_inode(&inode)?;
                 if flags.trunc && flags.write && kind == FileType::Regular {
                     let mut d = inode.data.write();
-                    if let Err(e) = fs.truncate_locked(&inode, &mut d, 0) {
+                    let set = SetAttr { size: Some(0), ..Default::default() };
+                    if let Err(e) = fs.setattr_as_locked(&inode, &mut d, &set, c, PrivilegeDrop::Modify) {
                         drop(d);
                         fs.release_ino(&inode);
                         return Err(e);
@@ -631,7 +657,8 @@ impl Session {
             (None, None) => Some(self.fs.getattr_inode(i)?.uid),
             _ => uid,
         };
-        self.fs.setattr_inode(i, &SetAttr { uid, gid, ..Default::default() }).map(|_| ())
+        // Set-ID bits and capabilities go with any chown of a non-directory.
+        self.fs.setattr_as(i, &SetAttr { uid, gid, ..Default::default() }, c, PrivilegeDrop::Chown).map(|_| ())
     }
 
     /// utimens of a held inode as `c` (times already known not both Omit).
@@ -814,8 +841,10 @@ impl PathFs for Session {
         if !f.flags.write {
             return Err(Errno::EINVAL);
         }
+        let c = self.credentials();
         let mut d = f.inode.data.write();
-        self.fs.truncate_locked(&f.inode, &mut d, size)
+        let set = SetAttr { size: Some(size), ..Default::default() };
+        self.fs.setattr_as_locked(&f.inode, &mut d, &set, &c, PrivilegeDrop::Modify)
     }
 
     fn fsync(&self, fd: Fd) -> FsResult<()> {
@@ -830,8 +859,9 @@ impl PathFs for Session {
 
     fn fallocate(&self, fd: Fd, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
         let f = self.writable(fd)?;
+        let c = self.credentials();
         let mut d = f.inode.data.write();
-        self.fs.fallocate_locked(&f.inode, &mut d, mode, offset, len)
+        self.fs.fallocate_locked(&f.inode, &mut d, mode, offset, len, Some(&c))
     }
 
     fn fstat(&self, fd: Fd) -> FsResult<Stat> {
@@ -850,7 +880,7 @@ impl PathFs for Session {
                 _ => return Err(Errno::EINVAL),
             }
             may(i, &c, perm::WRITE)?;
-            self.fs.setattr_inode(i, &set)
+            self.fs.setattr_as(i, &set, &c, PrivilegeDrop::Modify)
         })
         .map(|_| ())
     }

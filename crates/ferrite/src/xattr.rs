@@ -117,6 +117,10 @@ impl Ferrite {
             (XattrSetMode::Replace, false) => return Err(Errno::ENODATA),
             _ => {}
         }
+        if value.is_some() && name == crate::perm::CAPABILITY_XATTR {
+            // A write must look again for what it would take away.
+            inode.nosec.store(false, std::sync::atomic::Ordering::Release);
+        }
         let entry = Entry::Xattr(crate::format::XattrEntry {
             name: name.to_vec(),
             value: value.map(|v| v.to_vec()),

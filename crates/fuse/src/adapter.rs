@@ -32,8 +32,8 @@
 
 use crate::options::{MountConfig, ReaddirPlus, Transport};
 use ferrite::{
-    Errno, FallocateMode, Ferrite, FileType, FsResult, InodeNo, NodeSpec, RenameFlags, SetAttr, Stat, StatFs, TimeSet,
-    TimeSpec, XattrSetMode,
+    perm, Credentials, Errno, FallocateMode, Ferrite, FileType, FsResult, InodeNo, NodeSpec, RenameFlags, SetAttr,
+    Stat, StatFs, TimeSet, TimeSpec, XattrSetMode,
 };
 use fuser::{
     AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
@@ -111,11 +111,31 @@ pub(crate) struct Settings {
     transport: Transport,
 }
 
-/// The caller of a request, as the kernel gives it.
+/// The caller of a request, as the kernel gives it: its file-system user
+/// and group ids and its thread id.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Caller {
     pub(crate) uid: u32,
     pub(crate) gid: u32,
+    pub(crate) pid: u32,
+}
+
+impl Caller {
+    /// Is the caller in group `gid`? Its own group answers at once; the
+    /// supplementary groups, which the request does not carry, come from
+    /// `/proc/<pid>/status`. A caller that cannot be looked up (it has
+    /// exited, or the kernel sent no pid) counts as outside the group, so
+    /// a privilege is taken rather than kept on a guess.
+    fn in_group(&self, gid: u32) -> bool {
+        if self.gid == gid {
+            return true;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else {
+            return false;
+        };
+        let groups = status.lines().find_map(|l| l.strip_prefix("Groups:")).unwrap_or("");
+        groups.split_whitespace().any(|g| g.parse() == Ok(gid))
+    }
 }
 
 /// The answer to getxattr and listxattr: the size the caller must provide
@@ -557,36 +577,36 @@ impl Core {
         self.fs.getattr(ino)
     }
 
-    /// `kill_suidgid`: the kernel asks the daemon to drop the set-user-ID
-    /// and set-group-ID bits as part of a truncate by an unprivileged
-    /// caller or a chown of anything but a directory, by anyone (Linux
-    /// drops them on every chown, root's too; FUSE_HANDLE_KILLPRIV_V2,
-    /// below).
-    pub(crate) fn setattr(&self, ino: InodeNo, set: &SetAttr, kill_suidgid: bool) -> FsResult<Stat> {
+    /// `kill`: the kernel asks the daemon to drop the set-user-ID and
+    /// set-group-ID bits for this caller as part of a truncate by a caller
+    /// without CAP_FSETID or a chown of anything but a directory, by
+    /// anyone (Linux drops them on every chown, root's too;
+    /// FUSE_HANDLE_KILLPRIV_V2, below).
+    pub(crate) fn setattr(&self, ino: InodeNo, set: &SetAttr, kill: Option<Caller>) -> FsResult<Stat> {
         if self.trace {
-            log(format!("setattr ino {} {set:?} kill_suidgid {kill_suidgid}", ino.0));
+            log(format!("setattr ino {} {set:?} kill {kill:?}", ino.0));
         }
         self.writable()?;
         let mut set = *set;
-        let kills = set.size.is_some() || set.uid.is_some() || set.gid.is_some();
-        if kill_suidgid && kills && set.perm.is_none() {
+        let chown = set.uid.is_some() || set.gid.is_some();
+        if let Some(who) = kill.filter(|_| (chown || set.size.is_some()) && set.perm.is_none()) {
             let st = self.fs.getattr(ino)?;
             if st.kind != FileType::Directory {
-                set.perm = killed_perm(st.perm);
+                set.perm = killed_perm(&st, who, chown);
             }
         }
         self.fs.setattr(ino, &set)
     }
 
-    /// Drop the set-user-ID bit, and the set-group-ID bit of a
-    /// group-executable file, as Linux does when an unprivileged caller
-    /// writes or truncates. With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves
-    /// this to the daemon and says when (a flag on the write, truncate or
-    /// open): in exchange it stops asking for `security.capability` before
-    /// every write, one round trip of two.
-    fn kill_suidgid(&self, ino: InodeNo) -> FsResult<()> {
+    /// Drop the set-ID bits as Linux does when a caller without
+    /// CAP_FSETID writes or truncates (see [`killed_perm`]). With
+    /// FUSE_HANDLE_KILLPRIV_V2 the kernel leaves this to the daemon and says
+    /// when (a flag on the write, truncate or open): in exchange it stops
+    /// asking for `security.capability` before every write, one round trip
+    /// of two.
+    fn kill_suidgid(&self, ino: InodeNo, who: Caller) -> FsResult<()> {
         let st = self.fs.getattr(ino)?;
-        if let Some(perm) = killed_perm(st.perm) {
+        if let Some(perm) = killed_perm(&st, who, false) {
             self.fs.setattr(ino, &SetAttr { perm: Some(perm), ..SetAttr::default() })?;
             // The kernel still caches the old mode.
             self.forget_attrs(ino);
@@ -656,9 +676,9 @@ impl Core {
         self.count_entry(newparent, newname.as_bytes(), st)
     }
 
-    /// Open a regular file: its handle. `kill_suidgid`: an unprivileged
-    /// open with O_TRUNC (see [`Core::kill_suidgid`]).
-    pub(crate) fn open(&self, ino: InodeNo, flags: i32, kill_suidgid: bool) -> FsResult<u64> {
+    /// Open a regular file: its handle. `kill`: the caller of an open with
+    /// O_TRUNC that lacks CAP_FSETID (see [`Core::kill_suidgid`]).
+    pub(crate) fn open(&self, ino: InodeNo, flags: i32, kill: Option<Caller>) -> FsResult<u64> {
         let st = self.fs.getattr(ino)?;
         match st.kind {
             FileType::Directory => return Err(Errno::EISDIR),
@@ -671,9 +691,9 @@ impl Core {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             self.writable()?;
         }
-        if kill_suidgid && flags & libc::O_TRUNC != 0 {
+        if let Some(who) = kill.filter(|_| flags & libc::O_TRUNC != 0) {
             self.writable()?;
-            self.kill_suidgid(st.ino)?;
+            self.kill_suidgid(st.ino, who)?;
         }
         self.new_handle(st.ino)
     }
@@ -685,8 +705,15 @@ impl Core {
     }
 
     /// `write_flags` as the kernel sent them; FUSE_WRITE_KILL_SUIDGID asks
-    /// to drop the set-ID bits first (see [`Core::kill_suidgid`]).
-    pub(crate) fn write(&self, ino: InodeNo, offset: u64, data: &[u8], write_flags: u32) -> FsResult<usize> {
+    /// to drop the set-ID bits for `who` first (see [`Core::kill_suidgid`]).
+    pub(crate) fn write(
+        &self,
+        who: Caller,
+        ino: InodeNo,
+        offset: u64,
+        data: &[u8],
+        write_flags: u32,
+    ) -> FsResult<usize> {
         if self.trace {
             log(format!(
                 "write ino {} off {offset:#x} len {:#x} end {:#x} flags {write_flags:#x}",
@@ -697,7 +724,7 @@ impl Core {
         }
         self.writable()?;
         if write_flags & WRITE_KILL_SUIDGID != 0 && !data.is_empty() {
-            self.kill_suidgid(ino)?;
+            self.kill_suidgid(ino, who)?;
         }
         self.fs.write_ino(ino, offset, data)
     }
@@ -888,7 +915,7 @@ impl Core {
                 }
                 let st = self.count_entry(p, name.as_bytes(), st)?;
                 if flags & libc::O_TRUNC != 0 && (st.size != 0 || kill_suidgid) {
-                    let perm = if kill_suidgid { killed_perm(st.perm) } else { None };
+                    let perm = if kill_suidgid { killed_perm(&st, req, false) } else { None };
                     let t = SetAttr { size: Some(0), perm, ..SetAttr::default() };
                     if let Err(e) = self.fs.setattr(st.ino, &t) {
                         self.drop_refs(st.ino.0, 1);
@@ -908,7 +935,13 @@ impl Core {
         }
     }
 
-    pub(crate) fn fallocate(&self, ino: InodeNo, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+    /// fallocate. The kernel sends no KILL_SUIDGID flag with it (its
+    /// `file_modified` leaves the set-ID bits to the daemon under
+    /// FUSE_HANDLE_KILLPRIV_V2 and says nothing), so the daemon drops them
+    /// itself for a caller other than root, as Linux does for a caller
+    /// without CAP_FSETID, once the call's arguments have passed their
+    /// checks.
+    pub(crate) fn fallocate(&self, who: Caller, ino: InodeNo, offset: u64, length: u64, mode: i32) -> FsResult<()> {
         if self.trace {
             log(format!("fallocate ino {} off {offset:#x} len {length:#x} mode {mode:#x}", ino.0));
         }
@@ -922,6 +955,15 @@ impl Core {
             _ => return Err(Errno::EOPNOTSUPP),
         };
         self.writable()?;
+        let st = self.fs.getattr(ino)?;
+        if who.uid != 0 && st.perm & 0o6000 != 0 {
+            // The engine takes the bits away after its own checks; the
+            // caller's groups matter only for set-group-ID without group
+            // execute.
+            let groups = if st.perm & 0o2010 == 0o2000 && who.in_group(st.gid) { vec![st.gid] } else { Vec::new() };
+            let c = Credentials::user(who.uid, who.gid, &groups);
+            return self.fs.fallocate_ino_as(ino, how, offset, length, &c).inspect(|_| self.forget_attrs(ino));
+        }
         self.fs.fallocate_ino(ino, how, offset, length)
     }
 
@@ -973,13 +1015,17 @@ pub(crate) const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 
 /// The permission bits without set-user-ID, and without set-group-ID if
 /// the group may execute (Linux's rule); None if nothing changes.
-fn killed_perm(perm: u32) -> Option<u32> {
-    let mut p = perm & 0o7777;
-    p &= !libc::S_ISUID;
-    if p & libc::S_IXGRP != 0 {
-        p &= !libc::S_ISGID;
-    }
-    (p != perm & 0o7777).then_some(p)
+/// The permission bits left when the kernel asks the daemon to take the
+/// set-ID bits of `st` away for `who` (FUSE_HANDLE_KILLPRIV_V2), by Linux
+/// 6's rule (`perm::set_id_bits_left`): set-user-ID always; set-group-ID
+/// when the group may execute the file or `who` is not in its group. The
+/// kernel asks for a write or truncate only when the caller lacks
+/// CAP_FSETID; for a `chown` it asks whoever the caller is, and root,
+/// privileged, keeps set-group-ID on a file its group may not execute.
+fn killed_perm(st: &Stat, who: Caller, chown: bool) -> Option<u32> {
+    // Group membership is looked up only where it decides something.
+    let in_group_or_capable = st.perm & 0o2010 != 0o2000 || (chown && who.uid == 0) || who.in_group(st.gid);
+    perm::set_id_bits_left(st.perm, in_group_or_capable)
 }
 
 fn xattr_out(v: Vec<u8>, size: u32) -> FsResult<XattrOut> {
@@ -993,7 +1039,7 @@ fn xattr_out(v: Vec<u8>, size: u32) -> FsResult<XattrOut> {
 }
 
 fn caller(req: &Request) -> Caller {
-    Caller { uid: req.uid(), gid: req.gid() }
+    Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
 }
 
 fn reply_entry(core: &Core, reply: ReplyEntry, r: FsResult<Stat>) {
@@ -1100,7 +1146,7 @@ impl Filesystem for FerriteFuse {
             // caller without CAP_FSETID; an unprivileged caller stands for
             // the latter.
             let kill = uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0);
-            match c.setattr(node_no(ino), &set, kill) {
+            match c.setattr(node_no(ino), &set, kill.then(|| caller(req))) {
                 Ok(st) => reply.attr(&c.set.attr_ttl, &attr(&st)),
                 Err(e) => reply.error(err(e)),
             }
@@ -1163,7 +1209,7 @@ impl Filesystem for FerriteFuse {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let c = &self.core;
         // fuser does not pass FUSE_OPEN_KILL_SUIDGID: as for setattr.
-        c.guard("open", || match c.open(node_no(ino), flags.0, req.uid() != 0) {
+        c.guard("open", || match c.open(node_no(ino), flags.0, (req.uid() != 0).then(|| caller(req))) {
             Ok(fh) => reply.opened(FileHandle(fh), c.open_flags()),
             Err(e) => reply.error(err(e)),
         })
@@ -1197,7 +1243,7 @@ impl Filesystem for FerriteFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1207,9 +1253,11 @@ impl Filesystem for FerriteFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.core.guard("write", || match self.core.write(node_no(ino), offset, data, write_flags.bits()) {
-            Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(err(e)),
+        self.core.guard("write", || {
+            match self.core.write(caller(req), node_no(ino), offset, data, write_flags.bits()) {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(err(e)),
+            }
         })
     }
 
@@ -1353,7 +1401,7 @@ impl Filesystem for FerriteFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1361,7 +1409,9 @@ impl Filesystem for FerriteFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.core.guard("fallocate", || reply_empty(reply, self.core.fallocate(node_no(ino), offset, length, mode)))
+        self.core.guard("fallocate", || {
+            reply_empty(reply, self.core.fallocate(caller(req), node_no(ino), offset, length, mode))
+        })
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {

@@ -375,7 +375,7 @@ impl Server<'_> {
     fn dispatch(&self, h: &InHeader, op_in: &[u8], payload: &mut [u8], in_len: usize) -> Answer {
         let c = self.core;
         let ino = InodeNo(h.nodeid);
-        let who = Caller { uid: h.uid, gid: h.gid };
+        let who = Caller { uid: h.uid, gid: h.gid, pid: h.pid };
         let mut a = Fields::new(op_in);
         let bad = Errno::EINVAL;
         let set = &c.set;
@@ -416,7 +416,7 @@ impl Server<'_> {
                     atime: has(fattr::ATIME).then(|| time_of(atime, atimensec, has(fattr::ATIME_NOW))),
                     mtime: has(fattr::MTIME).then(|| time_of(mtime, mtimensec, has(fattr::MTIME_NOW))),
                 };
-                let st = c.setattr(ino, &sa, has(fattr::KILL_SUIDGID))?;
+                let st = c.setattr(ino, &sa, has(fattr::KILL_SUIDGID).then_some(who))?;
                 let mut o = Out::new(payload);
                 o.attr_out(&st, set.attr_ttl);
                 Ok(o.len)
@@ -465,7 +465,7 @@ impl Server<'_> {
             }
             op::OPEN => {
                 let (flags, open_flags) = (a.u32().ok_or(bad)? as i32, a.u32().ok_or(bad)?);
-                let fh = c.open(ino, flags, open_flags & wire::OPEN_KILL_SUIDGID != 0)?;
+                let fh = c.open(ino, flags, (open_flags & wire::OPEN_KILL_SUIDGID != 0).then_some(who))?;
                 let mut o = Out::new(payload);
                 o.open_out(fh, c.open_flags().bits());
                 Ok(o.len)
@@ -486,7 +486,7 @@ impl Server<'_> {
                 let (_fh, offset, size) = (a.u64().ok_or(bad)?, a.u64().ok_or(bad)?, a.u32().ok_or(bad)?);
                 let write_flags = a.u32().ok_or(bad)?;
                 let size = (size as usize).min(in_len);
-                let n = c.write(ino, offset, &payload[..size], write_flags)?;
+                let n = c.write(who, ino, offset, &payload[..size], write_flags)?;
                 let mut o = Out::new(payload);
                 o.u32(n as u32);
                 o.u32(0);
@@ -579,7 +579,7 @@ impl Server<'_> {
             op::FALLOCATE => {
                 let (_fh, offset, length, mode) =
                     (a.u64().ok_or(bad)?, a.u64().ok_or(bad)?, a.u64().ok_or(bad)?, a.u32().ok_or(bad)?);
-                c.fallocate(ino, offset, length, mode as i32)?;
+                c.fallocate(who, ino, offset, length, mode as i32)?;
                 Ok(0)
             }
             op::LSEEK => {

@@ -203,3 +203,60 @@ fn root_private_mount_goes_without_default_permissions() {
     m.unmount();
     pool.fsck_clean();
 }
+
+/// Writes, truncates, fallocates and chowns that take a file's privileges
+/// away, run by root and by nobody (outside and inside the file's group),
+/// printing each file's mode and whether its `security.capability` is left.
+const PRIVILEGE_STEPS: &str = r#"
+cap=0sAQAAAgAgAAAAAAAAAAAAAAAAAAA=
+show() { printf '%s %s %s\n' "$1" "$(stat -c %a "$2")" "$(getfattr -n security.capability "$2" 2>/dev/null | grep -c security || true)"; }
+mk() { rm -f "$1"; printf x > "$1"; chown "$3" "$1"; chmod "$2" "$1"; if [ "${4:-}" = cap ]; then setfattr -n security.capability -v "$cap" "$1"; fi; }
+U="setpriv --reuid=65534 --regid=65534 --clear-groups --"
+UG="setpriv --reuid=65534 --regid=65534 --groups=100 --"
+mk a 6777 0:0; $U sh -c 'printf y >> a'; show user-write a
+mk a 2767 0:0; $U sh -c 'printf y >> a'; show user-write-sgid-outside-group a
+mk a 2767 0:100; $UG sh -c 'printf y >> a'; show user-write-sgid-in-supplementary-group a
+mk a 6777 0:0; $U sh -c 'printf "" >> a'; show user-write-nothing a
+mk a 6777 0:0; $U truncate -s 1 a; show user-truncate-same-size a
+mk a 6777 0:0; $U sh -c ': > a'; show user-o-trunc a
+mk a 6777 0:0; $U sh -c 'exec 3<>a'; show user-open-rw a
+mk a 6777 0:0; $U fallocate -l 8192 a; show user-fallocate a
+mk a 2767 0:100; $UG fallocate -l 8192 a; show user-fallocate-sgid-in-group a
+mk a 6777 0:0 cap; $U fallocate -p -o 4096 -l 4096 a; show user-punch-past-eof a
+mk a 6755 0:0 cap; printf y >> a; show root-write a
+mk a 6755 0:0 cap; truncate -s 0 a; show root-truncate a
+mk a 6755 0:0 cap; fallocate -l 8192 a; show root-fallocate a
+mk a 6755 0:0 cap; chown 0:0 a; show root-chown a
+mk a 6745 0:0; chown 65534 a; show root-chown-sgid-without-group-x a
+mk a 6755 0:0 cap; chmod 6775 a; touch a; setfattr -n user.x -v 1 a; show chmod-touch-setxattr a
+mkdir -p d; chmod 6777 d; chown 65534 d; show root-chown-dir d
+"#;
+
+#[test]
+fn privileges_dropped_as_on_tmpfs() {
+    if !fuse_usable()
+        || !tool("setpriv", "apt-get install -y util-linux")
+        || !tool("fallocate", "apt-get install -y util-linux")
+        || !tool("setfattr", "apt-get install -y attr")
+    {
+        return;
+    }
+    // SAFETY: geteuid cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: needs root");
+        return;
+    }
+    let tmpfs = std::path::PathBuf::from(format!("/dev/shm/ferrite-fuse-test-{}-privref", std::process::id()));
+    let _ = fs::remove_dir_all(&tmpfs);
+    fs::create_dir_all(&tmpfs).unwrap();
+    let expected = sh(&tmpfs, PRIVILEGE_STEPS);
+    fs::remove_dir_all(&tmpfs).unwrap();
+    // The reference shows what is being compared.
+    assert!(expected.contains("user-write 777 0\n") && expected.contains("root-write 6755 0\n"), "{expected}");
+    let pool = Pool::new("privileges");
+    let m = Mount::new(&pool, "allow_other");
+    fs::set_permissions(&m.dir, fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(sh(&m.dir, PRIVILEGE_STEPS), expected, "privileges dropped on the mount and on tmpfs differ");
+    m.unmount();
+    pool.fsck_clean();
+}

@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use ferrite::limits::{FILE_SIZE_MAX, LINK_MAX, NAME_MAX, PATH_MAX, SYMLINK_MAX, SYMLOOP_MAX};
-use ferrite::perm::{self, Owner};
+use ferrite::perm::{self, Owner, PrivilegeDrop};
 use ferrite::{
     Credentials, DirEntry, Errno, FallocateMode, Fd, FileMode, FileType, FsResult, InodeNo, OpenFlags, RenameFlags,
     Stat, StatFs, TimeSet, TimeSpec, Whence, XattrSetMode, AT_FDCWD,
@@ -885,9 +885,7 @@ impl ModelState {
             return Err(Errno::ENXIO);
         }
         if flags.trunc && flags.write && kind == FileType::Regular && !created {
-            self.data_change(ino);
-            self.file_mut(ino).truncate(0);
-            self.inode_mut(ino).touch_mc(now);
+            self.set_size(now, ino, 0)?;
         }
         let ofd = self.next_ofd;
         self.next_ofd += 1;
@@ -1020,7 +1018,10 @@ impl ModelState {
         if off.checked_add(len).filter(|&end| end <= FILE_SIZE_MAX).is_none() {
             return Err(Errno::EFBIG);
         }
-        if f.missing_pages(off, len) > self.free_pages() {
+        let missing_pages = f.missing_pages(off, len);
+        // Before the space is found, as Linux's file_remove_privs.
+        self.drop_privileges(now, ino, PrivilegeDrop::Modify);
+        if missing_pages > self.free_pages() {
             return Err(Errno::ENOSPC);
         }
         self.data_change(ino);
@@ -1105,7 +1106,10 @@ impl ModelState {
         Ok(new)
     }
 
-    /// Truncate a regular file (size already validated).
+    /// Truncate a regular file (size already validated), taking its
+    /// privileges away in the same change (which is then a change of
+    /// attributes, a commit point of an fsync-atomic file, as the engine's
+    /// single setattr commit).
     fn set_size(&mut self, now: TimeSpec, ino: u64, size: u64) -> FsResult<()> {
         if size > FILE_SIZE_MAX {
             return Err(Errno::EFBIG);
@@ -1113,7 +1117,31 @@ impl ModelState {
         self.data_change(ino);
         self.file_mut(ino).truncate(size);
         self.inode_mut(ino).touch_mc(now);
+        if self.drop_privileges(now, ino, PrivilegeDrop::Modify) {
+            self.commit_point(ino);
+        }
         Ok(())
+    }
+
+    /// Take away what `why` by the caller takes from `ino` in Linux: the
+    /// set-ID bits `perm::dropped_bits` names and, from anything but a
+    /// directory, the `security.capability` attribute (the engine's
+    /// `Ferrite::setattr_as_locked`). When anything goes it is a change of
+    /// attributes: ctime is now and the inode's state is committed; true
+    /// then.
+    fn drop_privileges(&mut self, now: TimeSpec, ino: u64, why: PrivilegeDrop) -> bool {
+        let bits = perm::dropped_bits(&self.creds, &self.owner(ino), why);
+        let i = self.inode_mut(ino);
+        let capability = i.kind() != FileType::Directory && i.xattrs.remove(perm::CAPABILITY_XATTR).is_some();
+        if let Some(b) = bits {
+            i.perm = b;
+        }
+        if bits.is_none() && !capability {
+            return false;
+        }
+        i.ctime = now;
+        self.commit_point(ino);
+        true
     }
 
     pub(crate) fn ftruncate(&mut self, now: TimeSpec, fd: Fd, size: u64) -> FsResult<()> {
@@ -1160,7 +1188,10 @@ impl ModelState {
         if mode == FallocateMode::PunchHole {
             // Nothing at or past the end of file changes (as ext4 and the
             // engine; tmpfs would still update the times).
-            if offset >= f.size {
+            // Privileges go even when nothing else changes (as tmpfs).
+            let past_end = offset >= f.size;
+            self.drop_privileges(now, ino, PrivilegeDrop::Modify);
+            if past_end {
                 return Ok(());
             }
             self.data_change(ino);
@@ -1168,7 +1199,9 @@ impl ModelState {
             self.inode_mut(ino).touch_mc(now);
             return Ok(());
         }
-        if f.missing_pages(offset, len) > self.free_pages() {
+        let missing_pages = f.missing_pages(offset, len);
+        self.drop_privileges(now, ino, PrivilegeDrop::Modify);
+        if missing_pages > self.free_pages() {
             return Err(Errno::ENOSPC);
         }
         self.data_change(ino);
@@ -1306,6 +1339,7 @@ impl ModelState {
     fn chown_ino(&mut self, now: TimeSpec, ino: u64, uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
         perm::may_chown(&self.creds, &self.owner(ino), uid, gid)?;
         self.commit_point(ino);
+        self.drop_privileges(now, ino, PrivilegeDrop::Chown);
         let i = self.inode_mut(ino);
         if let Some(u) = uid {
             i.uid = u;

@@ -10,8 +10,11 @@
 //! Operations whose outcome the brief fixes differently from Linux are not
 //! generated or not compared: SEEK_DATA/SEEK_HOLE on a file that saw
 //! fallocate (tmpfs counts allocated-but-unwritten pages as holes), O_TRUNC without write access, rename of "/", "." or "..",
-//! set-uid/set-gid bits (Linux clears them on chown), O_CREAT|O_DIRECTORY,
-//! sizes near the limits, and running out of space.
+//! O_CREAT|O_DIRECTORY, sizes near the limits, and running out of space.
+//! Set-user-id and set-group-id bits are generated on every kind of file,
+//! and `security.capability` (a well-formed value) among the extended
+//! attributes, so the privileges a write, truncate, fallocate or chown
+//! takes away are compared too.
 //!
 //! The sequences include the `*at` calls (relative paths from the current
 //! directory, from open directory descriptors, O_PATH descriptors, bad
@@ -28,8 +31,8 @@
 //! permission rules (search, read/write, sticky, chmod/chown/utimens
 //! ownership, set-group-id inheritance and clearing, faccessat, trusted.*)
 //! match the kernel's. Left out there: links another user's file (Linux's
-//! fs.protected_hardlinks, a sysctl), set-id bits on non-directories, and
-//! the run is skipped when other fs.protected_* sysctls are on.
+//! fs.protected_hardlinks, a sysctl), and the run is skipped when other
+//! fs.protected_* sysctls are on.
 //!
 //! FERRITE_DIFF_SEEDS (default 40), FERRITE_DIFF_CRED_SEEDS (default 30) and
 //! FERRITE_DIFF_OPS (default 400) set the amount of work; FERRITE_DIFF_SEED
@@ -485,7 +488,13 @@ fn gen_named_path(r: &mut Rng) -> Vec<u8> {
 }
 
 fn gen_perm(r: &mut Rng) -> u32 {
-    (r.below(0o1000) as u32) | if r.chance(10) { 0o1000 } else { 0 }
+    let mut perm = r.below(0o1000) as u32;
+    for bit in [0o1000, 0o2000, 0o4000] {
+        if r.chance(10) {
+            perm |= bit;
+        }
+    }
+    perm
 }
 
 fn gen_data(r: &mut Rng) -> Vec<u8> {
@@ -618,7 +627,20 @@ fn gen_at_path(r: &mut Rng) -> Vec<u8> {
 }
 
 fn gen_xattr_name(r: &mut Rng) -> Vec<u8> {
-    r.pick(&["user.a", "user.b", "trusted.t", "user.c"]).as_bytes().to_vec()
+    r.pick(&["user.a", "user.b", "trusted.t", "user.c", "security.capability"]).as_bytes().to_vec()
+}
+
+/// A value Linux accepts for `security.capability`: revision 2, effective,
+/// CAP_NET_RAW (13) permitted. The kernel refuses anything that is not a
+/// well-formed capability set; the engine stores what it is given.
+fn capability_value() -> Vec<u8> {
+    const VFS_CAP_REVISION_2: u32 = 0x0200_0000;
+    const VFS_CAP_FLAGS_EFFECTIVE: u32 = 1;
+    let mut v = Vec::new();
+    for word in [VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE, 1 << 13, 0, 0, 0] {
+        v.extend_from_slice(&word.to_le_bytes());
+    }
+    v
 }
 
 /// One of the new calls.
@@ -709,7 +731,7 @@ fn gen_new_op(r: &mut Rng, nfds: usize, cred: bool) -> Op {
             34..=36 => {
                 let mut perm = gen_perm(r);
                 if cred && r.chance(15) {
-                    perm |= 0o2000; // kept for directories only (see run_seed)
+                    perm |= 0o2000;
                 }
                 Op::Fchmodat(gen_dir(r, nfds), gen_at_path(r), perm)
             }
@@ -748,8 +770,13 @@ fn gen_new_op(r: &mut Rng, nfds: usize, cred: bool) -> Op {
             61..=62 => Op::Futimens(fd(r), time(r), time(r)),
             63..=66 => {
                 let m = *r.pick(&[XattrSetMode::Any, XattrSetMode::Any, XattrSetMode::Create, XattrSetMode::Replace]);
-                let v: Vec<u8> = (0..r.below(40)).map(|i| i as u8 ^ 0x5a).collect();
-                Op::Fsetxattr(fd(r), gen_xattr_name(r), v, m)
+                let name = gen_xattr_name(r);
+                let v: Vec<u8> = if name == b"security.capability" {
+                    capability_value()
+                } else {
+                    (0..r.below(40)).map(|i| i as u8 ^ 0x5a).collect()
+                };
+                Op::Fsetxattr(fd(r), name, v, m)
             }
             67..=69 => Op::Fgetxattr(fd(r), gen_xattr_name(r)),
             70..=71 => Op::Flistxattr(fd(r)),
@@ -1117,16 +1144,6 @@ fn setup_ops() -> Vec<Op> {
     ]
 }
 
-/// The path an op changes the mode of and how it follows, for the
-/// set-group-id rule of the credential run.
-fn chmod_target(op: &Op) -> Option<(Dir, &[u8])> {
-    match op {
-        Op::Chmod(p, _) => Some((Dir::Cwd, p)),
-        Op::Fchmodat(d, p, _) => Some((*d, p)),
-        _ => None,
-    }
-}
-
 fn run_seed(seed: u64, ops: usize, cred: bool, seen: &mut Seen) {
     let model = ModelFs::new(Arc::new(ManualClock::new(TimeSpec { sec: 1, nsec: 0 })), 1 << 30, 1 << 30);
     let host = HostFs { creds: std::sync::Mutex::new(Credentials::root()) };
@@ -1160,20 +1177,6 @@ fn run_seed(seed: u64, ops: usize, cred: bool, seen: &mut Seen) {
         if let Some((d, a, f)) = link_source {
             if protected_hardlinks && !creds.is_root() && model.fstatat(d, &a, f).is_ok_and(|st| st.uid != creds.uid) {
                 continue;
-            }
-        }
-        // Set-user-id and set-group-id bits stay on directories: Linux
-        // clears them on files at chown and write, which the brief leaves
-        // out.
-        let strip = match (&op, chmod_target(&op)) {
-            (_, Some((d, p))) => !model.fstatat(dir(&mfds, d), p, 0).is_ok_and(|st| st.kind == FileType::Directory),
-            (Op::Fchmod(i, _), None) => !model.fstat(mfds[*i]).is_ok_and(|st| st.kind == FileType::Directory),
-            _ => false,
-        };
-        if strip {
-            match &mut op {
-                Op::Chmod(_, perm) | Op::Fchmodat(_, _, perm) | Op::Fchmod(_, perm) => *perm &= !0o6000,
-                _ => {}
             }
         }
         log.push(show(&op));

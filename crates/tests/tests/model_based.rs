@@ -519,8 +519,15 @@ fn step_new(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) 
                 return ("descriptor call (none)".into(), Ok(()));
             };
             let (e, m) = (p.engine(), &p.model);
-            let names: [&[u8]; 6] =
-                [b"user.a", b"user.b", b"trusted.t", b"security.s", FileMode::XATTR, FileMode::XATTR];
+            let names: [&[u8]; 7] = [
+                b"user.a",
+                b"user.b",
+                b"trusted.t",
+                b"security.s",
+                b"security.capability",
+                FileMode::XATTR,
+                FileMode::XATTR,
+            ];
             let name = names[rng.gen_range(0..names.len())];
             match rng.gen_range(0..13) {
                 0 => {
