@@ -122,7 +122,7 @@ struct Queued {
     /// What the operation stored without flushing (its staged entries, a
     /// new inode's slot): flushed by the batch before its first fence.
     flushes: FlushRanges,
-    free_pages: Vec<PageNo>,
+    free_pages: crate::PageList,
     free_inodes: SmallVec<[InodeNo; 1]>,
     queued_at: Instant,
 }
@@ -266,7 +266,7 @@ impl Buffered {
         &self,
         words: SmallVec<[(PoolOffset, u64); 4]>,
         flushes: FlushRanges,
-        free_pages: Vec<PageNo>,
+        free_pages: crate::PageList,
         free_inodes: SmallVec<[InodeNo; 1]>,
     ) -> u64 {
         for &ino in &free_inodes {

@@ -24,6 +24,7 @@ use crate::inode::{Attrs, Inode, InodeData, Staged};
 use crate::journal::Transaction;
 use crate::log::{write_log_entries, EVERY_DEATH};
 use crate::types::{Errno, FileMode, FileType, FsResult, InodeNo};
+use crate::PageList;
 use parking_lot::RwLockWriteGuard;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
@@ -134,7 +135,7 @@ impl Ferrite {
             let extended = !staged.new_pages.is_empty();
             let flushes = deferral.expect("a buffered change defers its flushes").finish();
             self.media.fence_if_unfenced();
-            let mut released = Vec::new();
+            let mut released = PageList::new();
             d.log.live.deaths_pending();
             d.commit_staged(inode.kind, staged, &mut released);
             let words = SmallVec::from_slice(&[(slot + INODE_TAIL_OFFSET, new_tail)]);
@@ -154,7 +155,7 @@ impl Ferrite {
         // fence: until the new tail is durable, a crash brings back the old
         // log, which still points at them.
         let extended = !staged.new_pages.is_empty();
-        let mut released = Vec::new();
+        let mut released = PageList::new();
         d.commit_staged(inode.kind, staged, &mut released);
         self.media.fence();
         let epoch_ended = self.finish_epoch(inode, d);
@@ -273,13 +274,13 @@ impl Ferrite {
         // and this work takes no lock (a locked instruction would wait for
         // the close's write-back like the fence does).
         // Per part: (its log grew, the pages its entries released).
-        type Committed = Option<(bool, Vec<PageNo>)>;
+        type Committed = Option<(bool, PageList)>;
         let mut committed: SmallVec<[Committed; 4]> = SmallVec::new();
         for (i, part) in parts.iter().enumerate() {
             committed.push(match staged[i].take() {
                 Some(s) if !part.free => {
                     let extended = !s.new_pages.is_empty();
-                    let mut released = Vec::new();
+                    let mut released = PageList::new();
                     guards[i].commit_staged(part.inode.kind, s, &mut released);
                     Some((extended, released))
                 }
@@ -288,7 +289,7 @@ impl Ferrite {
         }
         let new_inode = new_inode.map(|(mut new, s)| {
             let (ino, kind) = (new.ino, new.kind);
-            let mut released = Vec::new();
+            let mut released = PageList::new();
             let only = Arc::get_mut(&mut new).expect("a new inode has one owner until it is cached");
             only.data.get_mut().commit_staged(kind, s, &mut released);
             assert!(released.is_empty(), "a new inode {} released pages", ino.0);
@@ -303,7 +304,7 @@ impl Ferrite {
                 let epoch_ended = self.finish_epoch(part.inode, guards[i]);
                 self.after_commit(part.inode, guards[i], extended || epoch_ended, released);
             } else if self.finish_epoch(part.inode, guards[i]) {
-                self.after_commit(part.inode, guards[i], true, Vec::new());
+                self.after_commit(part.inode, guards[i], true, PageList::new());
             }
         }
         Ok(new_inode.inspect(|new| self.cache_insert(new.clone())))
@@ -337,7 +338,7 @@ impl Ferrite {
             words.push((self.media.slot_offset(new.ino) + INODE_STATE_OFFSET, format::inode_live_word(new.generation)));
         }
         self.media.fence_if_unfenced();
-        let mut released = Vec::new();
+        let mut released = PageList::new();
         let mut freed: SmallVec<[InodeNo; 1]> = SmallVec::new();
         let mut extended: SmallVec<[bool; 4]> = smallvec::smallvec![false; parts.len()];
         for (i, part) in parts.iter().enumerate() {
@@ -352,7 +353,7 @@ impl Ferrite {
             }
         }
         let new = new_inode.map(|(new, s)| {
-            let mut none = Vec::new();
+            let mut none = PageList::new();
             new.data.write().commit_staged(new.kind, s, &mut none);
             assert!(none.is_empty(), "a new inode {} released pages", new.ino.0);
             self.cache_insert(new.clone());
@@ -436,7 +437,7 @@ impl Ferrite {
 
     /// Free what a durable commit released, then collect garbage in a log
     /// that grew: fast GC of dead log pages, then compaction when due.
-    pub(crate) fn after_commit(&self, inode: &Inode, d: &mut InodeData, extended: bool, released: Vec<PageNo>) {
+    pub(crate) fn after_commit(&self, inode: &Inode, d: &mut InodeData, extended: bool, released: PageList) {
         // GC judges liveness in DRAM; with an epoch pending, DRAM runs ahead
         // of the durable log, so collecting now could drop what a crash needs.
         assert!(d.pending.is_none(), "inode {}: log GC with an epoch pending", inode.ino.0);
@@ -517,7 +518,7 @@ impl Ferrite {
             let seq = b.push(
                 SmallVec::from_slice(&[(slot + INODE_STATE_OFFSET, 0)]),
                 crate::media::FlushRanges::new(),
-                pages,
+                PageList::from_vec(pages),
                 SmallVec::from_slice(&[inode.ino]),
             );
             inode.last_seq.store(seq, Ordering::Relaxed);

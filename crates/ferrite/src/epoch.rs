@@ -37,7 +37,7 @@ impl Ferrite {
             }));
             self.pending_files.lock().insert(inode.ino);
         }
-        let mut released = Vec::new();
+        let mut released = crate::PageList::new();
         d.commit_staged(inode.kind, staged, &mut released);
         let p = d.pending.as_mut().expect("pending epoch");
         p.epoch_pages.extend(fresh.pages());
@@ -81,7 +81,7 @@ impl Ferrite {
         });
         let (staged, unused) =
             d.stage_reserved(&self.media, &self.pages, inode.ino, inode.generation, vec![entry], reserve);
-        let mut released = Vec::new();
+        let mut released = crate::PageList::new();
         d.commit_staged(inode.kind, staged, &mut released);
         assert!(released.is_empty(), "a size-only truncate of inode {} released pages", inode.ino.0);
         let p = d.pending.as_mut().expect("pending epoch");
@@ -102,7 +102,7 @@ impl Ferrite {
         self.media.flush(slot + INODE_TAIL_OFFSET, 8);
         self.media.fence();
         self.finish_epoch(inode, d);
-        self.after_commit(inode, d, true, Vec::new());
+        self.after_commit(inode, d, true, crate::PageList::new());
         self.epoch_commits.fetch_add(1, Ordering::Relaxed);
     }
 

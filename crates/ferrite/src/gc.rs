@@ -106,7 +106,7 @@ impl InodeData {
                     if let Some(w) = &mut run {
                         if w.file_page + w.num_pages as u64 == fp
                             && w.pool_page.0 + w.num_pages as u64 == r.pool.0
-                            && w.num_pages < u32::MAX
+                            && w.num_pages < u32::MAX - 1
                         {
                             w.num_pages += 1;
                             continue;
@@ -200,7 +200,7 @@ impl Ferrite {
         // close (`Journals::run_to_close`); the old pages are freed only
         // once that is fenced.
         let mut fresh = InodeData::new_empty(inode.kind, Attrs::UNSET);
-        let mut released = Vec::new();
+        let mut released = crate::PageList::new();
         fresh.commit_staged(inode.kind, staged, &mut released);
         close.fence(&self.media);
         for &p in &old {

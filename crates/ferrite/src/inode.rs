@@ -407,7 +407,7 @@ impl InodeData {
 
     /// Bring the DRAM state forward after `staged` committed. Pool pages no
     /// longer referenced go to `freed` (to free once the commit is durable).
-    pub fn commit_staged(&mut self, kind: FileType, staged: Staged, freed: &mut Vec<PageNo>) {
+    pub fn commit_staged(&mut self, kind: FileType, staged: Staged, freed: &mut crate::PageList) {
         if self.log.tail == NO_LOG {
             if let Some(first) = staged.new_pages.first() {
                 self.log.head = first.offset();

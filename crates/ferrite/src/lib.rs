@@ -42,6 +42,11 @@ mod zerocopy;
 /// The hash map of DRAM indexes: foldhash is several times faster than
 /// SipHash on the short keys used here (page numbers, inode numbers, names).
 pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The pool pages one commit releases: almost always none or one (a
+/// copy-on-write overwrite of one page), so kept inline; a heap vector
+/// here cost a `malloc` and a `free` per overwrite.
+pub(crate) type PageList = smallvec::SmallVec<[format::PageNo; 4]>;
 pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 pub use buffered::{BufferedOptions, BufferedStats, BUFFERED_LAG_NS_MAX, BUFFERED_OPS_MAX};

@@ -237,22 +237,28 @@ impl Liveness {
     }
 
     pub(crate) fn add_ref(&mut self, loc: PoolOffset, n: u32) {
-        if n == 0 {
-            return;
+        if n > 0 {
+            self.add_ref_page(loc, n);
         }
+    }
+
+    /// `add_ref` of `n` > 0 references, returning the entry's page, for a
+    /// caller that updates the page too: one lookup of it, not two.
+    pub(crate) fn add_ref_page(&mut self, loc: PoolOffset, n: u32) -> &mut LogPage {
+        assert!(n > 0, "no references added");
         let unit = unit_of(loc);
-        let page = self.page_mut(loc);
+        let page = self.pages.get_mut(&page_of(loc)).expect("entry in a page of this log");
         let was = page.refs[unit];
         page.refs[unit] += n;
         if was == 0 {
             page.live_entries += 1;
-            let revived = page.live_entries == 1;
             self.live_units += page.units[unit] as usize;
             self.live_entries += 1;
-            if revived {
+            if page.live_entries == 1 {
                 self.dead_pages.remove(&page_of(loc));
             }
         }
+        page
     }
 
     pub(crate) fn unref(&mut self, loc: PoolOffset) {

@@ -39,7 +39,7 @@ impl InodeData {
         e: &Entry,
         loc: PoolOffset,
         seq: u64,
-        freed: &mut Vec<PageNo>,
+        freed: &mut crate::PageList,
     ) -> Result<(), Corrupt> {
         if seq < self.log.next_seq {
             return Err(corrupt!("log entry sequence {seq} not increasing"));
@@ -112,12 +112,18 @@ impl InodeData {
 
     /// A Write entry maps file pages to pool pages; it is live for each
     /// file page it still maps. The pages it replaces are released.
-    fn apply_write(&mut self, w: &WriteEntry, loc: PoolOffset, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
+    fn apply_write(&mut self, w: &WriteEntry, loc: PoolOffset, freed: &mut crate::PageList) -> Result<(), Corrupt> {
         let Body::Pages(map) = &mut self.body else {
             return Err(corrupt!("write entry in a directory log"));
         };
         let live = &mut self.log.live;
-        live.add_ref(loc, w.num_pages);
+        // One lookup of the entry's page: a reference per file page, one
+        // more for being the newest size (`set_size`'s), and its range.
+        // (Compaction writes at most u32::MAX - 1 pages to an entry.)
+        let refs = w.num_pages.checked_add(1).ok_or_else(|| corrupt!("write entry of {} pages", w.num_pages))?;
+        let page = live.add_ref_page(loc, refs);
+        page.max_file_end = page.max_file_end.max(w.file_page + w.num_pages as u64);
+        page.min_file_page = page.min_file_page.min(w.file_page);
         for i in 0..w.num_pages as u64 {
             let r = PageRef { pool: PageNo(w.pool_page.0 + i), entry: loc };
             if let Some(old) = map.insert(w.file_page + i, r) {
@@ -128,10 +134,12 @@ impl InodeData {
                 }
             }
         }
-        let page = live.page_mut(loc);
-        page.max_file_end = page.max_file_end.max(w.file_page + w.num_pages as u64);
-        page.min_file_page = page.min_file_page.min(w.file_page);
-        self.set_size(w.size_after, w.mtime_ns, w.ctime_ns, loc);
+        self.attrs.size = w.size_after;
+        self.attrs.mtime_ns = w.mtime_ns;
+        self.attrs.ctime_ns = w.ctime_ns;
+        if let Some(prev) = live.last_size.replace(loc) {
+            live.unref(prev);
+        }
         Ok(())
     }
 
@@ -163,7 +171,12 @@ impl InodeData {
 
     /// A Truncate sets the size and (unless size-only) unmaps the pages
     /// past it, pinned to the older log pages that may map them.
-    fn apply_truncate(&mut self, t: &TruncateEntry, loc: PoolOffset, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
+    fn apply_truncate(
+        &mut self,
+        t: &TruncateEntry,
+        loc: PoolOffset,
+        freed: &mut crate::PageList,
+    ) -> Result<(), Corrupt> {
         let Body::Pages(map) = &mut self.body else {
             return Err(corrupt!("truncate entry in a directory log"));
         };
@@ -180,7 +193,7 @@ impl InodeData {
     }
 
     /// A Punch unmaps whole pages inside the file; the size stays.
-    fn apply_punch(&mut self, h: &PunchEntry, loc: PoolOffset, freed: &mut Vec<PageNo>) -> Result<(), Corrupt> {
+    fn apply_punch(&mut self, h: &PunchEntry, loc: PoolOffset, freed: &mut crate::PageList) -> Result<(), Corrupt> {
         let Body::Pages(map) = &mut self.body else {
             return Err(corrupt!("punch entry in a directory log"));
         };
@@ -338,7 +351,7 @@ impl InodeData {
         media.check_data_page(tail_page, "log tail")?;
         let tail_in_page = tail.0 - tail_page.offset().0;
         let mut page = head_page;
-        let mut freed = Vec::new();
+        let mut freed = crate::PageList::new();
         let max_pages = media.layout.total_pages;
         // Pages seen so far, to refuse a cycle: a short list for the
         // common short log (no allocation), a set once it grows.
@@ -419,7 +432,7 @@ fn unmap_and_pin(
     loc: PoolOffset,
     first: u64,
     end: u64,
-    freed: &mut Vec<PageNo>,
+    freed: &mut crate::PageList,
 ) {
     let cut: Vec<u64> = map.range(first..end).map(|(k, _)| k).collect();
     for k in cut {
