@@ -33,6 +33,27 @@ fn as_nobody(cwd: &std::path::Path, script: &str) -> (bool, String) {
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
+/// Is this test process root? Says SKIP when not.
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("SKIP: needs root");
+    }
+    root
+}
+
+/// Run `f` in a fresh directory on tmpfs (/dev/shm), the reference a mount
+/// is compared with, and remove the directory after.
+fn on_tmpfs<T>(tag: &str, f: impl FnOnce(&std::path::Path) -> T) -> T {
+    let dir = std::path::PathBuf::from(format!("/dev/shm/ferrite-fuse-test-{}-{tag}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let out = f(&dir);
+    fs::remove_dir_all(&dir).unwrap();
+    out
+}
+
 fn must(cwd: &std::path::Path, script: &str) {
     let (ok, out) = as_nobody(cwd, script);
     assert!(ok, "as nobody, expected success: {script}\n{out}");
@@ -157,17 +178,12 @@ fn root_private_mount_goes_without_default_permissions() {
     if !fuse_usable() || !tool("setpriv", "apt-get install -y util-linux") {
         return;
     }
-    // SAFETY: geteuid cannot fail and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: needs root");
+    if !is_root() {
         return;
     }
-    let tmpfs = std::path::PathBuf::from(format!("/dev/shm/ferrite-fuse-test-{}-rootref", std::process::id()));
-    let _ = fs::remove_dir_all(&tmpfs);
-    fs::create_dir_all(&tmpfs).unwrap();
-    let expected = sh(&tmpfs, ROOT_STEPS);
-    let tmpfs_no_caps = Command::new("sh").args(["-c", READ_WITHOUT_DAC_CAPS]).current_dir(&tmpfs).output().unwrap();
-    fs::remove_dir_all(&tmpfs).unwrap();
+    let (expected, tmpfs_no_caps) = on_tmpfs("rootref", |dir| {
+        (sh(dir, ROOT_STEPS), Command::new("sh").args(["-c", READ_WITHOUT_DAC_CAPS]).current_dir(dir).output().unwrap())
+    });
     assert!(expected.contains("refused: ./f") && expected.contains("ok: cat z"), "reference:\n{expected}");
     assert!(!tmpfs_no_caps.status.success(), "without CAP_DAC_OVERRIDE root read a mode-000 file on tmpfs");
 
@@ -241,16 +257,10 @@ fn privileges_dropped_as_on_tmpfs() {
     {
         return;
     }
-    // SAFETY: geteuid cannot fail and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: needs root");
+    if !is_root() {
         return;
     }
-    let tmpfs = std::path::PathBuf::from(format!("/dev/shm/ferrite-fuse-test-{}-privref", std::process::id()));
-    let _ = fs::remove_dir_all(&tmpfs);
-    fs::create_dir_all(&tmpfs).unwrap();
-    let expected = sh(&tmpfs, PRIVILEGE_STEPS);
-    fs::remove_dir_all(&tmpfs).unwrap();
+    let expected = on_tmpfs("privref", |dir| sh(dir, PRIVILEGE_STEPS));
     // The reference shows what is being compared.
     assert!(expected.contains("user-write 777 0\n") && expected.contains("root-write 6755 0\n"), "{expected}");
     let pool = Pool::new("privileges");

@@ -39,10 +39,20 @@ fn make(fs: &Session, path: &[u8], perm: u32, uid: u32, gid: u32, cap: bool) {
     fs.write(fd, b"x").unwrap();
     fs.fchown(fd, Some(uid), Some(gid)).unwrap();
     fs.fchmod(fd, perm).unwrap();
-    if cap {
-        fs.fsetxattr(fd, CAPABILITY_XATTR, b"caps", XattrSetMode::Any).unwrap();
-    }
     fs.close(fd).unwrap();
+    if cap {
+        set_capability(fs, path);
+    }
+}
+
+/// Give the file at `path` a capability, as root.
+fn set_capability(fs: &Session, path: &[u8]) {
+    let creds = fs.credentials();
+    fs.set_credentials(Credentials::root());
+    let fd = fs.open(path, OpenFlags::RDONLY, 0).unwrap();
+    fs.fsetxattr(fd, CAPABILITY_XATTR, b"caps", XattrSetMode::Any).unwrap();
+    fs.close(fd).unwrap();
+    fs.set_credentials(creds);
 }
 
 /// Mode bits and whether the capability is still there, read as root.
@@ -187,9 +197,7 @@ fn chown_drops_privileges_for_everyone() {
     fs.set_credentials(Credentials::root());
     fs.mkdir(b"/d", 0o777).unwrap();
     fs.chmod(b"/d", 0o6777).unwrap();
-    let fd = fs.open(b"/d", OpenFlags::RDONLY.directory(), 0).unwrap();
-    fs.fsetxattr(fd, CAPABILITY_XATTR, b"caps", XattrSetMode::Any).unwrap();
-    fs.close(fd).unwrap();
+    set_capability(&fs, b"/d");
     fs.chown(b"/d", Some(USER), Some(USER)).unwrap();
     assert_eq!(state(&fs, b"/d"), (0o6777, true));
 }
@@ -221,25 +229,19 @@ fn privileges_set_again_are_dropped_again_and_drops_survive_a_crash() {
     });
     // A new capability is found again, after a write that found nothing
     // (and marked the inode again),
-    let fd = fs.open(f, OpenFlags::RDONLY, 0).unwrap();
-    fs.fsetxattr(fd, CAPABILITY_XATTR, b"caps", XattrSetMode::Any).unwrap();
-    fs.close(fd).unwrap();
+    set_capability(&fs, f);
     with_fd(&fs, f, user(), OpenFlags::WRONLY, |fs, fd| fs.write(fd, b"b").map(drop).unwrap());
     assert_eq!(state(&fs, f), (0o666, false));
     // and so is a chmod that sets the bits.
     fs.chmod(f, 0o6666).unwrap();
     with_fd(&fs, f, user(), OpenFlags::WRONLY, |fs, fd| fs.write(fd, b"b").map(drop).unwrap());
     assert_eq!(state(&fs, f), (0o666, false));
-    let fd = fs.open(f, OpenFlags::RDONLY, 0).unwrap();
-    fs.fsetxattr(fd, CAPABILITY_XATTR, b"caps", XattrSetMode::Any).unwrap();
-    fs.close(fd).unwrap();
+    set_capability(&fs, f);
     with_fd(&fs, f, user(), OpenFlags::WRONLY, |fs, fd| fs.write(fd, b"c").map(drop).unwrap());
     assert_eq!(state(&fs, f), (0o666, false));
     // A drop is a commit of its own: a crash right after it keeps it.
     fs.chmod(f, 0o6777).unwrap();
-    let fd = fs.open(f, OpenFlags::RDONLY, 0).unwrap();
-    fs.fsetxattr(fd, CAPABILITY_XATTR, b"caps", XattrSetMode::Any).unwrap();
-    fs.close(fd).unwrap();
+    set_capability(&fs, f);
     with_fd(&fs, f, user(), OpenFlags::WRONLY, |fs, fd| fs.write(fd, b"d").map(drop).unwrap());
     let pmem = fs.pmem().clone();
     drop(fs);
