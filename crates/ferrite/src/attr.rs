@@ -61,11 +61,12 @@ impl Ferrite {
         Ok(inode.stat(&d))
     }
 
-    /// Take away what a write or fallocate by `c` takes from a file, in a
-    /// commit of its own made before the change, as Linux's
+    /// Take away what a write or patch by the caller (`creds`) takes from
+    /// a file, in a commit of its own made before the change, as Linux's
     /// `file_remove_privs` does before a write. One load when the inode is
-    /// known to hold nothing to take (`Inode::nosec`).
-    pub(crate) fn drop_privileges(&self, inode: &Inode, c: &Credentials) -> FsResult<()> {
+    /// known to hold nothing to take (`Inode::nosec`); the credentials are
+    /// read only when it may.
+    pub(crate) fn drop_privileges(&self, inode: &Inode, creds: impl FnOnce() -> Credentials) -> FsResult<()> {
         if inode.nosec.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -74,7 +75,7 @@ impl Ferrite {
             // The change that follows answers ENOENT or EBADF itself.
             return Ok(());
         }
-        self.setattr_as_locked(inode, &mut d, &SetAttr::default(), c, PrivilegeDrop::Modify)
+        self.setattr_as_locked(inode, &mut d, &SetAttr::default(), &creds(), PrivilegeDrop::Modify)
     }
 
     /// setattr of `set` (which may be empty) by `c`, with the set-ID bits

@@ -100,11 +100,16 @@ impl InodeData {
     /// The newest size-carrying entry (Write or Truncate) stays live: it
     /// holds the size.
     fn set_size(&mut self, size: u64, mtime_ns: i64, ctime_ns: i64, loc: PoolOffset) {
+        self.log.live.add_ref(loc, 1);
+        self.set_size_referenced(size, mtime_ns, ctime_ns, loc);
+    }
+
+    /// `set_size` for an entry whose size reference the caller has added.
+    fn set_size_referenced(&mut self, size: u64, mtime_ns: i64, ctime_ns: i64, loc: PoolOffset) {
         self.attrs.size = size;
         self.attrs.mtime_ns = mtime_ns;
         self.attrs.ctime_ns = ctime_ns;
         let live = &mut self.log.live;
-        live.add_ref(loc, 1);
         if let Some(prev) = live.last_size.replace(loc) {
             live.unref(prev);
         }
@@ -134,12 +139,7 @@ impl InodeData {
                 }
             }
         }
-        self.attrs.size = w.size_after;
-        self.attrs.mtime_ns = w.mtime_ns;
-        self.attrs.ctime_ns = w.ctime_ns;
-        if let Some(prev) = live.last_size.replace(loc) {
-            live.unref(prev);
-        }
+        self.set_size_referenced(w.size_after, w.mtime_ns, w.ctime_ns, loc);
         Ok(())
     }
 

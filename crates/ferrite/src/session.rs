@@ -353,7 +353,7 @@ impl Session {
     pub fn patch(&self, fd: Fd, offset: u64, id: crate::BufferId, len: u64) -> FsResult<()> {
         let f = self.writable(fd)?;
         if len > 0 {
-            self.drop_privileges(&f.inode)?;
+            self.fs.drop_privileges(&f.inode, || self.credentials())?;
         }
         self.fs.patch(&f.inode, offset, id, len)?;
         if f.flags.sync || f.flags.dsync {
@@ -461,17 +461,6 @@ impl Session {
         Ok(f)
     }
 
-    /// What a write or patch takes from the file first
-    /// (`Ferrite::drop_privileges`); one load on the usual path, the
-    /// caller's credentials read only when the file may hold something to
-    /// take.
-    fn drop_privileges(&self, inode: &Inode) -> FsResult<()> {
-        if inode.nosec.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        self.fs.drop_privileges(inode, &self.credentials())
-    }
-
     fn write_at(&self, f: &OpenFile, data: &[u8], offset: Option<u64>) -> FsResult<(usize, u64)> {
         // Only a write that will change the file takes its privileges
         // away: not one of nothing, nor one refused for its size (Linux's
@@ -489,7 +478,7 @@ impl Session {
         } else {
             let at = offset.expect("an offset without O_APPEND");
             if !data.is_empty() && modifies(at) {
-                self.drop_privileges(&f.inode)?;
+                self.fs.drop_privileges(&f.inode, || self.credentials())?;
             }
             let n = self.fs.write_inode_at(&f.inode, at, data)?;
             (n, at + n as u64)

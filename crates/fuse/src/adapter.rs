@@ -955,14 +955,17 @@ impl Core {
             _ => return Err(Errno::EOPNOTSUPP),
         };
         self.writable()?;
-        let st = self.fs.getattr(ino)?;
-        if who.uid != 0 && st.perm & 0o6000 != 0 {
-            // The engine takes the bits away after its own checks; the
-            // caller's groups matter only for set-group-ID without group
-            // execute.
-            let groups = if st.perm & 0o2010 == 0o2000 && who.in_group(st.gid) { vec![st.gid] } else { Vec::new() };
-            let c = Credentials::user(who.uid, who.gid, &groups);
-            return self.fs.fallocate_ino_as(ino, how, offset, length, &c).inspect(|_| self.forget_attrs(ino));
+        if who.uid != 0 {
+            let st = self.fs.getattr(ino)?;
+            if st.perm & 0o6000 != 0 {
+                // The engine takes the bits away after its own checks; the
+                // caller's groups matter only for set-group-ID without
+                // group execute.
+                let in_group = st.perm & 0o2010 == 0o2000 && who.in_group(st.gid);
+                let groups = [st.gid];
+                let c = Credentials::user(who.uid, who.gid, if in_group { &groups } else { &[] });
+                return self.fs.fallocate_ino_as(ino, how, offset, length, &c).inspect(|_| self.forget_attrs(ino));
+            }
         }
         self.fs.fallocate_ino(ino, how, offset, length)
     }
@@ -1013,8 +1016,6 @@ impl Core {
 /// `fuse_write_in.write_flags`: drop the set-ID bits (FUSE_WRITE_KILL_SUIDGID).
 pub(crate) const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 
-/// The permission bits without set-user-ID, and without set-group-ID if
-/// the group may execute (Linux's rule); None if nothing changes.
 /// The permission bits left when the kernel asks the daemon to take the
 /// set-ID bits of `st` away for `who` (FUSE_HANDLE_KILLPRIV_V2), by Linux
 /// 6's rule (`perm::set_id_bits_left`): set-user-ID always; set-group-ID
