@@ -118,7 +118,7 @@ impl Ferrite {
             inode.nosec.store(false, Ordering::Release);
         }
         let now = self.now_ns();
-        let mut entries = Vec::new();
+        let mut entries = crate::log::Entries::new();
         let mut cow = Fresh::none();
         if remove_capability {
             entries.push(Entry::Xattr(crate::format::XattrEntry {

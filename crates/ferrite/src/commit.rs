@@ -22,7 +22,7 @@ use crate::format::{self, Entry, PageNo, INODE_STATE_OFFSET, INODE_TAIL_OFFSET};
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Inode, InodeData, Staged};
 use crate::journal::Transaction;
-use crate::log::{write_log_entries, EVERY_DEATH};
+use crate::log::{write_log_entries, Entries, EVERY_DEATH};
 use crate::types::{Errno, FileMode, FileType, FsResult, InodeNo};
 use crate::PageList;
 use parking_lot::RwLockWriteGuard;
@@ -68,7 +68,7 @@ pub(crate) enum Change {
 /// One inode's part of a multi-inode change.
 pub(crate) struct Part<'a> {
     pub inode: &'a Arc<Inode>,
-    pub entries: Vec<Entry>,
+    pub entries: Entries,
     /// Free the inode in the same transaction (state word to zero).
     pub free: bool,
 }
@@ -81,7 +81,7 @@ pub(crate) struct NewInode {
     pub kind: FileType,
     pub rdev: u64,
     pub attrs: Attrs,
-    pub entries: Vec<Entry>,
+    pub entries: Entries,
 }
 
 impl Ferrite {
@@ -94,7 +94,7 @@ impl Ferrite {
         &self,
         inode: &Inode,
         d: &mut InodeData,
-        entries: Vec<Entry>,
+        entries: Entries,
         fresh: Fresh,
         change: Change,
     ) -> FsResult<()> {

@@ -183,7 +183,7 @@ impl Ferrite {
         }
         let ino = self.inodes_free.alloc()?;
         let now = self.now_ns();
-        let mut extra = Vec::new();
+        let mut extra = crate::log::Entries::new();
         let mut fresh = Fresh::none();
         if let Some(target) = symlink_target {
             debug_assert_eq!(kind, FileType::Symlink);
@@ -221,7 +221,12 @@ impl Ferrite {
         };
         let parts = vec![Part {
             inode: dir,
-            entries: vec![Entry::DentryAdd(DentryEntry { ino, kind, time_ns: now, name: name.to_vec() })],
+            entries: smallvec::smallvec![Entry::DentryAdd(DentryEntry {
+                ino,
+                kind,
+                time_ns: now,
+                name: name.to_vec()
+            })],
             free: false,
         }];
         let new = NewInode { ino, kind, rdev, attrs, entries: extra };
@@ -273,7 +278,7 @@ impl Ferrite {
                 return Err(Errno::ENOTEMPTY);
             }
             let now = self.now_ns();
-            let parent_entries = vec![Entry::DentryRemove(DentryEntry {
+            let parent_entries = smallvec::smallvec![Entry::DentryRemove(DentryEntry {
                 ino: child.ino,
                 kind: child.kind,
                 time_ns: now,
@@ -298,12 +303,12 @@ impl Ferrite {
             })?
         };
         if nlink == 0 && d.open_count == 0 {
-            return Ok(Part { inode, entries: Vec::new(), free: true });
+            return Ok(Part { inode, entries: crate::log::Entries::new(), free: true });
         }
         let mut a = d.attrs;
         a.nlink = nlink;
         a.ctime_ns = now;
-        Ok(Part { inode, entries: vec![Entry::Attr(a.to_entry())], free: false })
+        Ok(Part { inode, entries: smallvec::smallvec![Entry::Attr(a.to_entry())], free: false })
     }
 
     /// Make a new name for an existing inode (not a directory).
@@ -352,7 +357,7 @@ impl Ferrite {
         let parts = vec![
             Part {
                 inode: dir,
-                entries: vec![Entry::DentryAdd(DentryEntry {
+                entries: smallvec::smallvec![Entry::DentryAdd(DentryEntry {
                     ino,
                     kind: target.kind,
                     time_ns: now,
@@ -360,7 +365,7 @@ impl Ferrite {
                 })],
                 free: false,
             },
-            Part { inode: target, entries: vec![Entry::Attr(a.to_entry())], free: false },
+            Part { inode: target, entries: smallvec::smallvec![Entry::Attr(a.to_entry())], free: false },
         ];
         self.commit_journaled(parts, &mut [&mut g1, &mut g2], None, Fresh::none()).map(drop)?;
         Ok(target.stat(&g2))
@@ -463,8 +468,8 @@ impl Ferrite {
                 continue; // changed between lookup and lock
             }
             let now = self.now_ns();
-            let mut sd_entries = Vec::new();
-            let mut dd_entries = Vec::new();
+            let mut sd_entries = crate::log::Entries::new();
+            let mut dd_entries = crate::log::Entries::new();
             let dentry = |ino: InodeNo, kind: FileType, name: &[u8]| DentryEntry {
                 ino,
                 kind,
@@ -495,7 +500,11 @@ impl Ferrite {
                 parts.push(Part { inode: ddir, entries: dd_entries, free: false });
                 idx.push(1);
             }
-            parts.push(Part { inode: &moved, entries: vec![Entry::Attr(m_attrs.to_entry())], free: false });
+            parts.push(Part {
+                inode: &moved,
+                entries: smallvec::smallvec![Entry::Attr(m_attrs.to_entry())],
+                free: false,
+            });
             idx.push(2);
             if let (Some(ti), Some(_)) = (&target, &t) {
                 let td = guards[3].as_deref().expect("target locked");
@@ -505,7 +514,11 @@ impl Ferrite {
                     if ti.kind == FileType::Directory {
                         a.parent = sp;
                     }
-                    parts.push(Part { inode: ti, entries: vec![Entry::Attr(a.to_entry())], free: false });
+                    parts.push(Part {
+                        inode: ti,
+                        entries: smallvec::smallvec![Entry::Attr(a.to_entry())],
+                        free: false,
+                    });
                 } else {
                     parts.push(self.drop_link_part(ti, td, now)?);
                 }

@@ -79,8 +79,14 @@ impl Ferrite {
             ctime_ns: a.ctime_ns,
             size_only: true,
         });
-        let (staged, unused) =
-            d.stage_reserved(&self.media, &self.pages, inode.ino, inode.generation, vec![entry], reserve);
+        let (staged, unused) = d.stage_reserved(
+            &self.media,
+            &self.pages,
+            inode.ino,
+            inode.generation,
+            smallvec::smallvec![entry],
+            reserve,
+        );
         let mut released = crate::PageList::new();
         d.commit_staged(inode.kind, staged, &mut released);
         assert!(released.is_empty(), "a size-only truncate of inode {} released pages", inode.ino.0);
@@ -183,6 +189,6 @@ impl Ferrite {
         let mut a = d.attrs;
         a.mode = mode;
         a.ctime_ns = self.now_ns();
-        self.commit(&inode, &mut d, vec![Entry::Attr(a.to_entry())], Fresh::none(), Change::Meta)
+        self.commit(&inode, &mut d, smallvec::smallvec![Entry::Attr(a.to_entry())], Fresh::none(), Change::Meta)
     }
 }

@@ -13,6 +13,7 @@ use crate::format::{
 };
 use crate::fs::Ferrite;
 use crate::inode::{Inode, InodeData};
+use crate::log::Entries;
 use crate::perm::PrivilegeDrop;
 use crate::types::{limits, Credentials, Errno, FallocateMode, FileType, FsResult, InodeNo, SetAttr};
 use smallvec::SmallVec;
@@ -52,8 +53,8 @@ pub(crate) fn flatten(runs: &[(PageNo, u32)]) -> SmallVec<[PageNo; 4]> {
 
 /// Write entries for file pages `first..` mapped to `pool` pages, one entry
 /// per stretch where both sides are consecutive.
-pub(crate) fn write_entries(first: u64, pool: &[(u64, PageNo)], size_after: u64, now: i64) -> Vec<Entry> {
-    let mut out = Vec::new();
+pub(crate) fn write_entries(first: u64, pool: &[(u64, PageNo)], size_after: u64, now: i64) -> Entries {
+    let mut out = Entries::new();
     let mut i = 0;
     let _ = first;
     while i < pool.len() {
@@ -334,7 +335,7 @@ impl Ferrite {
         let now = self.now_ns();
         let size_after = d.attrs.size.max(end);
         let mut pairs: SmallVec<[(u64, PageNo); 4]> = SmallVec::new();
-        let mut inline = Vec::new();
+        let mut inline = Entries::new();
         for &(p, lo, hi, action) in &plan {
             let page_start = p << PAGE_SHIFT;
             let src = &data[(page_start + lo as u64 - offset) as usize..(page_start + hi as u64 - offset) as usize];
@@ -402,11 +403,16 @@ impl Ferrite {
     /// shrink to the middle of a page copies that page with its tail zeroed,
     /// so that bytes past the end are always zero on media. Returns the
     /// entries and the page allocated for that copy, if any.
-    pub(crate) fn truncate_entries(&self, d: &InodeData, size: u64, now: i64) -> FsResult<(Vec<Entry>, Fresh)> {
+    pub(crate) fn truncate_entries(&self, d: &InodeData, size: u64, now: i64) -> FsResult<(Entries, Fresh)> {
         if size > limits::FILE_SIZE_MAX {
             return Err(Errno::EFBIG);
         }
-        let mut entries = vec![Entry::Truncate(TruncateEntry { size, mtime_ns: now, ctime_ns: now, size_only: false })];
+        let mut entries = smallvec::smallvec![Entry::Truncate(TruncateEntry {
+            size,
+            mtime_ns: now,
+            ctime_ns: now,
+            size_only: false
+        })];
         let mut cow = Fresh::none();
         let within = (size % PAGE_SIZE) as usize;
         if size < d.attrs.size && within != 0 {
@@ -485,7 +491,7 @@ impl Ferrite {
         let now = self.now_ns();
         let (entries, runs) = if holes.is_empty() {
             let t = TruncateEntry { size: new_size, mtime_ns: now, ctime_ns: now, size_only: true };
-            (vec![Entry::Truncate(t)], crate::alloc::Runs::new())
+            (smallvec::smallvec![Entry::Truncate(t)], crate::alloc::Runs::new())
         } else {
             let runs = self.pages.alloc(holes.len() as u64)?;
             for &(s, n) in &runs {
@@ -529,7 +535,7 @@ impl Ferrite {
             }
         }
         let mut pairs: SmallVec<[(u64, PageNo); 2]> = SmallVec::new();
-        let mut entries = Vec::new();
+        let mut entries = Entries::new();
         let mut fresh = Fresh::none();
         if !edges.is_empty() {
             let runs = self.pages.alloc(edges.len() as u64)?;

@@ -201,7 +201,7 @@ impl Ferrite {
             kind: FileType::Directory,
             rdev: 0,
             attrs,
-            entries: Vec::new(),
+            entries: crate::log::Entries::new(),
         };
         fs.commit_journaled(Vec::new(), &mut [], Some(root), crate::commit::Fresh::none())
             .map_err(|e| PoolError::Invalid(format!("pool too small for the root directory: {e:?}")))?;

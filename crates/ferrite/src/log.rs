@@ -379,19 +379,24 @@ impl Log {
     }
 }
 
+/// The entries of one commit to one log, in order. Inline for one: most
+/// commits (a write of one run of pages, an Attr, a name) have one, and
+/// each would otherwise cost an allocation and a free.
+pub type Entries = SmallVec<[Entry; 1]>;
+
 /// Entries written after the tail but not yet committed.
 pub struct Staged {
     pub new_tail: PoolOffset,
     pub new_pages: SmallVec<[PageNo; 2]>,
     /// (location, sequence number) of each entry, in order.
     pub locs: SmallVec<[(PoolOffset, u64); 4]>,
-    pub entries: Vec<Entry>,
+    pub entries: Entries,
 }
 
 impl Staged {
     /// No entries: a new inode whose attributes are all it has.
     pub fn nothing() -> Staged {
-        Staged { new_tail: format::NO_LOG, new_pages: SmallVec::new(), locs: SmallVec::new(), entries: Vec::new() }
+        Staged { new_tail: format::NO_LOG, new_pages: SmallVec::new(), locs: SmallVec::new(), entries: Entries::new() }
     }
 }
 
@@ -406,7 +411,7 @@ impl InodeData {
         alloc: &PageAllocator,
         owner: InodeNo,
         generation: u32,
-        entries: Vec<Entry>,
+        entries: Entries,
     ) -> FsResult<Staged> {
         let seqs = self.next_seqs(entries.len());
         let staged = write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, None)?;
@@ -444,7 +449,7 @@ impl InodeData {
         alloc: &PageAllocator,
         owner: InodeNo,
         generation: u32,
-        entries: Vec<Entry>,
+        entries: Entries,
         reserve: PageNo,
     ) -> (Staged, Option<PageNo>) {
         let seqs = self.next_seqs(entries.len());
@@ -474,7 +479,7 @@ pub(crate) fn write_log_entries(
     owner: InodeNo,
     generation: u32,
     pos: PoolOffset,
-    entries: Vec<Entry>,
+    entries: Entries,
     seqs: Seqs,
     reserve: Option<PageNo>,
 ) -> FsResult<Staged> {

@@ -126,6 +126,6 @@ impl Ferrite {
             value: value.map(|v| v.to_vec()),
             ctime_ns: self.now_ns(),
         });
-        self.commit(&inode, &mut d, vec![entry], Fresh::none(), Change::Meta)
+        self.commit(&inode, &mut d, smallvec::smallvec![entry], Fresh::none(), Change::Meta)
     }
 }
