@@ -72,11 +72,11 @@ struct FreeList {
 
 /// Most single pages a lane keeps outside its extent map: as many as a
 /// buffered batch releases at once with the default `ops_max` (4,096
-/// overwrites). The
-/// persister frees a batch's pages together; with room for 256 only, the
-/// rest became one-page extents, and each allocation after them removed a
-/// node of the extent map (burst writes on a buffered mount 7-14 % faster
-/// with the larger list, docs/BENCHMARKS.md). 32 KiB a lane at most.
+/// overwrites). The persister frees a batch's pages together; with room
+/// for 256 only, the rest became one-page extents, and each allocation
+/// after them removed a node of the extent map (burst writes on a buffered
+/// mount 7-14 % faster with the larger list, docs/BENCHMARKS.md). 32 KiB a
+/// lane at most.
 const SINGLES_MAX: usize = 4096;
 
 impl FreeList {

@@ -291,9 +291,9 @@ impl Buffered {
             let mut st = self.state.lock();
             let seq = st.next_seq;
             st.next_seq += 1;
-            let was_empty = st.durable_seq == seq - 1;
-            st.ops.push_back(Queued { seq, words, flushes, free_pages, free_inodes, queued_at: now });
             let pending = seq - st.durable_seq;
+            let was_empty = pending == 1;
+            st.ops.push_back(Queued { seq, words, flushes, free_pages, free_inodes, queued_at: now });
             let oldest_at = *st.oldest_at.get_or_insert(now);
             let oldest_ns = now.duration_since(oldest_at).as_nanos() as u64;
             let over = pending >= self.opts.ops_max || oldest_ns >= self.opts.lag_ns_max;
