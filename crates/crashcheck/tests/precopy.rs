@@ -9,14 +9,18 @@
 //! seq-1 on the empty and log-edge images and random workloads on the
 //! empty one, with the same checks as `ci.rs`: persistence checker, model
 //! after every call, crash images at every fence, recovery crashed where
-//! it does work, usability. Each test first shows that the path was
-//! reached. Tokens replay with `replay TOKEN --write-precopy`.
+//! it does work, usability; and random workloads mixing strict and
+//! fsync-atomic files, where a forced write also skips the look for an
+//! epoch made before the copy (as when another writer holds the lock), so
+//! that the check under the lock meets epochs and gives the fresh pages
+//! back. Each test first shows that the path was reached. Tokens replay
+//! with `replay TOKEN --write-precopy`.
 
 mod common;
 
 use common::{config, run, scale, seed};
 use ferrite_crashcheck::verify::RecoveryCrash;
-use ferrite_crashcheck::workload::{random_workload, seq1, StartKind};
+use ferrite_crashcheck::workload::{random_workload, random_workload_modes, seq1, StartKind};
 
 fn forced() {
     ferrite::force_write_precopy(true);
@@ -56,4 +60,23 @@ fn random_empty_precopy() {
         })
         .collect();
     run_reaching("precopy random empty", jobs, 32);
+}
+
+/// fsync-atomic files: a copied write over pages its file's open epoch
+/// owns must give its fresh pages back and write in place, and one over
+/// other pages commits into the epoch. Shows that both happened.
+#[test]
+fn random_modes_precopy() {
+    let count = (24.0 * scale()).round().max(1.0) as u64;
+    let jobs = (0..count)
+        .map(|i| {
+            let s = ferrite_crashcheck::hash::mix(seed() ^ (i << 8) ^ 0x9c1);
+            (StartKind::Empty, random_workload_modes(s, 24))
+        })
+        .collect();
+    let before = ferrite::write_precopy_fallbacks();
+    run_reaching("precopy random modes", jobs, 32);
+    let fallbacks = ferrite::write_precopy_fallbacks() - before;
+    assert!(fallbacks > 0, "no copied write met an epoch over its pages");
+    eprintln!("precopy random modes: {fallbacks} copied writes met an epoch and wrote in place");
 }

@@ -31,6 +31,10 @@ static FORCE_WRITE_PRECOPY: std::sync::atomic::AtomicBool = std::sync::atomic::A
 /// Writes that took the copy-before-lock path since the process started.
 static WRITE_PRECOPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Copy-before-lock writes that found, under the lock, an epoch over their
+/// pages (or the inode gone) and went the ordinary way instead.
+static PRECOPY_FALLBACKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Tests only (the crash harness): make every whole-page write take the
 /// copy-before-lock path of a contended file (`FORCE_WRITE_PRECOPY`).
 #[doc(hidden)]
@@ -43,6 +47,13 @@ pub fn force_write_precopy(on: bool) {
 #[doc(hidden)]
 pub fn write_precopies() -> u64 {
     WRITE_PRECOPIES.load(Ordering::Relaxed)
+}
+
+/// Tests only: how many copy-before-lock writes gave their pages back
+/// under the lock and took the ordinary path (an epoch over their pages).
+#[doc(hidden)]
+pub fn write_precopy_fallbacks() -> u64 {
+    PRECOPY_FALLBACKS.load(Ordering::Relaxed)
 }
 
 /// Consecutive runs of pool pages handed out by the allocator, walked one
@@ -222,8 +233,14 @@ impl Ferrite {
         let whole_pages = !data.is_empty() && offset.is_multiple_of(PAGE_SIZE) && data.len().is_multiple_of(PAGE);
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         // An fsync-atomic file in the middle of an epoch writes its epoch's
-        // pages in place: the ordinary path, decided under the lock.
-        if !whole_pages || end > limits::FILE_SIZE_MAX || inode.data.read().pending.is_some() {
+        // pages in place: the ordinary path. The look is only a guess
+        // (another writer holds the lock, most likely, and waiting for it
+        // here would serialise the copy too); the check under the lock below
+        // is what decides. Forced (tests), the guess is skipped as when the
+        // lock is held, so that the check below is reached with an epoch.
+        let pending_seen =
+            !FORCE_WRITE_PRECOPY.load(Ordering::Relaxed) && inode.data.try_read().is_some_and(|d| d.pending.is_some());
+        if !whole_pages || end > limits::FILE_SIZE_MAX || pending_seen {
             let mut d = inode.data.write();
             return self.write_locked(inode, &mut d, offset, data);
         }
@@ -233,13 +250,14 @@ impl Ferrite {
         for (k, page) in fresh.iter().enumerate() {
             self.media.write_nt(page.offset(), &data[k * PAGE..(k + 1) * PAGE]);
         }
-        let mut d = inode.data.write();
+        let mut d = inode.write_contended();
         let first = offset >> PAGE_SHIFT;
         let in_epoch = d.pending.as_ref().is_some_and(|e| {
             (first..first + fresh.len() as u64)
                 .any(|p| d.pages().get(&p).is_some_and(|r| e.epoch_pages.contains(&r.pool)))
         });
         if in_epoch || !d.alive {
+            PRECOPY_FALLBACKS.fetch_add(1, Ordering::Relaxed);
             // An epoch began on these pages since the check above (another
             // writer), or the inode is gone. The pages filled go back, and
             // their stores are fenced first, so that none of them can land

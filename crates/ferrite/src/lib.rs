@@ -52,7 +52,7 @@ pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomStat
 pub use buffered::{BufferedOptions, BufferedStats, BUFFERED_LAG_NS_MAX, BUFFERED_OPS_MAX};
 pub use dir::NodeSpec;
 #[doc(hidden)]
-pub use file::{force_write_precopy, write_precopies};
+pub use file::{force_write_precopy, write_precopies, write_precopy_fallbacks};
 pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
 pub use inode::Inode;
 pub use session::{FdTable, OpenFile, Session};
