@@ -22,10 +22,18 @@
 //!   unlinked files still open) + recovering mount gives the same tree, the
 //!   same contents, a clean fsck, and orphans freed.
 //!
+//! - the same on a buffered mount, its persister thread running: the pool
+//!   as it stands when the threads join is a clean file system, a clean
+//!   unmount drains everything, and a sync followed by a crash keeps
+//!   everything (orphans freed at recovery).
+//!
 //! Replay: `FERRITE_SEED=<seed>` (printed), `FERRITE_STRESS_OPS=<n>` to
 //! change the number of operations per thread.
 
-use ferrite::{Errno, FallocateMode, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session};
+use ferrite::{
+    BufferedOptions, Errno, FallocateMode, FileType, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags,
+    Session,
+};
 use ferrite_pmem::Pmem;
 use ferrite_tests::{diff_trees, get, seed_from_env, splitmix64, tree_of, Tree};
 use rand::{Rng, SeedableRng};
@@ -709,10 +717,20 @@ fn expect_same_tree(before: &Tree, fs: &Session, when: &str) {
     assert!(d.is_empty(), "{when}: the tree changed:\n{d}");
 }
 
-/// Run the workload; returns the file system and every thread's shadow.
-fn workload(seed: u64) -> (Arc<Session>, Vec<Shadow>) {
+/// Run the workload, on a strict mount or on a buffered one (its persister
+/// thread running with the default bounds); returns the file system and
+/// every thread's shadow.
+fn workload(seed: u64, buffered: bool) -> (Arc<Session>, Vec<Shadow>) {
     let fs = Session::format(Pmem::heap(POOL_PAGES * 4096), &FormatOptions { lanes: 4, ..Default::default() })
         .expect("format");
+    let fs = if buffered {
+        let pmem = fs.pmem().clone();
+        fs.unmount().expect("unmount after format");
+        let opts = MountOptions { buffered: Some(BufferedOptions::default()), ..Default::default() };
+        Session::mount(Pmem::from_image(&pmem.image()), &opts).expect("buffered mount")
+    } else {
+        fs
+    };
     setup(&fs);
     let fs = Arc::new(fs);
     let n = ops_per_thread();
@@ -778,7 +796,7 @@ fn workload(seed: u64) -> (Arc<Session>, Vec<Shadow>) {
 #[test]
 fn stress_then_clean_remount() {
     let seed = seed_from_env("FERRITE_SEED", "stress_then_clean_remount", 0x5EED_0001);
-    let (fs, shadows) = workload(seed);
+    let (fs, shadows) = workload(seed, false);
     let when = format!("after the threads joined (seed {seed:#x})");
     verify_all(&fs, &shadows, &when);
     fsck_clean(&fs.pmem().image(), &when);
@@ -798,7 +816,7 @@ fn stress_then_clean_remount() {
 #[test]
 fn stress_then_crash_and_recover() {
     let seed = seed_from_env("FERRITE_SEED", "stress_then_crash_and_recover", 0x5EED_0002);
-    let (fs, shadows) = workload(seed);
+    let (fs, shadows) = workload(seed, false);
     let when = format!("after the threads joined (seed {seed:#x})");
     verify_all(&fs, &shadows, &when);
     // Leave unlinked files open (orphans) and other files open at the crash.
@@ -837,6 +855,64 @@ fn stress_then_crash_and_recover() {
     fsck_clean(&image, &when);
     let fs = mount(&image);
     expect_same_tree(&tree, &fs, &when);
+}
+
+/// The same four threads on a buffered mount, with its persister thread
+/// taking the queue from them all along. The pool as it stands when they
+/// join is a crash image, and must be a clean file system (a prefix of
+/// the operations); a clean unmount drains the queue, and the remounted
+/// pool (strict) holds exactly what the threads left.
+#[test]
+fn buffered_stress_then_clean_remount() {
+    let seed = seed_from_env("FERRITE_SEED", "buffered_stress_then_clean_remount", 0x5EED_0004);
+    let (fs, shadows) = workload(seed, true);
+    let when = format!("buffered, after the threads joined (seed {seed:#x})");
+    verify_all(&fs, &shadows, &when);
+    fsck_clean(&fs.pmem().image(), &format!("{when}, the pool as it stands"));
+    let tree = tree_of(&*fs).expect("tree");
+    let fs = Arc::try_unwrap(fs).unwrap_or_else(|_| panic!("threads still hold the fs"));
+    let pmem = fs.pmem().clone();
+    fs.unmount().expect("unmount");
+    let image = pmem.image();
+    let when = format!("buffered, after a clean unmount (seed {seed:#x})");
+    fsck_clean(&image, &when);
+    let fs = mount(&image);
+    assert!(!fs.mount_report().recovered, "{when}: the mount recovered");
+    expect_same_tree(&tree, &fs, &when);
+    verify_all(&fs, &shadows, &when);
+}
+
+/// Buffered, then a sync and a crash: everything that returned before the
+/// sync is in the recovered pool, unlinked files still open at the crash
+/// included (freed at recovery).
+#[test]
+fn buffered_stress_then_sync_and_crash() {
+    let seed = seed_from_env("FERRITE_SEED", "buffered_stress_then_sync_and_crash", 0x5EED_0005);
+    let (fs, shadows) = workload(seed, true);
+    let when = format!("buffered, after the threads joined (seed {seed:#x})");
+    verify_all(&fs, &shadows, &when);
+    let mut open = Vec::new();
+    for t in 0..THREADS {
+        let p = format!("/t{t}/orphan");
+        let fd = fs.open(p.as_bytes(), OpenFlags::RDWR.create().excl(), 0o644).unwrap();
+        fs.pwrite(fd, &vec![t as u8; 20_000], 0).unwrap();
+        fs.unlink(p.as_bytes()).unwrap();
+        open.push(fd);
+    }
+    fs.sync_all().expect("sync");
+    let tree = tree_of(&*fs).expect("tree");
+    let fs = Arc::try_unwrap(fs).unwrap_or_else(|_| panic!("threads still hold the fs"));
+    let pmem = fs.pmem().clone();
+    drop(fs); // the crash: no unmount
+    let image = pmem.image();
+    let when = format!("buffered, after a sync and a crash (seed {seed:#x})");
+    fsck_clean(&image, &when);
+    let fs = mount(&image);
+    let rep = fs.mount_report().clone();
+    assert!(rep.recovered, "{when}: the mount did not recover");
+    assert_eq!(rep.orphans_freed, THREADS as u64, "{when}: orphans freed at recovery");
+    expect_same_tree(&tree, &fs, &when);
+    verify_all(&fs, &shadows, &when);
 }
 
 // ---------------------------------------------------------------------------
