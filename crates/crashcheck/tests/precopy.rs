@@ -50,32 +50,29 @@ fn seq1_logedge_precopy() {
     run_reaching("precopy seq1 logedge", seq1().into_iter().map(|w| (StartKind::LogEdge, w)).collect(), 128);
 }
 
-#[test]
-fn random_empty_precopy() {
-    let count = (16.0 * scale()).round().max(1.0) as u64;
-    let jobs = (0..count)
-        .map(|i| {
-            let s = ferrite_crashcheck::hash::mix(seed() ^ (i << 8) ^ 0x9c0);
-            (StartKind::Empty, random_workload(s, 24))
-        })
-        .collect();
-    run_reaching("precopy random empty", jobs, 32);
+/// `base` random workloads of 24 calls (scaled) on the empty image, drawn
+/// by `draw` from seeds salted with `salt`.
+fn random_jobs(
+    base: f64,
+    salt: u64,
+    draw: fn(u64, usize) -> ferrite_crashcheck::workload::Workload,
+) -> Vec<(StartKind, ferrite_crashcheck::workload::Workload)> {
+    let count = (base * scale()).round().max(1.0) as u64;
+    (0..count).map(|i| (StartKind::Empty, draw(ferrite_crashcheck::hash::mix(seed() ^ (i << 8) ^ salt), 24))).collect()
 }
 
-/// fsync-atomic files: a copied write over pages its file's open epoch
-/// owns must give its fresh pages back and write in place, and one over
-/// other pages commits into the epoch. Shows that both happened.
+#[test]
+fn random_empty_precopy() {
+    run_reaching("precopy random empty", random_jobs(16.0, 0x9c0, random_workload), 32);
+}
+
+/// fsync-atomic files: a copied write over pages that its file's open
+/// epoch owns must give its fresh pages back and take the ordinary path.
+/// Shows that writes were copied first and that some met an epoch.
 #[test]
 fn random_modes_precopy() {
-    let count = (24.0 * scale()).round().max(1.0) as u64;
-    let jobs = (0..count)
-        .map(|i| {
-            let s = ferrite_crashcheck::hash::mix(seed() ^ (i << 8) ^ 0x9c1);
-            (StartKind::Empty, random_workload_modes(s, 24))
-        })
-        .collect();
     let before = ferrite::write_precopy_fallbacks();
-    run_reaching("precopy random modes", jobs, 32);
+    run_reaching("precopy random modes", random_jobs(24.0, 0x9c1, random_workload_modes), 32);
     let fallbacks = ferrite::write_precopy_fallbacks() - before;
     assert!(fallbacks > 0, "no copied write met an epoch over its pages");
     eprintln!("precopy random modes: {fallbacks} copied writes met an epoch and wrote in place");

@@ -796,16 +796,58 @@ fn workload(seed: u64, buffered: bool) -> (Arc<Session>, Vec<Shadow>) {
 #[test]
 fn stress_then_clean_remount() {
     let seed = seed_from_env("FERRITE_SEED", "stress_then_clean_remount", 0x5EED_0001);
-    let (fs, shadows) = workload(seed, false);
-    let when = format!("after the threads joined (seed {seed:#x})");
+    then_clean_remount(seed, false);
+}
+
+#[test]
+fn stress_then_crash_and_recover() {
+    let seed = seed_from_env("FERRITE_SEED", "stress_then_crash_and_recover", 0x5EED_0002);
+    then_crash_and_recover(seed, false);
+}
+
+/// The same four threads on a buffered mount, with its persister thread
+/// taking the queue from them all along. The pool as it stands when they
+/// join is a crash image, and must be a clean file system (a prefix of
+/// the operations); a clean unmount drains the queue, and the remounted
+/// pool (strict) holds exactly what the threads left.
+#[test]
+fn buffered_stress_then_clean_remount() {
+    let seed = seed_from_env("FERRITE_SEED", "buffered_stress_then_clean_remount", 0x5EED_0004);
+    then_clean_remount(seed, true);
+}
+
+/// Buffered, then a sync and a crash: everything that returned before the
+/// sync is in the recovered pool, unlinked files still open at the crash
+/// included (freed at recovery).
+#[test]
+fn buffered_stress_then_sync_and_crash() {
+    let seed = seed_from_env("FERRITE_SEED", "buffered_stress_then_sync_and_crash", 0x5EED_0005);
+    then_crash_and_recover(seed, true);
+}
+
+fn mode_name(buffered: bool) -> &'static str {
+    if buffered {
+        "buffered, "
+    } else {
+        ""
+    }
+}
+
+/// The workload, then a clean unmount and a mount that needs no recovery.
+fn then_clean_remount(seed: u64, buffered: bool) {
+    let mode = mode_name(buffered);
+    let (fs, shadows) = workload(seed, buffered);
+    let when = format!("{mode}after the threads joined (seed {seed:#x})");
     verify_all(&fs, &shadows, &when);
+    // On a buffered mount the pool as it stands is some prefix of the
+    // operations, and that too is a clean file system.
     fsck_clean(&fs.pmem().image(), &when);
     let tree = tree_of(&*fs).expect("tree");
     let fs = Arc::try_unwrap(fs).unwrap_or_else(|_| panic!("threads still hold the fs"));
     let pmem = fs.pmem().clone();
     fs.unmount().expect("unmount");
     let image = pmem.image();
-    let when = format!("after a clean unmount (seed {seed:#x})");
+    let when = format!("{mode}after a clean unmount (seed {seed:#x})");
     fsck_clean(&image, &when);
     let fs = mount(&image);
     assert!(!fs.mount_report().recovered, "{when}: the mount recovered");
@@ -813,13 +855,14 @@ fn stress_then_clean_remount() {
     verify_all(&fs, &shadows, &when);
 }
 
-#[test]
-fn stress_then_crash_and_recover() {
-    let seed = seed_from_env("FERRITE_SEED", "stress_then_crash_and_recover", 0x5EED_0002);
-    let (fs, shadows) = workload(seed, false);
-    let when = format!("after the threads joined (seed {seed:#x})");
+/// The workload, then unlinked files left open (orphans) and other files
+/// open, a sync on a buffered mount, and a crash: the recovered pool holds
+/// the same tree, with the orphans freed.
+fn then_crash_and_recover(seed: u64, buffered: bool) {
+    let mode = mode_name(buffered);
+    let (fs, shadows) = workload(seed, buffered);
+    let when = format!("{mode}after the threads joined (seed {seed:#x})");
     verify_all(&fs, &shadows, &when);
-    // Leave unlinked files open (orphans) and other files open at the crash.
     let mut open = Vec::new();
     for (t, sh) in shadows.iter().enumerate() {
         let p = format!("/t{t}/orphan");
@@ -832,13 +875,16 @@ fn stress_then_crash_and_recover() {
             open.push(fs.open(p.as_bytes(), OpenFlags::RDWR, 0).unwrap());
         }
     }
+    if buffered {
+        fs.sync_all().expect("sync");
+    }
     let free_with_orphans = fs.free_pages();
     let tree = tree_of(&*fs).expect("tree");
     let fs = Arc::try_unwrap(fs).unwrap_or_else(|_| panic!("threads still hold the fs"));
     let pmem = fs.pmem().clone();
     drop(fs); // the crash: no unmount
     let image = pmem.image();
-    let when = format!("after the crash (seed {seed:#x})");
+    let when = format!("{mode}after the crash (seed {seed:#x})");
     fsck_clean(&image, &when);
     let fs = mount(&image);
     let rep = fs.mount_report().clone();
@@ -851,68 +897,10 @@ fn stress_then_crash_and_recover() {
     let pmem = fs.pmem().clone();
     fs.unmount().unwrap();
     let image = pmem.image();
-    let when = format!("after recovery and a clean unmount (seed {seed:#x})");
+    let when = format!("{mode}after recovery and a clean unmount (seed {seed:#x})");
     fsck_clean(&image, &when);
     let fs = mount(&image);
     expect_same_tree(&tree, &fs, &when);
-}
-
-/// The same four threads on a buffered mount, with its persister thread
-/// taking the queue from them all along. The pool as it stands when they
-/// join is a crash image, and must be a clean file system (a prefix of
-/// the operations); a clean unmount drains the queue, and the remounted
-/// pool (strict) holds exactly what the threads left.
-#[test]
-fn buffered_stress_then_clean_remount() {
-    let seed = seed_from_env("FERRITE_SEED", "buffered_stress_then_clean_remount", 0x5EED_0004);
-    let (fs, shadows) = workload(seed, true);
-    let when = format!("buffered, after the threads joined (seed {seed:#x})");
-    verify_all(&fs, &shadows, &when);
-    fsck_clean(&fs.pmem().image(), &format!("{when}, the pool as it stands"));
-    let tree = tree_of(&*fs).expect("tree");
-    let fs = Arc::try_unwrap(fs).unwrap_or_else(|_| panic!("threads still hold the fs"));
-    let pmem = fs.pmem().clone();
-    fs.unmount().expect("unmount");
-    let image = pmem.image();
-    let when = format!("buffered, after a clean unmount (seed {seed:#x})");
-    fsck_clean(&image, &when);
-    let fs = mount(&image);
-    assert!(!fs.mount_report().recovered, "{when}: the mount recovered");
-    expect_same_tree(&tree, &fs, &when);
-    verify_all(&fs, &shadows, &when);
-}
-
-/// Buffered, then a sync and a crash: everything that returned before the
-/// sync is in the recovered pool, unlinked files still open at the crash
-/// included (freed at recovery).
-#[test]
-fn buffered_stress_then_sync_and_crash() {
-    let seed = seed_from_env("FERRITE_SEED", "buffered_stress_then_sync_and_crash", 0x5EED_0005);
-    let (fs, shadows) = workload(seed, true);
-    let when = format!("buffered, after the threads joined (seed {seed:#x})");
-    verify_all(&fs, &shadows, &when);
-    let mut open = Vec::new();
-    for t in 0..THREADS {
-        let p = format!("/t{t}/orphan");
-        let fd = fs.open(p.as_bytes(), OpenFlags::RDWR.create().excl(), 0o644).unwrap();
-        fs.pwrite(fd, &vec![t as u8; 20_000], 0).unwrap();
-        fs.unlink(p.as_bytes()).unwrap();
-        open.push(fd);
-    }
-    fs.sync_all().expect("sync");
-    let tree = tree_of(&*fs).expect("tree");
-    let fs = Arc::try_unwrap(fs).unwrap_or_else(|_| panic!("threads still hold the fs"));
-    let pmem = fs.pmem().clone();
-    drop(fs); // the crash: no unmount
-    let image = pmem.image();
-    let when = format!("buffered, after a sync and a crash (seed {seed:#x})");
-    fsck_clean(&image, &when);
-    let fs = mount(&image);
-    let rep = fs.mount_report().clone();
-    assert!(rep.recovered, "{when}: the mount did not recover");
-    assert_eq!(rep.orphans_freed, THREADS as u64, "{when}: orphans freed at recovery");
-    expect_same_tree(&tree, &fs, &when);
-    verify_all(&fs, &shadows, &when);
 }
 
 // ---------------------------------------------------------------------------
