@@ -258,8 +258,9 @@ impl Ferrite {
         });
         if in_epoch || !d.alive {
             PRECOPY_FALLBACKS.fetch_add(1, Ordering::Relaxed);
-            // An epoch began on these pages since the check above (another
-            // writer), or the inode is gone. The pages filled go back, and
+            // An epoch covers these pages (it began since the look above,
+            // or the look was skipped because the lock was held), or the
+            // inode is gone. The pages filled go back, and
             // their stores are fenced first, so that none of them can land
             // after the next owner's (the crash harness's persistence
             // checker holds every unfenced store to a freed page to this).

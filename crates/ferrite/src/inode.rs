@@ -355,9 +355,10 @@ impl Inode {
     /// waits on plain loads and takes the lock as soon as it looks free,
     /// and blocks only after `CONTENDED_SPIN_ROUNDS`. parking_lot's own
     /// wait spins a few times and then calls `sched_yield` on every
-    /// further attempt: two threads writing one file made 700,000 of those
-    /// system calls in a one-second run (issue 14, BENCHMARKS.md), each
-    /// longer than the holder's critical section.
+    /// further attempt: two threads writing one file made 279,000 of those
+    /// system calls in a one-round `scaling-2t` run of about a second
+    /// (issue 14, BENCHMARKS.md), each longer than the holder's critical
+    /// section.
     pub fn write_contended(&self) -> RwLockWriteGuard<'_, InodeData> {
         for _ in 0..CONTENDED_SPIN_ROUNDS {
             // A plain load first: a failed `try_write` is a locked
@@ -376,10 +377,10 @@ impl Inode {
 }
 
 /// How long `Inode::write_contended` waits before it blocks: rounds of
-/// four `pause` instructions, about 35 µs on the AMD VM (a pause takes
-/// about 65 cycles there, 140 on recent Intel cores). A write's critical
-/// section is under a microsecond; a holder that takes longer has been
-/// preempted, and then blocking is the better wait.
+/// four `pause` instructions, about 50 µs on the AMD VM (a pause takes
+/// 25 ns there). A write's critical section is under a microsecond; a
+/// holder that takes longer has been preempted, and then blocking is the
+/// better wait.
 const CONTENDED_SPIN_ROUNDS: u32 = 512;
 
 impl InodeData {
