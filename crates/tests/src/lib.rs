@@ -102,6 +102,15 @@ pub fn remount(fs: ferrite::Session, crash: bool) -> ferrite::Session {
 
 /// `remount`, also returning the fsck report of the image it mounted.
 pub fn remount_checked(fs: ferrite::Session, crash: bool) -> (ferrite::Session, ferrite::fsck::FsckReport) {
+    remount_as(fs, crash, &ferrite::MountOptions::default())
+}
+
+/// `remount_checked` with mount options of the caller's (a buffered mount).
+pub fn remount_as(
+    fs: ferrite::Session,
+    crash: bool,
+    opts: &ferrite::MountOptions,
+) -> (ferrite::Session, ferrite::fsck::FsckReport) {
     let pmem = fs.pmem().clone();
     if crash {
         drop(fs);
@@ -111,8 +120,7 @@ pub fn remount_checked(fs: ferrite::Session, crash: bool) -> (ferrite::Session, 
     let image = pmem.image();
     let report = ferrite::fsck::check(&ferrite_pmem::Pmem::from_image(&image)).unwrap();
     assert!(report.is_clean(), "{report}");
-    let fs =
-        ferrite::Session::mount(ferrite_pmem::Pmem::from_image(&image), &ferrite::MountOptions::default()).unwrap();
+    let fs = ferrite::Session::mount(ferrite_pmem::Pmem::from_image(&image), opts).unwrap();
     (fs, report)
 }
 

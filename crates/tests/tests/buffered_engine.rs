@@ -17,7 +17,7 @@
 
 use ferrite::{BufferedOptions, FormatOptions, MountOptions, OpenFlags, PathFs, Session};
 use ferrite_pmem::Pmem;
-use ferrite_tests::{get, pattern, put};
+use ferrite_tests::{get, pattern, put, remount_as};
 
 fn manual(ops_max: u64) -> BufferedOptions {
     BufferedOptions { lag_ns_max: u64::MAX, ops_max, persister_thread: false }
@@ -25,12 +25,7 @@ fn manual(ops_max: u64) -> BufferedOptions {
 
 fn mount_buffered(pages: u64, opts: BufferedOptions) -> Session {
     let fs = Session::format(Pmem::heap(pages * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
-    let image = {
-        let pmem = fs.pmem().clone();
-        fs.unmount().unwrap();
-        pmem.image()
-    };
-    Session::mount(Pmem::from_image(&image), &MountOptions { buffered: Some(opts), ..Default::default() }).unwrap()
+    remount_as(fs, false, &MountOptions { buffered: Some(opts), ..Default::default() }).0
 }
 
 /// Drop as a crash, fsck the image, mount it strict.

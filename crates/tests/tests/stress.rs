@@ -35,7 +35,7 @@ use ferrite::{
     Session,
 };
 use ferrite_pmem::Pmem;
-use ferrite_tests::{diff_trees, get, seed_from_env, splitmix64, tree_of, Tree};
+use ferrite_tests::{diff_trees, get, remount_as, seed_from_env, splitmix64, tree_of, Tree};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -724,10 +724,7 @@ fn workload(seed: u64, buffered: bool) -> (Arc<Session>, Vec<Shadow>) {
     let fs = Session::format(Pmem::heap(POOL_PAGES * 4096), &FormatOptions { lanes: 4, ..Default::default() })
         .expect("format");
     let fs = if buffered {
-        let pmem = fs.pmem().clone();
-        fs.unmount().expect("unmount after format");
-        let opts = MountOptions { buffered: Some(BufferedOptions::default()), ..Default::default() };
-        Session::mount(Pmem::from_image(&pmem.image()), &opts).expect("buffered mount")
+        remount_as(fs, false, &MountOptions { buffered: Some(BufferedOptions::default()), ..Default::default() }).0
     } else {
         fs
     };
