@@ -307,7 +307,15 @@ impl Ferrite {
         let view = {
             let mut views = self.zero_copy.views.lock();
             let list = views.get_mut(&id.0).ok_or(Errno::EINVAL)?;
-            let v = list.pop().expect("no empty lists are kept");
+            // Views shown through the alias share an id when they start at
+            // the same pool byte, and the caller cannot say which of them it
+            // releases. They all pin runs from the same first page, so the
+            // shortest goes: the longest records left then cover every
+            // holder left, whichever one this was. (Releasing the last one
+            // made could unpin pages a shorter view's holder still read: a
+            // view changed while held, in `zero_copy.rs`'s four threads.)
+            let shortest = (0..list.len()).min_by_key(|&i| list[i].len).expect("no empty lists are kept");
+            let v = list.swap_remove(shortest);
             if list.is_empty() {
                 views.remove(&id.0);
             }
@@ -326,7 +334,8 @@ impl Ferrite {
     /// outside it.
     pub fn view_copy_out(&self, id: ViewId, at: usize, buf: &mut [u8]) -> FsResult<()> {
         let views = self.zero_copy.views.lock();
-        let v = views.get(&id.0).and_then(|l| l.last()).ok_or(Errno::EINVAL)?;
+        // Of views sharing the id, the longest covers every holder's bytes.
+        let v = views.get(&id.0).and_then(|l| l.iter().max_by_key(|v| v.len)).ok_or(Errno::EINVAL)?;
         if at.checked_add(buf.len()).is_none_or(|e| e > v.len) {
             return Err(Errno::EINVAL);
         }
