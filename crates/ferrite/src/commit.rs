@@ -204,6 +204,11 @@ impl Ferrite {
         // A buffered change leaves the flushes of its staging to the
         // persister.
         let deferral = self.buffered.as_ref().map(|_| self.media.defer_flushes());
+        // A strict change takes its journal lane before it stages anything:
+        // a lock taken after the staging's flushes would wait for their
+        // write-back (a locked instruction does, on these machines), and
+        // the transaction's first fence would wait again for its records.
+        let lane = self.buffered.is_none().then(|| self.journals.lane());
         // The new inode first: its slot (not live) and its first log page.
         let new_inode = match new {
             None => None,
@@ -267,7 +272,7 @@ impl Ferrite {
         if let Some((new, _)) = &new_inode {
             tx.set(self.media.slot_offset(new.ino) + INODE_STATE_OFFSET, format::inode_live_word(new.generation));
         }
-        let close = self.journals.run_to_close(&self.media, &tx);
+        let close = self.journals.run_in_lane(lane.expect("a strict change has its lane"), &self.media, &tx);
         // The change is complete (its new values are durable) and its close
         // is on its way to the media. Bring DRAM forward meanwhile: the
         // inodes' locks are held, so nobody sees it before the fence below,
@@ -288,6 +293,12 @@ impl Ferrite {
             });
         }
         let new_inode = new_inode.map(|(mut new, s)| {
+            // An empty file or directory has no entries to apply, and
+            // `Arc::get_mut` is a locked instruction, which would wait for
+            // the close's write-back here.
+            if s.entries.is_empty() && s.new_pages.is_empty() {
+                return new;
+            }
             let (ino, kind) = (new.ino, new.kind);
             let mut released = PageList::new();
             let only = Arc::get_mut(&mut new).expect("a new inode has one owner until it is cached");

@@ -74,9 +74,23 @@ impl Journals {
     /// nothing to do. The lane stays locked until the fence, so no other
     /// transaction can write this lane's page before the close is durable.
     pub fn run_to_close<'a>(&'a self, media: &Media, tx: &Transaction) -> CloseFence<'a> {
-        assert!(!tx.words.is_empty() && tx.words.len() <= format::JOURNAL_RECORDS_MAX);
+        self.run_in_lane(self.lane(), media, tx)
+    }
+
+    /// This thread's lane, locked. A caller about to stage entries takes it
+    /// first: taking a lock is a locked instruction, which on these
+    /// machines waits for every flush in flight as a fence does, so taken
+    /// after the staging's flushes it would pay their write-back once and
+    /// the transaction's first fence again.
+    pub fn lane(&self) -> Lane<'_> {
         let lane = crate::alloc::thread_lane(self.lanes.len());
-        let mut seq = self.lanes[lane].lock();
+        Lane { lane, seq: self.lanes[lane].lock() }
+    }
+
+    /// `run_to_close` in a lane the caller has locked.
+    pub fn run_in_lane<'a>(&'a self, lane: Lane<'a>, media: &Media, tx: &Transaction) -> CloseFence<'a> {
+        assert!(!tx.words.is_empty() && tx.words.len() <= format::JOURNAL_RECORDS_MAX);
+        let Lane { lane, mut seq } = lane;
         *seq += 1;
         let page = media.layout.journal_page(lane as u32).offset();
         let records: smallvec::SmallVec<[JournalRecord; 4]> =
@@ -93,6 +107,13 @@ impl Journals {
         close_unfenced(media, page);
         CloseFence { _lane: seq, fenced: false }
     }
+}
+
+/// A journal lane, locked: its sequence number and its page are this
+/// holder's until the transaction run in it is fenced.
+pub struct Lane<'a> {
+    lane: usize,
+    seq: parking_lot::MutexGuard<'a, u64>,
 }
 
 /// A transaction whose close is flushed but not fenced: it is durable,
