@@ -51,7 +51,7 @@ pub fn mount_options(clock: &Arc<ManualClock>, threads: usize) -> MountOptions {
 
 /// [`mount_options`] for a workload: a buffered mount for a buffered
 /// workload (`Workload::buffered`), else an ordinary one.
-pub fn workload_mount_options(clock: &Arc<ManualClock>, buffered: Option<u64>) -> MountOptions {
+pub fn workload_mount_options(clock: &Arc<ManualClock>, buffered: Option<crate::workload::Buffering>) -> MountOptions {
     MountOptions { buffered: buffered.map(crate::workload::buffered_options), ..mount_options(clock, 1) }
 }
 
@@ -732,7 +732,7 @@ fn remount(
     fs: Session,
     clock: &Arc<ManualClock>,
     backing: Backing,
-    buffered: Option<u64>,
+    buffered: Option<crate::workload::Buffering>,
 ) -> Result<(Session, Vec<Event>), String> {
     let old = fs.pmem().clone();
     fs.unmount().map_err(|e| format!("unmount: {e:?}"))?;

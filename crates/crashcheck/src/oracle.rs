@@ -285,7 +285,9 @@ impl Tracker {
             | Call::FreeBuffer { .. }
             | Call::Peek { .. }
             | Call::MapPrivate { .. }
-            | Call::Unpeek { .. } => {}
+            | Call::Unpeek { .. }
+            // Buffered mounts only, whose oracle is the prefix oracle.
+            | Call::PersistAllBut { .. } => {}
         }
         p.atomic = p
             .data

@@ -602,7 +602,8 @@ pub fn buffered_gc_deferred() -> Workload {
             .expect("format a scratch pool");
         let pmem = fresh.pmem().clone();
         fresh.unmount().expect("unmount the scratch pool");
-        let opts = crate::exec::workload_mount_options(&clock, Some(GC_DEFERRED_OPS_MAX));
+        let opts =
+            crate::exec::workload_mount_options(&clock, Some(crate::workload::Buffering::ops(GC_DEFERRED_OPS_MAX)));
         let fs = Session::mount(Pmem::from_image(&pmem.image()), &opts).expect("mount the scratch pool buffered");
         let mut slots = Slots::default();
         let mut calls = Vec::new();
@@ -649,14 +650,45 @@ pub fn buffered_gc_deferred() -> Workload {
             Call::Mkdir { path: p("/gcbd/x"), perm: 0o755 },
             Call::Sync,
         ],
-        buffered: Some(GC_DEFERRED_OPS_MAX),
+        buffered: Some(crate::workload::Buffering::ops(GC_DEFERRED_OPS_MAX)),
     }
 }
 
-/// The scenarios on a buffered mount ([`crate::workload::buffered_scenario`])
-/// and [`buffered_gc_deferred`].
+/// `bsc.partial_persist`, a buffered workload (issue 13): a persist that
+/// stops with operations it took from the queue still pending, newer
+/// operations queued behind them, then a sync. Batches of at most four
+/// words: four mkdirs in four directories set eight words (each a parent's
+/// tail and the new inode's state), two batches; `persist_all_but(2)`
+/// persists the first (the first two mkdirs) and leaves the other two
+/// taken; a fifth mkdir is queued; the sync must persist the two taken
+/// first. Row B10 of docs/TESTING.md: swapping the queue in while they wait
+/// persists the fifth before them, a state no prefix of the calls gives.
+/// This is the state a persister thread leaves when callers keep queueing,
+/// which the single-threaded harness otherwise never reaches.
+pub fn buffered_partial_persist() -> Workload {
+    Workload {
+        id: "bsc.partial_persist".into(),
+        // Room on the nearly full image (ENOENT elsewhere).
+        prepare: vec![make_room(), Call::Unlink { path: p("/F/f1") }],
+        setup: Vec::new(),
+        calls: vec![
+            Call::Mkdir { path: p("/A/pp1"), perm: 0o755 },
+            Call::Mkdir { path: p("/B/pp2"), perm: 0o755 },
+            Call::Mkdir { path: p("/A/C/pp3"), perm: 0o755 },
+            Call::Mkdir { path: p("/pp4"), perm: 0o755 },
+            Call::PersistAllBut { newest: 2 },
+            Call::Mkdir { path: p("/B/pp5"), perm: 0o755 },
+            Call::Sync,
+        ],
+        buffered: Some(crate::workload::Buffering { ops_max: 64, batch_words_max: ferrite::BATCH_WORDS_MIN }),
+    }
+}
+
+/// The scenarios on a buffered mount ([`crate::workload::buffered_scenario`]),
+/// [`buffered_gc_deferred`] and [`buffered_partial_persist`].
 pub fn buffered_scenarios() -> Vec<Workload> {
     let mut v: Vec<Workload> = scenarios().iter().map(crate::workload::buffered_scenario).collect();
     v.push(buffered_gc_deferred());
+    v.push(buffered_partial_persist());
     v
 }

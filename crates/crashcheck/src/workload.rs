@@ -112,6 +112,14 @@ pub enum Call {
     /// sync(2) (`Ferrite::sync_all`): a commit point of every fsync-atomic
     /// file. Nothing on the model.
     Sync,
+    /// Buffered mounts: what a persister thread does when it wakes while
+    /// callers keep queueing (`Ferrite::persist_all_but`): every operation
+    /// queued but the newest `newest` made durable, in batches, perhaps
+    /// leaving operations taken from the queue and not yet durable. Not a
+    /// sync point; nothing on the model; nothing on other mounts.
+    PersistAllBut {
+        newest: u8,
+    },
     /// Set the consistency mode of the file open in `slot` through the
     /// extended attribute `user.ferrite.mode` (a commit point of the file,
     /// even when the mode does not change).
@@ -243,6 +251,7 @@ impl std::fmt::Display for Call {
             }
             Call::Remount => write!(f, "unmount + mount"),
             Call::Sync => write!(f, "sync()"),
+            Call::PersistAllBut { newest } => write!(f, "persist_all_but({newest})"),
             Call::SetMode { slot, mode } => {
                 write!(f, "fsetxattr(fd{slot}, user.ferrite.mode, {})", mode.as_str())
             }
@@ -581,6 +590,10 @@ pub fn run_call(fs: &dyn Target, slots: &mut Slots, call: &Call) -> CallResult {
             Some(e) => e.sync_all().map(|_| 0),
             None => Ok(0),
         },
+        Call::PersistAllBut { newest } => match fs.engine_fs() {
+            Some(e) => e.persist_all_but(*newest as u64).map(|_| 0),
+            None => Ok(0),
+        },
         Call::SetMode { slot, mode } => {
             let f = fd(*slot)?;
             if fs.engine_fs().is_some() {
@@ -759,14 +772,38 @@ pub struct Workload {
     /// and by back-pressure once more than `ops_max` are pending: batches
     /// (journal transactions of several operations) land inside the
     /// recorded calls, deterministically. None: an ordinary mount.
-    pub buffered: Option<u64>,
+    pub buffered: Option<Buffering>,
+}
+
+/// How a recorded workload's buffered mount persists (see
+/// [`Workload::buffered`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buffering {
+    /// Back-pressure: at most this many operations pending.
+    pub ops_max: u64,
+    /// Words per batch at most (`BufferedOptions::batch_words_max`): a few,
+    /// so that persisting takes several batches and a partial persist
+    /// ([`Call::PersistAllBut`]) can leave operations taken and pending.
+    pub batch_words_max: usize,
+}
+
+impl Buffering {
+    /// Batches of a whole journal transaction, as a real mount makes.
+    pub fn ops(ops_max: u64) -> Buffering {
+        Buffering { ops_max, batch_words_max: ferrite::format::JOURNAL_RECORDS_MAX }
+    }
 }
 
 /// The options of a buffered mount of a recorded workload (see
 /// [`Workload::buffered`]): no persister thread, no lag bound, at most
 /// `ops_max` operations pending.
-pub fn buffered_options(ops_max: u64) -> ferrite::BufferedOptions {
-    ferrite::BufferedOptions { lag_ns_max: u64::MAX, ops_max, persister_thread: false }
+pub fn buffered_options(b: Buffering) -> ferrite::BufferedOptions {
+    ferrite::BufferedOptions {
+        lag_ns_max: u64::MAX,
+        ops_max: b.ops_max,
+        persister_thread: false,
+        batch_words_max: b.batch_words_max,
+    }
 }
 
 /// One entry of the ACE catalogue.
@@ -1504,7 +1541,7 @@ pub fn buffered_sequence(ops: &[&OpDef]) -> Workload {
     calls.extend(w.calls);
     calls.extend(buffered_after());
     let ops_max = if ops.len() == 1 { B1_OPS_MAX } else { B2_OPS_MAX };
-    Workload { id: format!("b{}", &w.id[1..]), calls, buffered: Some(ops_max), ..w }
+    Workload { id: format!("b{}", &w.id[1..]), calls, buffered: Some(Buffering::ops(ops_max)), ..w }
 }
 
 /// Every buffered operation alone.
@@ -1535,7 +1572,7 @@ pub fn buffered_scenario(s: &crate::scenario::Scenario) -> Workload {
     let mut w = s.workload.clone();
     w.id = format!("bsc.{}", s.name);
     w.calls.push(Call::Sync);
-    w.buffered = Some(B2_OPS_MAX);
+    w.buffered = Some(Buffering::ops(B2_OPS_MAX));
     w
 }
 
@@ -1580,6 +1617,9 @@ pub fn workload_by_id(id: &str) -> Result<Workload, String> {
     }
     if id == "bsc.gc_deferred" {
         return Ok(crate::scenario::buffered_gc_deferred());
+    }
+    if id == "bsc.partial_persist" {
+        return Ok(crate::scenario::buffered_partial_persist());
     }
     if let Some(name) = id.strip_prefix("bsc.") {
         return crate::scenario::by_name(name)
@@ -1964,6 +2004,7 @@ pub fn random_call_buffered(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call 
             len: rng.gen_range(1..300),
             tag: rng.gen::<u32>() & 0xFFFF,
         },
+        17..=24 => Call::PersistAllBut { newest: rng.gen_range(1..=6) },
         _ => random_call(rng, open),
     }
 }
@@ -1974,7 +2015,17 @@ pub fn random_call_buffered(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call 
 pub fn random_workload_buffered(seed: u64, len: usize) -> Workload {
     let mut w = random_workload_of(seed ^ 0x00AD_0003, seed, len, random_call_buffered);
     w.id = format!("rndb.{seed:#x}.{len}");
-    w.buffered = Some(3 + mix(seed ^ 0xB0F) % 6);
+    // Half of them persist in batches of a few words, so that a persist
+    // takes several batches (and `persist_all_but` can stop between them).
+    // Three in four persist in batches of a few words, with room for more
+    // operations pending, so that a persist takes several batches and
+    // `persist_all_but` can stop between them with operations left taken.
+    let ops_max = 3 + mix(seed ^ 0xB0F) % 6;
+    w.buffered = Some(if !mix(seed ^ 0xBA7).is_multiple_of(4) {
+        Buffering { ops_max: ops_max + 6, batch_words_max: ferrite::BATCH_WORDS_MIN + mix(seed ^ 0xBA8) as usize % 2 }
+    } else {
+        Buffering::ops(ops_max)
+    });
     w
 }
 

@@ -28,7 +28,9 @@
 //! - the scenarios (log GC and compaction, folds) on a buffered mount on
 //!   the empty image, and `bsc.gc_deferred` (log GC of a directory with
 //!   operations queued: the call collects the page whose death is durable,
-//!   keeps the one it killed itself, persists nothing) (32 subsets, busy
+//!   keeps the one it killed itself, persists nothing), and
+//!   `bsc.partial_persist` (a persist that stops with operations taken,
+//!   newer ones queued behind them, then a sync) (32 subsets, busy
 //!   recoveries crashed);
 //! - random workloads with sync points mixed in
 //!   (`workload::random_workload_buffered`), 8 of 24 calls on the empty and
@@ -37,7 +39,8 @@
 //!   inside operations that are not sync points (back-pressure), nothing
 //!   pending after a sync point, operations pending at crash points, and
 //!   recovered states that lost operations (a prefix shorter than the
-//!   calls returned) as the oracle allows.
+//!   calls returned) as the oracle allows, and a `persist_all_but` that
+//!   leaves operations taken for the next persist.
 //!
 //! Knobs: `CRASHCHECK_SEED`; `CRASHCHECK_SCALE` multiplies the share of
 //! pairs (2 runs every pair) and the number of random workloads. Longer runs:
@@ -191,4 +194,18 @@ fn buffered_catalogue_reaches_its_paths() {
         o.pending
     );
     assert!(rec.outcomes[..2].iter().all(|o| o.pending > 0 && o.gc_pages == 0));
+    // A persist that stops with operations taken: `persist_all_but(2)`
+    // persists one batch and leaves two mkdirs pending, a fifth joins them,
+    // and the sync persists them in two batches (the two taken first).
+    let rec = record(&st, &workload_by_id("bsc.partial_persist").expect("workload"));
+    assert!(rec.divergences.is_empty(), "{:?}", rec.divergences);
+    let (pab, sync) = (&rec.outcomes[4], &rec.outcomes[6]);
+    assert!(
+        pab.batches == 1 && pab.pending == 2 && sync.batches == 2 && sync.pending == 0,
+        "bsc.partial_persist: persist_all_but made {} batches and left {} pending; the sync made {} and left {}",
+        pab.batches,
+        pab.pending,
+        sync.batches,
+        sync.pending
+    );
 }

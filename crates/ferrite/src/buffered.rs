@@ -54,15 +54,30 @@ pub struct BufferedOptions {
     /// durable only at sync points, at back-pressure and in
     /// `Ferrite::persist_now`: deterministic, for the crash harness.
     pub persister_thread: bool,
+    /// Words (tails and state words, merged) one batch sets at most: a
+    /// batch is one journal transaction, so at most `JOURNAL_RECORDS_MAX`.
+    /// Smaller only for tests: the crash harness uses a few words, so that
+    /// its short workloads persist in several batches and leave some
+    /// taken and not yet durable (`Ferrite::persist_all_but`).
+    pub batch_words_max: usize,
 }
 
 /// Limits of the buffered options (TIGER_STYLE: a limit on everything).
 pub const BUFFERED_LAG_NS_MAX: u64 = 10_000_000_000;
 pub const BUFFERED_OPS_MAX: u64 = 1 << 20;
+/// The fewest words a batch may be limited to: as many as a rename sets
+/// (two directories' tails, the moved inode's tail, a replaced inode's
+/// state word). An operation with more goes in a batch of its own.
+pub const BATCH_WORDS_MIN: usize = 4;
 
 impl Default for BufferedOptions {
     fn default() -> Self {
-        BufferedOptions { lag_ns_max: 5_000_000, ops_max: 4096, persister_thread: true }
+        BufferedOptions {
+            lag_ns_max: 5_000_000,
+            ops_max: 4096,
+            persister_thread: true,
+            batch_words_max: JOURNAL_RECORDS_MAX,
+        }
     }
 }
 
@@ -77,6 +92,12 @@ impl BufferedOptions {
         }
         if self.ops_max == 0 || self.ops_max > BUFFERED_OPS_MAX {
             return Err(format!("buffered ops_max {} outside 1..={BUFFERED_OPS_MAX}", self.ops_max));
+        }
+        if self.batch_words_max < BATCH_WORDS_MIN || self.batch_words_max > JOURNAL_RECORDS_MAX {
+            return Err(format!(
+                "buffered batch_words_max {} outside {BATCH_WORDS_MIN}..={JOURNAL_RECORDS_MAX}",
+                self.batch_words_max
+            ));
         }
         Ok(())
     }
@@ -376,7 +397,7 @@ impl Buffered {
                     std::mem::swap(&mut *taken, &mut st.ops);
                 }
             }
-            let batch = take_batch(&mut taken);
+            let batch = take_batch(&mut taken, self.opts.batch_words_max);
             assert!(!batch.is_empty(), "operations up to {seq} are not durable but none is queued");
             // A batch taken from the queue and not made durable is lost:
             // nothing after it may be persisted, or the durable state would
@@ -622,17 +643,19 @@ impl Drop for FailOnUnwind<'_> {
     }
 }
 
-/// The longest prefix of the queue whose merged words fit one journal
-/// transaction (at least one operation: one never has more words than a
-/// transaction holds).
-fn take_batch(ops: &mut VecDeque<Queued>) -> Vec<Queued> {
+/// The longest prefix of the queue whose merged words fit one batch of at
+/// most `words_max` words (at least one operation: one never has more
+/// words than a transaction holds).
+fn take_batch(ops: &mut VecDeque<Queued>, words_max: usize) -> Vec<Queued> {
     let mut seen: crate::Set<u64> = Default::default();
     let mut n = 0;
     for op in ops.iter() {
         let new = op.words.iter().filter(|w| !seen.contains(&w.0 .0)).count();
-        if n > 0 && seen.len() + new > JOURNAL_RECORDS_MAX {
+        if n > 0 && seen.len() + new > words_max {
             break;
         }
+        // One operation always fits a transaction, and goes alone when it
+        // sets more than a (test's) smaller limit allows.
         assert!(new <= JOURNAL_RECORDS_MAX, "operation {} sets {new} words", op.seq);
         for w in &op.words {
             seen.insert(w.0 .0);
@@ -650,8 +673,33 @@ mod tests {
     //! since: after a crash the creates are a prefix of the order they
     //! returned in. Callers reach that state only by racing the persister
     //! thread or a sync point of another thread; here it is made directly.
+    //! Also: the limits of a batch's words are checked at mount.
     use crate::{BufferedOptions, FormatOptions, MountOptions, OpenFlags, PathFs, Session};
     use ferrite_pmem::Pmem;
+
+    #[test]
+    fn batch_words_outside_their_limits_are_refused() {
+        let fs = Session::format(Pmem::heap(4096 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+        let image = {
+            let pmem = fs.pmem().clone();
+            fs.unmount().unwrap();
+            pmem.image()
+        };
+        let mount = |batch_words_max: usize| {
+            let opts = BufferedOptions { persister_thread: false, batch_words_max, ..Default::default() };
+            Session::mount(Pmem::from_image(&image), &MountOptions { buffered: Some(opts), ..Default::default() })
+        };
+        for words in [0, super::BATCH_WORDS_MIN - 1, crate::format::JOURNAL_RECORDS_MAX + 1] {
+            match mount(words) {
+                Err(crate::PoolError::Invalid(m)) => assert!(m.contains("batch_words_max"), "{m}"),
+                Err(e) => panic!("batch_words_max {words}: {e}"),
+                Ok(_) => panic!("batch_words_max {words} accepted"),
+            }
+        }
+        for words in [super::BATCH_WORDS_MIN, crate::format::JOURNAL_RECORDS_MAX] {
+            mount(words).unwrap_or_else(|e| panic!("batch_words_max {words}: {e}")).unmount().unwrap();
+        }
+    }
 
     #[test]
     fn a_partial_persist_leaves_the_rest_first_in_line() {
@@ -662,7 +710,8 @@ mod tests {
             fs.unmount().unwrap();
             pmem.image()
         };
-        let opts = BufferedOptions { lag_ns_max: u64::MAX, ops_max: 1 << 20, persister_thread: false };
+        let opts =
+            BufferedOptions { lag_ns_max: u64::MAX, ops_max: 1 << 20, persister_thread: false, ..Default::default() };
         let fs = Session::mount(Pmem::from_image(&image), &MountOptions { buffered: Some(opts), ..Default::default() })
             .unwrap();
         let create = |i: u64| {

@@ -49,7 +49,7 @@ pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::Rand
 pub(crate) type PageList = smallvec::SmallVec<[format::PageNo; 4]>;
 pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
-pub use buffered::{BufferedOptions, BufferedStats, BUFFERED_LAG_NS_MAX, BUFFERED_OPS_MAX};
+pub use buffered::{BufferedOptions, BufferedStats, BATCH_WORDS_MIN, BUFFERED_LAG_NS_MAX, BUFFERED_OPS_MAX};
 pub use dir::NodeSpec;
 #[doc(hidden)]
 pub use file::{force_write_precopy, write_precopies, write_precopy_fallbacks};

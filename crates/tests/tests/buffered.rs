@@ -81,7 +81,12 @@ struct Config {
 
 impl Config {
     fn buffered(&self) -> BufferedOptions {
-        BufferedOptions { lag_ns_max: self.lag_ns_max, ops_max: self.ops_max, persister_thread: self.persister_thread }
+        BufferedOptions {
+            lag_ns_max: self.lag_ns_max,
+            ops_max: self.ops_max,
+            persister_thread: self.persister_thread,
+            ..Default::default()
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use ferrite_pmem::Pmem;
 use ferrite_tests::{get, pattern, put, remount_as};
 
 fn manual(ops_max: u64) -> BufferedOptions {
-    BufferedOptions { lag_ns_max: u64::MAX, ops_max, persister_thread: false }
+    BufferedOptions { lag_ns_max: u64::MAX, ops_max, persister_thread: false, ..Default::default() }
 }
 
 fn mount_buffered(pages: u64, opts: BufferedOptions) -> Session {
@@ -202,7 +202,8 @@ fn wait_for_stats(fs: &Session, what: &str, done: impl Fn(&ferrite::BufferedStat
 fn the_persister_thread_persists_alone_while_polling_and_after_sleeping() {
     // A 1 ms lag bound: the persister polls every 0.5 ms while idle and
     // goes to sleep after a few hundred empty polls.
-    let opts = BufferedOptions { lag_ns_max: 1_000_000, ops_max: 1 << 20, persister_thread: true };
+    let opts =
+        BufferedOptions { lag_ns_max: 1_000_000, ops_max: 1 << 20, persister_thread: true, ..Default::default() };
     let fs = mount_buffered(2048, opts);
     // While it polls, an operation does not wake it, and still becomes
     // durable without any sync point: the persister thread ran the batch.
@@ -302,7 +303,7 @@ fn the_persister_keeps_the_order_while_callers_keep_queueing() {
     // made deterministically by the engine's unit test
     // `a_partial_persist_leaves_the_rest_first_in_line`; this one races it.
     const FILES: usize = 2_000;
-    let opts = BufferedOptions { lag_ns_max: 200_000, ops_max: 1 << 20, persister_thread: true };
+    let opts = BufferedOptions { lag_ns_max: 200_000, ops_max: 1 << 20, persister_thread: true, ..Default::default() };
     // 96 MiB: 6,144 inode slots.
     let fs = mount_buffered(24_576, opts);
     fs.mkdir(b"/t0", 0o755).unwrap();
