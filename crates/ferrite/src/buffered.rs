@@ -677,14 +677,17 @@ mod tests {
     use crate::{BufferedOptions, FormatOptions, MountOptions, OpenFlags, PathFs, Session};
     use ferrite_pmem::Pmem;
 
+    /// A freshly formatted pool of `pages` pages, two lanes, unmounted.
+    fn formatted_image(pages: u64) -> Vec<u8> {
+        let fs = Session::format(Pmem::heap(pages * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+        let pmem = fs.pmem().clone();
+        fs.unmount().unwrap();
+        pmem.image()
+    }
+
     #[test]
     fn batch_words_outside_their_limits_are_refused() {
-        let fs = Session::format(Pmem::heap(4096 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
-        let image = {
-            let pmem = fs.pmem().clone();
-            fs.unmount().unwrap();
-            pmem.image()
-        };
+        let image = formatted_image(4096);
         let mount = |batch_words_max: usize| {
             let opts = BufferedOptions { persister_thread: false, batch_words_max, ..Default::default() };
             Session::mount(Pmem::from_image(&image), &MountOptions { buffered: Some(opts), ..Default::default() })
@@ -704,12 +707,7 @@ mod tests {
     #[test]
     fn a_partial_persist_leaves_the_rest_first_in_line() {
         // 64 MiB: 4,096 inode slots.
-        let fs = Session::format(Pmem::heap(16_384 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
-        let image = {
-            let pmem = fs.pmem().clone();
-            fs.unmount().unwrap();
-            pmem.image()
-        };
+        let image = formatted_image(16_384);
         let opts =
             BufferedOptions { lag_ns_max: u64::MAX, ops_max: 1 << 20, persister_thread: false, ..Default::default() };
         let fs = Session::mount(Pmem::from_image(&image), &MountOptions { buffered: Some(opts), ..Default::default() })
