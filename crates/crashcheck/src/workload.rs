@@ -2015,8 +2015,6 @@ pub fn random_call_buffered(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call 
 pub fn random_workload_buffered(seed: u64, len: usize) -> Workload {
     let mut w = random_workload_of(seed ^ 0x00AD_0003, seed, len, random_call_buffered);
     w.id = format!("rndb.{seed:#x}.{len}");
-    // Half of them persist in batches of a few words, so that a persist
-    // takes several batches (and `persist_all_but` can stop between them).
     // Three in four persist in batches of a few words, with room for more
     // operations pending, so that a persist takes several batches and
     // `persist_all_but` can stop between them with operations left taken.
