@@ -241,7 +241,9 @@ impl Ferrite {
         let pending_seen =
             !FORCE_WRITE_PRECOPY.load(Ordering::Relaxed) && inode.data.try_read().is_some_and(|d| d.pending.is_some());
         if !whole_pages || end > limits::FILE_SIZE_MAX || pending_seen {
-            let mut d = inode.data.write();
+            // Another writer is about: wait for it on plain loads, as the
+            // copied path below does, not in the lock's yielding loop.
+            let mut d = inode.write_contended();
             return self.write_locked(inode, &mut d, offset, data);
         }
         let runs = self.pages.alloc(data.len() as u64 / PAGE_SIZE)?;
