@@ -683,14 +683,21 @@ fn persister_note(
 }
 
 fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    pin_to_cpus(&[cpu])
+}
+
+/// Let the calling thread run only on `cpus`.
+pub(crate) fn pin_to_cpus(cpus: &[usize]) -> io::Result<()> {
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET bounds-checks nothing,
-    // so `cpu` is checked against the set size first.
+    // so every CPU is checked against the set size first.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
-            return Err(io::Error::other(format!("cpu {cpu} out of range")));
+        for &cpu in cpus {
+            if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+                return Err(io::Error::other(format!("cpu {cpu} out of range")));
+            }
+            libc::CPU_SET(cpu, &mut set);
         }
-        libc::CPU_SET(cpu, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             return Err(io::Error::last_os_error());
         }

@@ -217,7 +217,7 @@ impl ScalingRun<'_> {
                     let (b, cpu) = (&barrier, allowed[k % allowed.len()]);
                     s.spawn(move || {
                         if pinned {
-                            pin_thread(&[cpu])?;
+                            crate::pin_to_cpus(&[cpu])?;
                         }
                         b.wait();
                         let c0 = thread_cpu_ns();
@@ -345,22 +345,6 @@ fn allowed_cpus() -> io::Result<Vec<usize>> {
         return Err(io::Error::other("sched_getaffinity returned no CPU"));
     }
     Ok(cpus)
-}
-
-/// Let the calling thread run only on `cpus`.
-fn pin_thread(cpus: &[usize]) -> io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is valid, and every CPU in `cpus` came
-    // from `allowed_cpus`, so it lies inside the set.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            libc::CPU_SET(c, &mut set);
-        }
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// CPU time the calling thread has used, in nanoseconds.
