@@ -101,10 +101,11 @@ impl Workload for Scaling {
     }
     fn params(&self) -> String {
         format!(
-            "per round, each phase on 1 thread then on 2 (spinning barrier start, same work per thread, \
-             each thread pinned to a CPU of its own), throughput and CPU time per op, 2 threads / 1: {w} random 4 KiB pwrites per thread on a private preallocated {m} MiB file \
-             each; {w} per thread on one shared {m2} MiB file, thread k in half k; {f} creates (open \
-             O_CREAT|O_EXCL + close) per thread in a private directory each; then {f} unlinks",
+            "per round, each phase on 1 new thread then on 2 (each pinned to a CPU of its own, started \
+             by a spinning barrier, same work per thread), throughput and CPU time per op, 2 threads / 1: \
+             {w} random 4 KiB pwrites per thread on a private preallocated {m} MiB file each; {w} per \
+             thread on one shared {m2} MiB file, thread k in half k; {f} creates (open O_CREAT|O_EXCL + \
+             close) per thread in a private directory each; then {f} unlinks",
             w = self.writes,
             m = self.file_size >> 20,
             m2 = (2 * self.file_size) >> 20,
@@ -216,10 +217,11 @@ impl ScalingRun<'_> {
                 .map(|(k, &p)| {
                     let (b, cpu) = (&barrier, allowed[k % allowed.len()]);
                     s.spawn(move || {
-                        if pinned {
-                            crate::pin_to_cpus(&[cpu])?;
-                        }
+                        let pin = if pinned { crate::pin_to_cpus(&[cpu]) } else { Ok(()) };
+                        // At the barrier even when pinning failed: the other
+                        // threads wait there for this one.
                         b.wait();
+                        pin?;
                         let c0 = thread_cpu_ns();
                         let t0 = Instant::now();
                         let n = self.one(p, k, seed)?;
@@ -231,8 +233,8 @@ impl ScalingRun<'_> {
             hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("thread panicked")))).collect()
         });
         let done = results.into_iter().collect::<io::Result<Vec<_>>>()?;
-        let begin = done.iter().map(|d| d.1).min().expect("two threads");
-        let end = done.iter().map(|d| d.2).max().expect("two threads");
+        let begin = done.iter().map(|d| d.1).min().expect("at least one thread");
+        let end = done.iter().map(|d| d.2).max().expect("at least one thread");
         let ops = done.iter().map(|d| d.0).sum::<usize>() as f64;
         let cpu_ns = done.iter().map(|d| d.3).sum::<u64>() as f64;
         Ok(Rate { ops_per_s: ops / (end - begin).as_secs_f64(), cpu_ns_per_op: cpu_ns / ops })
