@@ -265,7 +265,9 @@ impl Tracker {
             }
             Call::Sync | Call::Remount => p.all = true,
             Call::Link { from, .. } => p.with_names.extend(by_path(from, false)),
-            Call::Unlink { path } => p.with_names.extend(by_path(path, false)),
+            Call::Unlink { path } | Call::WriteRacingUnlink { path, .. } => {
+                p.with_names.extend(by_path(path, false))
+            }
             Call::Rename { from, to, .. } => {
                 let a = by_path(from, false);
                 let b = by_path(to, false);

@@ -522,6 +522,25 @@ fn build() -> Vec<Scenario> {
         sc("write_extending_crossing", Nothing, vec![], vec![open(0, "/foo", rdwr)], vec![pw(0, 6000, 10_000, 14)]),
         // 64 KiB in one write (16 fresh pages; ENOSPC on the full image).
         sc("write_large_64k", Nothing, vec![], vec![open(0, "/bar", rdwr)], vec![pw(0, 0, 65_536, 17)]),
+        // A whole-page write by inode number whose file is unlinked
+        // between the write's copy and its lock (forced in
+        // `tests/precopy.rs`; elsewhere the unlink comes first): ENOENT,
+        // the copied pages given back fenced; then another file's write
+        // takes pages again. Room made first on the full image.
+        sc(
+            "write_racing_unlink",
+            Nothing,
+            vec![
+                make_room(),
+                open(0, "/A/wru", rdwr.create()),
+                pw(0, 0, 8192, 40),
+                Call::Close { slot: 0 },
+                open(0, "/A/wru2", rdwr.create()),
+                Call::Close { slot: 0 },
+            ],
+            vec![open(1, "/A/wru2", rdwr)],
+            vec![Call::WriteRacingUnlink { path: p("/A/wru"), page: 1 }, pw(1, 0, 8192, 41)],
+        ),
         // Short sequences (each call one step for the oracle).
         sc(
             "atomic_replace",

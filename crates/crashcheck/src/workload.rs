@@ -72,6 +72,18 @@ pub enum Call {
     Unlink {
         path: Vec<u8>,
     },
+    /// A whole-page write to file page `page` of `path`, by inode number
+    /// (as the FUSE adapter writes, holding no descriptor), with an unlink
+    /// of `path` that lands between the write's copy and its lock: the
+    /// inode is freed under the writer, whose fresh pages must go back,
+    /// fenced first. The engine gets there through its copy-before-lock
+    /// test switches (`remove_after_next_precopy`); unforced, the unlink
+    /// runs before the write. Either way the write fails with ENOENT, as
+    /// on the model, where the unlink comes first.
+    WriteRacingUnlink {
+        path: Vec<u8>,
+        page: u32,
+    },
     Rename {
         from: Vec<u8>,
         to: Vec<u8>,
@@ -236,6 +248,9 @@ impl std::fmt::Display for Call {
             Call::Mkdir { path, perm } => write!(f, "mkdir({}, {perm:o})", show_path(path)),
             Call::Rmdir { path } => write!(f, "rmdir({})", show_path(path)),
             Call::Unlink { path } => write!(f, "unlink({})", show_path(path)),
+            Call::WriteRacingUnlink { path, page } => {
+                write!(f, "write_racing_unlink({}, page {page})", show_path(path))
+            }
             Call::Rename { from, to, flags } => write!(f, "rename({}, {}, {flags:?})", show_path(from), show_path(to)),
             Call::Link { from, to } => write!(f, "link({}, {})", show_path(from), show_path(to)),
             Call::Symlink { target, path } => {
@@ -570,6 +585,27 @@ pub fn run_call(fs: &dyn Target, slots: &mut Slots, call: &Call) -> CallResult {
         Call::Mkdir { path, perm } => fs.mkdir(path, *perm).map(|_| 0),
         Call::Rmdir { path } => fs.rmdir(path).map(|_| 0),
         Call::Unlink { path } => fs.unlink(path).map(|_| 0),
+        Call::WriteRacingUnlink { path, page } => {
+            let ino = fs.lstat(path)?.ino;
+            let Some(e) = fs.engine_fs() else {
+                fs.unlink(path)?;
+                return Err(Errno::ENOENT);
+            };
+            let cut = path.iter().rposition(|&b| b == b'/').ok_or(Errno::EINVAL)?;
+            let parent = fs.lstat(if cut == 0 { b"/" } else { &path[..cut] })?.ino;
+            let name = &path[cut + 1..];
+            let data = pattern(0x57_52_55 + *page as u64, ferrite::format::PAGE_SIZE as usize);
+            let r = if ferrite::write_precopy_forced() {
+                ferrite::remove_after_next_precopy(Some((parent, name)));
+                let r = e.write_ino(ino, *page as u64 * ferrite::format::PAGE_SIZE, &data);
+                ferrite::remove_after_next_precopy(None);
+                r
+            } else {
+                e.remove(parent, name, false)?;
+                e.write_ino(ino, *page as u64 * ferrite::format::PAGE_SIZE, &data)
+            };
+            r.map(|n| n as u64)
+        }
         Call::Rename { from, to, flags } => fs.rename(from, to, *flags).map(|_| 0),
         Call::Link { from, to } => fs.link(from, to).map(|_| 0),
         Call::Symlink { target, path } => fs.symlink(target, path).map(|_| 0),

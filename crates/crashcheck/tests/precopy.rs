@@ -13,8 +13,11 @@
 //! fsync-atomic files, where a forced write also skips the look for an
 //! epoch made before the copy (as when another writer holds the lock), so
 //! that the check under the lock meets epochs and gives the fresh pages
-//! back. Each test first shows that the path was reached. Tokens replay
-//! with `replay TOKEN --write-precopy`.
+//! back; and a write by inode number whose file is unlinked between the
+//! copy and the lock (the scenario `sc.write_racing_unlink`), which must
+//! fail with ENOENT and give its copied pages back, fenced first. Each
+//! test first shows that the path was reached. Tokens replay with `replay
+//! TOKEN --write-precopy`.
 
 mod common;
 
@@ -76,4 +79,20 @@ fn random_modes_precopy() {
     let fallbacks = ferrite::write_precopy_fallbacks() - before;
     assert!(fallbacks > 0, "no copied write met an epoch over its pages");
     eprintln!("precopy random modes: {fallbacks} copied writes met an epoch and wrote in place");
+}
+
+/// The inode freed between a copied write's copy and its lock: the write
+/// fails with ENOENT and its fresh pages go back to the allocator, their
+/// stores fenced first (the persistence checker holds a freed page's
+/// unfenced stores against the call), and the next write takes pages
+/// again. On the empty and log-edge images, every crash point checked.
+#[test]
+fn write_racing_unlink_precopy() {
+    let scenario = ferrite_crashcheck::scenario::by_name("write_racing_unlink").expect("the scenario exists");
+    let before = ferrite::write_precopy_fallbacks();
+    let jobs = [StartKind::Empty, StartKind::LogEdge].into_iter().map(|k| (k, scenario.workload.clone())).collect();
+    run_reaching("precopy write racing unlink", jobs, 128);
+    let fallbacks = ferrite::write_precopy_fallbacks() - before;
+    assert!(fallbacks > 0, "no copied write found its inode freed under the lock");
+    eprintln!("precopy write racing unlink: {fallbacks} copied writes found their inode freed");
 }

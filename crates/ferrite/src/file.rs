@@ -42,6 +42,12 @@ pub fn force_write_precopy(on: bool) {
     FORCE_WRITE_PRECOPY.store(on, Ordering::Relaxed);
 }
 
+/// Tests only: whether `force_write_precopy` is on.
+#[doc(hidden)]
+pub fn write_precopy_forced() -> bool {
+    FORCE_WRITE_PRECOPY.load(Ordering::Relaxed)
+}
+
 /// Tests only: how many writes took the copy-before-lock path, so that a
 /// test can show the path it means to check was reached.
 #[doc(hidden)]
@@ -54,6 +60,26 @@ pub fn write_precopies() -> u64 {
 #[doc(hidden)]
 pub fn write_precopy_fallbacks() -> u64 {
     PRECOPY_FALLBACKS.load(Ordering::Relaxed)
+}
+
+/// Tests only: a name to remove (its directory, the name) once the next
+/// forced copy-before-lock write has its fresh pages and before it copies
+/// into them, as another thread's unlink can do anywhere before the write
+/// takes the inode's lock. The crash harness has one thread, and this is
+/// how it reaches the branch that finds the inode freed under the lock
+/// (`Call::WriteRacingUnlink`). Before the copy and not after it: the
+/// unlink's own fences, on this one thread, would otherwise fence the
+/// copy too and hide a missing fence of that branch, which another
+/// thread's unlink would not.
+static REMOVE_AFTER_PRECOPY: parking_lot::Mutex<Option<(InodeNo, Vec<u8>)>> = parking_lot::const_mutex(None);
+
+/// Tests only: remove `name` from directory `parent` in the next forced
+/// copy-before-lock write, after its pages are allocated and before its
+/// data is copied (`REMOVE_AFTER_PRECOPY`); None takes back a removal not
+/// yet done.
+#[doc(hidden)]
+pub fn remove_after_next_precopy(removal: Option<(InodeNo, &[u8])>) {
+    *REMOVE_AFTER_PRECOPY.lock() = removal.map(|(parent, name)| (parent, name.to_vec()));
 }
 
 /// Consecutive runs of pool pages handed out by the allocator, walked one
@@ -249,6 +275,14 @@ impl Ferrite {
         let runs = self.pages.alloc(data.len() as u64 / PAGE_SIZE)?;
         WRITE_PRECOPIES.fetch_add(1, Ordering::Relaxed);
         let fresh = flatten(&runs);
+        if FORCE_WRITE_PRECOPY.load(Ordering::Relaxed) {
+            let removal = REMOVE_AFTER_PRECOPY.lock().take();
+            if let Some((parent, name)) = removal {
+                // A failure here leaves the inode alive, and the write then
+                // succeeds: the test that asked for the removal sees that.
+                let _ = self.remove(parent, &name, false);
+            }
+        }
         for (k, page) in fresh.iter().enumerate() {
             self.media.write_nt(page.offset(), &data[k * PAGE..(k + 1) * PAGE]);
         }

@@ -52,7 +52,9 @@ pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomStat
 pub use buffered::{BufferedOptions, BufferedStats, BATCH_WORDS_MIN, BUFFERED_LAG_NS_MAX, BUFFERED_OPS_MAX};
 pub use dir::NodeSpec;
 #[doc(hidden)]
-pub use file::{force_write_precopy, write_precopies, write_precopy_fallbacks};
+pub use file::{
+    force_write_precopy, remove_after_next_precopy, write_precopies, write_precopy_fallbacks, write_precopy_forced,
+};
 pub use fs::{read_superblock, Ferrite, FormatOptions, MountOptions, MountReport, PoolError};
 pub use inode::Inode;
 pub use session::{FdTable, OpenFile, Session};
