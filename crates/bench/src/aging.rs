@@ -197,6 +197,19 @@ fn full_pct(fs: &Session) -> io::Result<f64> {
     Ok(100.0 * (s.blocks - s.blocks_free) as f64 / s.blocks as f64)
 }
 
+/// Bytes a new aged file may take without bringing the pool above
+/// `FULL_PCT`. A file of up to 4 MiB started just below the mark would
+/// otherwise end far above it: in the quick mode's 64 MiB pool one such
+/// file took the pool from 95 % to 99.98 % full, and the aged phase's
+/// overwrites then ran out of room (a copy-on-write overwrite needs its
+/// new page, and its log room and compaction, before the old page is
+/// freed), which is ENOSPC and no measurement.
+fn room_below_full(fs: &Session) -> io::Result<u64> {
+    let s = fs.statfs()?;
+    let cap = s.blocks * FULL_PCT / 100;
+    Ok(cap.saturating_sub(s.blocks - s.blocks_free) * s.block_size as u64)
+}
+
 /// Random 4 KiB overwrites of the working set for `secs`, in intervals of
 /// `interval` seconds: (writes, seconds) of each interval.
 fn write_for(
@@ -287,10 +300,15 @@ impl Prepared for AgingRun {
         // Aging: fill to 95 %, then churn at that level.
         let mut aged: Vec<(u64, u64)> = Vec::new(); // (id, len)
         let mut next_id = 0u64;
-        let size = |rng: &mut ChaCha8Rng| -> u64 { (rng.gen_range(4..=1024u64)) * 4096 };
+        // 16 KiB to 4 MiB, and never past the fullness mark (None: no room
+        // for the smallest).
+        let size = |rng: &mut ChaCha8Rng, room: u64| -> Option<u64> {
+            let len = (rng.gen_range(4..=1024u64) * 4096).min(room / 4096 * 4096);
+            (len >= 4 * 4096).then_some(len)
+        };
         let path = |id: u64| format!("/a/f{id:08}");
         while full_pct(&fs)? < FULL_PCT as f64 {
-            let len = size(&mut rng);
+            let Some(len) = size(&mut rng, room_below_full(&fs)?) else { break };
             match write_file(&fs, path(next_id).as_bytes(), len, &block) {
                 Ok(()) => aged.push((next_id, len)),
                 // The last file may not fit: what it got so far is freed.
@@ -324,7 +342,7 @@ impl Prepared for AgingRun {
                 let (id, _) = aged.swap_remove(k);
                 fs.unlink(path(id).as_bytes())?;
                 while full_pct(&fs)? < FULL_PCT as f64 {
-                    let len = size(&mut rng);
+                    let Some(len) = size(&mut rng, room_below_full(&fs)?) else { break };
                     match write_file(&fs, path(next_id).as_bytes(), len, &block) {
                         Ok(()) => {
                             aged.push((next_id, len));
