@@ -523,7 +523,7 @@ fn build() -> Vec<Scenario> {
         // 64 KiB in one write (16 fresh pages; ENOSPC on the full image).
         sc("write_large_64k", Nothing, vec![], vec![open(0, "/bar", rdwr)], vec![pw(0, 0, 65_536, 17)]),
         // A whole-page write by inode number whose file is unlinked
-        // between the write's copy and its lock (forced in
+        // between the write's page allocation and its lock (forced in
         // `tests/precopy.rs`; elsewhere the unlink comes first): ENOENT,
         // the copied pages given back fenced; then another file's write
         // takes pages again. Room made first on the full image.

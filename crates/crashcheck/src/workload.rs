@@ -74,9 +74,10 @@ pub enum Call {
     },
     /// A whole-page write to file page `page` of `path`, by inode number
     /// (as the FUSE adapter writes, holding no descriptor), with an unlink
-    /// of `path` that lands between the write's copy and its lock: the
-    /// inode is freed under the writer, whose fresh pages must go back,
-    /// fenced first. The engine gets there through its copy-before-lock
+    /// of `path` that lands after the write has taken its fresh pages and
+    /// before it takes the inode's lock (before its copy, so that the
+    /// unlink's own fences do not fence the copy): the inode is freed
+    /// under the writer, whose fresh pages must go back, fenced first. The engine gets there through its copy-before-lock
     /// test switches (`remove_after_next_precopy`); unforced, the unlink
     /// runs before the write. Either way the write fails with ENOENT, as
     /// on the model, where the unlink comes first.

@@ -13,8 +13,9 @@
 //! fsync-atomic files, where a forced write also skips the look for an
 //! epoch made before the copy (as when another writer holds the lock), so
 //! that the check under the lock meets epochs and gives the fresh pages
-//! back; and a write by inode number whose file is unlinked between the
-//! copy and the lock (the scenario `sc.write_racing_unlink`), which must
+//! back; and a write by inode number whose file is unlinked after the
+//! write took its pages and before it takes the lock (the scenario
+//! `sc.write_racing_unlink`), which must
 //! fail with ENOENT and give its copied pages back, fenced first. Each
 //! test first shows that the path was reached. Tokens replay with `replay
 //! TOKEN --write-precopy`.
@@ -81,7 +82,7 @@ fn random_modes_precopy() {
     eprintln!("precopy random modes: {fallbacks} copied writes met an epoch and wrote in place");
 }
 
-/// The inode freed between a copied write's copy and its lock: the write
+/// The inode freed under a copied write before it takes its lock: the write
 /// fails with ENOENT and its fresh pages go back to the allocator, their
 /// stores fenced first (the persistence checker holds a freed page's
 /// unfenced stores against the call), and the next write takes pages
