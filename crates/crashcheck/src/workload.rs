@@ -592,19 +592,17 @@ pub fn run_call(fs: &dyn Target, slots: &mut Slots, call: &Call) -> CallResult {
                 fs.unlink(path)?;
                 return Err(Errno::ENOENT);
             };
+            let data = pattern(0x57_52_55 + *page as u64, ferrite::format::PAGE_SIZE as usize);
+            let at = *page as u64 * ferrite::format::PAGE_SIZE;
+            if !ferrite::write_precopy_forced() {
+                fs.unlink(path)?;
+                return e.write_ino(ino, at, &data).map(|n| n as u64);
+            }
             let cut = path.iter().rposition(|&b| b == b'/').ok_or(Errno::EINVAL)?;
             let parent = fs.lstat(if cut == 0 { b"/" } else { &path[..cut] })?.ino;
-            let name = &path[cut + 1..];
-            let data = pattern(0x57_52_55 + *page as u64, ferrite::format::PAGE_SIZE as usize);
-            let r = if ferrite::write_precopy_forced() {
-                ferrite::remove_after_next_precopy(Some((parent, name)));
-                let r = e.write_ino(ino, *page as u64 * ferrite::format::PAGE_SIZE, &data);
-                ferrite::remove_after_next_precopy(None);
-                r
-            } else {
-                e.remove(parent, name, false)?;
-                e.write_ino(ino, *page as u64 * ferrite::format::PAGE_SIZE, &data)
-            };
+            ferrite::remove_after_next_precopy(Some((parent, &path[cut + 1..])));
+            let r = e.write_ino(ino, at, &data);
+            ferrite::remove_after_next_precopy(None);
             r.map(|n| n as u64)
         }
         Call::Rename { from, to, flags } => fs.rename(from, to, *flags).map(|_| 0),

@@ -264,8 +264,8 @@ impl Ferrite {
         // here would serialise the copy too); the check under the lock below
         // is what decides. Forced (tests), the guess is skipped as when the
         // lock is held, so that the check below is reached with an epoch.
-        let pending_seen =
-            !FORCE_WRITE_PRECOPY.load(Ordering::Relaxed) && inode.data.try_read().is_some_and(|d| d.pending.is_some());
+        let forced = FORCE_WRITE_PRECOPY.load(Ordering::Relaxed);
+        let pending_seen = !forced && inode.data.try_read().is_some_and(|d| d.pending.is_some());
         if !whole_pages || end > limits::FILE_SIZE_MAX || pending_seen {
             // Another writer is about: wait for it on plain loads, as the
             // copied path below does, not in the lock's yielding loop.
@@ -275,7 +275,7 @@ impl Ferrite {
         let runs = self.pages.alloc(data.len() as u64 / PAGE_SIZE)?;
         WRITE_PRECOPIES.fetch_add(1, Ordering::Relaxed);
         let fresh = flatten(&runs);
-        if FORCE_WRITE_PRECOPY.load(Ordering::Relaxed) {
+        if forced {
             let removal = REMOVE_AFTER_PRECOPY.lock().take();
             if let Some((parent, name)) = removal {
                 // A failure here leaves the inode alive, and the write then
