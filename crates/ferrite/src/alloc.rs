@@ -2,7 +2,8 @@
 //!
 //! The data region is split into one contiguous partition per lane; a
 //! thread allocates from its own lane and steals from the fullest other lane
-//! when its own is empty, so threads rarely contend on one lock. Each free
+//! when its own is empty (refilling its own from it), so threads rarely
+//! contend on one lock. Each free
 //! list is a map of free extents sorted by address (keyed by their end, so
 //! an allocation from the front of one updates it in place), so freeing
 //! merges with neighbours in O(log n) (NOVA uses a red-black tree for the
@@ -78,6 +79,13 @@ struct FreeList {
 /// mount 7-14 % faster with the larger list, docs/BENCHMARKS.md). 32 KiB a
 /// lane at most.
 const SINGLES_MAX: usize = 4096;
+
+/// Most pages an allocation that found its home lane empty moves there
+/// from the fullest other lane (4 MiB): enough that the all-lanes path is
+/// taken once per thousand page allocations, not once per allocation,
+/// and never more than half of what the donor has, so two threads whose
+/// lanes ran dry do not empty each other's.
+const REFILL_PAGES_MAX: u64 = 1024;
 
 impl FreeList {
     fn insert(&mut self, start: u64, len: u64) {
@@ -509,6 +517,25 @@ impl PageAllocator {
                 assert!(took > 0, "allocator accounting lost pages");
                 got += took;
             }
+            // Refill the home lane from the fullest other lane, so that
+            // the calling thread's next allocations take one lock again
+            // instead of every lane's. A thread that writes more than its
+            // lane's share of the pool otherwise paid this path on every
+            // allocation: 8 locks, 15 % of a 4 KiB append (BENCHMARKS.md,
+            // issue 14, "Seventh pass"). Pages keep their partition: the
+            // free path returns each to the lane that owns its address.
+            let donor = (0..lanes.len()).filter(|&i| i != home).max_by_key(|&i| lanes[i].free_pages);
+            if let Some(donor) = donor {
+                let spare = (lanes[donor].free_pages / 2).min(REFILL_PAGES_MAX);
+                if spare > 0 {
+                    let mut moved = Runs::new();
+                    let took = lanes[donor].take(spare, &mut moved);
+                    assert_eq!(took, spare, "lane {donor} lost pages");
+                    for (s, n) in moved {
+                        lanes[home].insert(s.0, n as u64);
+                    }
+                }
+            }
         }
         for &(s, n) in &out {
             for p in s.0..s.0 + n as u64 {
@@ -689,6 +716,41 @@ mod tests {
             a.free(p, n as u64);
         }
         assert_eq!(a.free_pages(), total);
+    }
+
+    /// A thread whose own lane has run dry takes every lane's lock once,
+    /// and leaves its lane refilled from the fullest other one, so its
+    /// next allocations are served by its own lane again. Pages moved keep
+    /// their partition: freed, each goes back to the lane of its address.
+    #[test]
+    fn a_dry_home_lane_is_refilled_from_the_fullest() {
+        let total = 4096u64;
+        let a = PageAllocator::new(4, PageNo(8), 8 + total);
+        a.init_free(PageNo(8), total);
+        let home = thread_lane(4);
+        let own = a.lanes[home].lock().free_pages;
+        assert_eq!(own, 1024);
+        let mut held: Vec<(PageNo, u32)> = a.alloc(own).unwrap().into_vec();
+        assert_eq!(a.lanes[home].lock().free_pages, 0);
+        held.extend(a.alloc(1).unwrap());
+        let refilled = a.lanes[home].lock().free_pages;
+        // The page asked for came from one full lane; half of another
+        // full lane (now the fullest) moved home.
+        assert_eq!(refilled, 1024 / 2, "half the fullest lane moved");
+        held.extend(a.alloc(refilled).unwrap());
+        assert_eq!(a.lanes[home].lock().free_pages, 0, "served by the refilled home lane");
+        assert_eq!(a.free_pages() + held.iter().map(|r| r.1 as u64).sum::<u64>(), total);
+        for (p, n) in held {
+            a.free(p, n as u64);
+        }
+        assert_eq!(a.free_pages(), total);
+        for (i, lane) in a.lanes.iter().enumerate() {
+            let lane = lane.lock();
+            let pages = lane.extents.iter().map(|(&e, &s)| (s, e)).chain(lane.singles.iter().map(|&s| (s, s + 1)));
+            for (s, e) in pages {
+                assert!(a.lane_of(s) == i && a.lane_of(e - 1) == i, "pages {s}..{e} freed into lane {i}");
+            }
+        }
     }
 
     #[test]
