@@ -26,7 +26,7 @@
 //! order.
 
 use crate::alloc::{InodeAllocator, PageAllocator};
-use crate::format::{PageNo, JOURNAL_RECORDS_MAX};
+use crate::format::JOURNAL_RECORDS_MAX;
 use crate::journal::{Journals, Transaction};
 use crate::media::{FlushRanges, Media};
 use crate::types::{Errno, FsResult, InodeNo};
@@ -499,17 +499,7 @@ impl Buffered {
         }
         // A batch frees pages by the thousand: as runs, sorted, they cost
         // the allocator one insertion per run instead of one per page.
-        freed_pages.sort_unstable();
-        let mut i = 0;
-        while i < freed_pages.len() {
-            let start = freed_pages[i];
-            let mut n = 1;
-            while i + n < freed_pages.len() && freed_pages[i + n] == start + n as u64 {
-                n += 1;
-            }
-            self.pages.free(PageNo(start), n as u64);
-            i += n;
-        }
+        self.pages.free_many(freed_pages);
         // A few at a time: a caller marking an inode dying must not find
         // the lock held long enough to park.
         for chunk in freed_inodes.chunks(16) {

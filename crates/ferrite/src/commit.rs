@@ -452,8 +452,14 @@ impl Ferrite {
         // GC judges liveness in DRAM; with an epoch pending, DRAM runs ahead
         // of the durable log, so collecting now could drop what a crash needs.
         assert!(d.pending.is_none(), "inode {}: log GC with an epoch pending", inode.ino.0);
-        for p in released {
-            self.pages.free(p, 1);
+        if released.len() <= 1 {
+            // An overwrite's old page: no sorting for one.
+            for p in released {
+                self.pages.free(p, 1);
+            }
+        } else {
+            // A truncate or punch: its pages as runs.
+            self.pages.free_many(released.iter().map(|p| p.0).collect());
         }
         if extended && d.dead_log_pages() > 0 {
             let n = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino), EVERY_DEATH);
@@ -542,9 +548,8 @@ impl Ferrite {
     /// Freeing an inode whose state word is already zero: its DRAM state,
     /// its pages and its number.
     pub(crate) fn release_inode(&self, inode: &Inode, d: &mut InodeData) {
-        for p in self.release_inode_dram(inode, d) {
-            self.pages.free(p, 1);
-        }
+        let pages = self.release_inode_dram(inode, d);
+        self.pages.free_many(pages.into_iter().map(|p| p.0).collect());
         self.inodes_free.free(inode.ino);
     }
 
