@@ -12,7 +12,6 @@
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
@@ -271,7 +270,6 @@ struct Shared<'a> {
     iterations: usize,
     block: &'a [u8],
     log_end: &'a AtomicU64,
-    barrier: &'a Barrier,
 }
 
 impl FbThread {
@@ -339,7 +337,6 @@ impl FbThread {
         let t = s.t;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         (self.ops, self.read, self.written) = (0, 0, 0);
-        s.barrier.wait();
         let start = Instant::now();
         for _ in 0..s.iterations {
             match s.kind {
@@ -406,7 +403,6 @@ impl FbThread {
 
 impl Prepared for FbRun<'_> {
     fn run(&mut self, seed: u64) -> io::Result<RunOut> {
-        let barrier = Barrier::new(self.threads.len());
         let shared = Shared {
             t: self.t,
             kind: self.kind,
@@ -414,21 +410,16 @@ impl Prepared for FbRun<'_> {
             iterations: self.iterations,
             block: &self.block,
             log_end: &self.log_end,
-            barrier: &barrier,
         };
-        let results: Vec<io::Result<()>> = std::thread::scope(|sc| {
-            let hs: Vec<_> = self
-                .threads
-                .iter_mut()
-                .enumerate()
-                .map(|(k, th)| {
-                    let s = &shared;
-                    sc.spawn(move || th.run(s, seed ^ (k as u64 + 1).wrapping_mul(0x9E37_79B9)))
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("thread panicked")))).collect()
-        });
-        results.into_iter().collect::<io::Result<()>>()?;
+        // Pinned new threads, released together (`threads.rs`).
+        let s = &shared;
+        let jobs: Vec<_> = self
+            .threads
+            .iter_mut()
+            .enumerate()
+            .map(|(k, th)| move || th.run(s, seed ^ (k as u64 + 1).wrapping_mul(0x9E37_79B9)))
+            .collect();
+        crate::threads::run_together(jobs)?;
         let begin = self.threads.iter().map(|s| s.span.0).min().unwrap();
         let end = self.threads.iter().map(|s| s.span.1).max().unwrap();
         let secs = (end - begin).as_secs_f64();

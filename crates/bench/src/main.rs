@@ -24,6 +24,7 @@ mod scaling;
 mod scratch;
 mod stats;
 mod target;
+mod threads;
 mod tree;
 mod workload;
 mod zerocopy;

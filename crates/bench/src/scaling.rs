@@ -13,7 +13,8 @@
 //!
 //! Every phase, the one-thread phase too, runs on threads spawned for it,
 //! each pinned to a CPU of its own, started together by a barrier that
-//! spins before it yields. Before (2026-11-27), the one-thread phase ran
+//! spins before it yields (`threads.rs`, which the other two-thread
+//! workloads use too). Before (2026-11-27), the one-thread phase ran
 //! on the calling thread, whose heap arena was warm from earlier rounds
 //! while the two new threads faulted fresh memory in; the scheduler of
 //! these 2-vCPU VMs often put both new threads on one vCPU and left the
@@ -28,7 +29,6 @@
 //! lines, no spinning on a lock), whatever the scheduler did.
 
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
@@ -206,33 +206,20 @@ impl ScalingRun<'_> {
     /// thread pinned to a CPU of its own when there are enough (`--cpu`
     /// leaves one); and the threads' CPU time per op.
     fn rate(&self, phases: &[Phase], seed: u64) -> io::Result<Rate> {
-        let allowed = allowed_cpus()?;
-        let pinned = allowed.len() >= phases.len();
-        let barrier = SpinBarrier::new(phases.len());
-        type Done = (usize, Instant, Instant, u64);
-        let results: Vec<io::Result<Done>> = std::thread::scope(|s| {
-            let hs: Vec<_> = phases
-                .iter()
-                .enumerate()
-                .map(|(k, &p)| {
-                    let (b, cpu) = (&barrier, allowed[k % allowed.len()]);
-                    s.spawn(move || {
-                        let pin = if pinned { crate::pin_to_cpus(&[cpu]) } else { Ok(()) };
-                        // At the barrier even when pinning failed: the other
-                        // threads wait there for this one.
-                        b.wait();
-                        pin?;
-                        let c0 = thread_cpu_ns();
-                        let t0 = Instant::now();
-                        let n = self.one(p, k, seed)?;
-                        let t1 = Instant::now();
-                        Ok((n, t0, t1, thread_cpu_ns() - c0))
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("thread panicked")))).collect()
-        });
-        let done = results.into_iter().collect::<io::Result<Vec<_>>>()?;
+        let jobs: Vec<_> = phases
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| {
+                move || {
+                    let c0 = thread_cpu_ns();
+                    let t0 = Instant::now();
+                    let n = self.one(p, k, seed)?;
+                    let t1 = Instant::now();
+                    Ok((n, t0, t1, thread_cpu_ns() - c0))
+                }
+            })
+            .collect();
+        let done = crate::threads::run_together(jobs)?;
         let begin = done.iter().map(|d| d.1).min().expect("at least one thread");
         let end = done.iter().map(|d| d.2).max().expect("at least one thread");
         let ops = done.iter().map(|d| d.0).sum::<usize>() as f64;
@@ -299,54 +286,6 @@ impl Prepared for ScalingRun<'_> {
         }
         Ok(())
     }
-}
-
-/// A barrier whose waiters spin before they yield. `std::sync::Barrier`
-/// parks all but the last thread on a futex, and waking a parked thread on
-/// an idle vCPU of these VMs costs up to milliseconds. A waiter yields
-/// after `SPINS_BEFORE_YIELD` rounds, so that a thread waiting on the same
-/// CPU (unpinned, or more threads than CPUs) still gets to run.
-struct SpinBarrier {
-    threads: usize,
-    arrived: AtomicUsize,
-}
-
-const SPINS_BEFORE_YIELD: u32 = 1 << 10;
-
-impl SpinBarrier {
-    fn new(threads: usize) -> SpinBarrier {
-        SpinBarrier { threads, arrived: AtomicUsize::new(0) }
-    }
-
-    fn wait(&self) {
-        self.arrived.fetch_add(1, Ordering::AcqRel);
-        let mut spins = 0u32;
-        while self.arrived.load(Ordering::Acquire) < self.threads {
-            if spins < SPINS_BEFORE_YIELD {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-    }
-}
-
-/// The CPUs the calling thread may run on (`--cpu` leaves one).
-fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity writes at most
-    // its size into it, and CPU_ISSET reads inside it.
-    let cpus: Vec<usize> = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        (0..8 * std::mem::size_of::<libc::cpu_set_t>()).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
-    };
-    if cpus.is_empty() {
-        return Err(io::Error::other("sched_getaffinity returned no CPU"));
-    }
-    Ok(cpus)
 }
 
 /// CPU time the calling thread has used, in nanoseconds.

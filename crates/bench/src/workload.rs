@@ -9,7 +9,6 @@
 //! personalities.
 
 use std::io;
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -290,22 +289,12 @@ struct FioRun<'t> {
     block: Vec<u8>,
 }
 
-fn fio_thread(
-    t: &dyn Target,
-    st: &mut FioThread,
-    block: &[u8],
-    io: usize,
-    fsync_every: usize,
-    barrier: Option<&Barrier>,
-) -> io::Result<()> {
+fn fio_thread(t: &dyn Target, st: &mut FioThread, block: &[u8], io: usize, fsync_every: usize) -> io::Result<()> {
     st.lat_ns.clear();
     st.written = 0;
     let f = st.f;
     let mut writes = 0usize;
     let mut last_read = None;
-    if let Some(b) = barrier {
-        b.wait();
-    }
     let start = Instant::now();
     let mut prev = start;
     for &(off, read) in &st.plan {
@@ -359,21 +348,12 @@ impl Prepared for FioRun<'_> {
         let block = &self.block[..];
         let (io, fsync_every) = (w.io_size, w.fsync_every);
         if self.threads.len() == 1 {
-            fio_thread(t, &mut self.threads[0], block, io, fsync_every, None)?;
+            fio_thread(t, &mut self.threads[0], block, io, fsync_every)?;
         } else {
-            let barrier = Barrier::new(self.threads.len());
-            let results: Vec<io::Result<()>> = std::thread::scope(|s| {
-                let hs: Vec<_> = self
-                    .threads
-                    .iter_mut()
-                    .map(|st| {
-                        let b = &barrier;
-                        s.spawn(move || fio_thread(t, st, block, io, fsync_every, Some(b)))
-                    })
-                    .collect();
-                hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("thread panicked")))).collect()
-            });
-            results.into_iter().collect::<io::Result<()>>()?;
+            // Pinned new threads, released together (`threads.rs`).
+            let jobs: Vec<_> =
+                self.threads.iter_mut().map(|st| move || fio_thread(t, st, block, io, fsync_every)).collect();
+            crate::threads::run_together(jobs)?;
         }
         let begin = self.threads.iter().map(|s| s.span.0).min().unwrap();
         let end = self.threads.iter().map(|s| s.span.1).max().unwrap();
