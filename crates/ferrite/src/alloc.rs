@@ -3,11 +3,11 @@
 //! The data region is split into one contiguous partition per lane; a
 //! thread allocates from its own lane and steals from the fullest other lane
 //! when its own is empty (refilling its own from it), so threads rarely
-//! contend on one lock. Each free
-//! list is a map of free extents sorted by address (keyed by their end, so
-//! an allocation from the front of one updates it in place), so freeing
-//! merges with neighbours in O(log n) (NOVA uses a red-black tree for the
-//! same reason), and a list of recently freed single pages reused first.
+//! contend on one lock. Each free list is a map of free extents sorted by
+//! address (keyed by their end, so an allocation from the front of one
+//! updates it in place), so freeing merges with neighbours in O(log n)
+//! (NOVA uses a red-black tree for the same reason), and a list of
+//! recently freed single pages reused first.
 //! Nothing here is persistent: the lists are saved to the pool at a clean
 //! unmount and rebuilt by scanning the logs after a crash.
 
