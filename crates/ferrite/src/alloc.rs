@@ -335,16 +335,17 @@ impl PageAllocator {
     /// pages, they cost the free lists one insertion per run instead of
     /// one per page (a file's pages, when it is deleted, are mostly one
     /// run; a buffered batch frees pages by the thousand).
-    pub fn free_many(&self, mut pages: Vec<u64>) {
+    /// Sorts `pages` in place.
+    pub fn free_many(&self, pages: &mut [PageNo]) {
         pages.sort_unstable();
         let mut i = 0;
         while i < pages.len() {
             let start = pages[i];
             let mut n = 1;
-            while i + n < pages.len() && pages[i + n] == start + n as u64 {
+            while i + n < pages.len() && pages[i + n].0 == start.0 + n as u64 {
                 n += 1;
             }
-            self.free(PageNo(start), n as u64);
+            self.free(start, n as u64);
             i += n;
         }
     }
@@ -780,10 +781,10 @@ mod tests {
         let got: Vec<u64> = a.alloc(1000).unwrap().iter().flat_map(|&(s, n)| s.0..s.0 + n as u64).collect();
         assert_eq!(got.len(), 1000);
         // Two runs, 100..=199 and 500..=509, given back shuffled.
-        let mut back: Vec<u64> = (100..200).chain(500..510).collect();
+        let mut back: Vec<PageNo> = (100..200).chain(500..510).map(PageNo).collect();
         back.reverse();
         back.swap(3, 77);
-        a.free_many(back);
+        a.free_many(&mut back);
         assert_eq!(a.free_pages(), 110);
         assert_eq!(a.free_extents(), vec![(100, 100), (500, 10)]);
     }

@@ -26,7 +26,7 @@
 //! order.
 
 use crate::alloc::{InodeAllocator, PageAllocator};
-use crate::format::JOURNAL_RECORDS_MAX;
+use crate::format::{PageNo, JOURNAL_RECORDS_MAX};
 use crate::journal::{Journals, Transaction};
 use crate::media::{FlushRanges, Media};
 use crate::types::{Errno, FsResult, InodeNo};
@@ -492,14 +492,14 @@ impl Buffered {
         let oldest_ns = now.duration_since(batch[0].queued_at).as_nanos() as u64;
         let count = batch.len() as u64;
         let mut freed_inodes = Vec::new();
-        let mut freed_pages: Vec<u64> = Vec::new();
+        let mut freed_pages: Vec<PageNo> = Vec::new();
         for op in batch {
-            freed_pages.extend(op.free_pages.iter().map(|p| p.0));
+            freed_pages.extend(op.free_pages.iter().copied());
             freed_inodes.extend(op.free_inodes);
         }
         // A batch frees pages by the thousand: as runs, sorted, they cost
         // the allocator one insertion per run instead of one per page.
-        self.pages.free_many(freed_pages);
+        self.pages.free_many(&mut freed_pages);
         // A few at a time: a caller marking an inode dying must not find
         // the lock held long enough to park.
         for chunk in freed_inodes.chunks(16) {

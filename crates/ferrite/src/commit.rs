@@ -448,19 +448,12 @@ impl Ferrite {
 
     /// Free what a durable commit released, then collect garbage in a log
     /// that grew: fast GC of dead log pages, then compaction when due.
-    pub(crate) fn after_commit(&self, inode: &Inode, d: &mut InodeData, extended: bool, released: PageList) {
+    pub(crate) fn after_commit(&self, inode: &Inode, d: &mut InodeData, extended: bool, mut released: PageList) {
         // GC judges liveness in DRAM; with an epoch pending, DRAM runs ahead
         // of the durable log, so collecting now could drop what a crash needs.
         assert!(d.pending.is_none(), "inode {}: log GC with an epoch pending", inode.ino.0);
-        if released.len() <= 1 {
-            // An overwrite's old page: no sorting for one.
-            for p in released {
-                self.pages.free(p, 1);
-            }
-        } else {
-            // A truncate or punch: its pages as runs.
-            self.pages.free_many(released.iter().map(|p| p.0).collect());
-        }
+        // An overwrite's old page, or a truncate's or punch's pages as runs.
+        self.pages.free_many(&mut released);
         if extended && d.dead_log_pages() > 0 {
             let n = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino), EVERY_DEATH);
             self.gc_pages.fetch_add(n as u64, Ordering::Relaxed);
@@ -548,8 +541,8 @@ impl Ferrite {
     /// Freeing an inode whose state word is already zero: its DRAM state,
     /// its pages and its number.
     pub(crate) fn release_inode(&self, inode: &Inode, d: &mut InodeData) {
-        let pages = self.release_inode_dram(inode, d);
-        self.pages.free_many(pages.into_iter().map(|p| p.0).collect());
+        let mut pages = self.release_inode_dram(inode, d);
+        self.pages.free_many(&mut pages);
         self.inodes_free.free(inode.ino);
     }
 
