@@ -66,6 +66,10 @@ pub(crate) enum Change {
 }
 
 /// One inode's part of a multi-inode change.
+/// The inodes one change touches, inline: the two of a create or unlink,
+/// up to four for a rename; no allocation per namespace operation.
+pub(crate) type Parts<'a> = SmallVec<[Part<'a>; 4]>;
+
 pub(crate) struct Part<'a> {
     pub inode: &'a Arc<Inode>,
     pub entries: Entries,
@@ -171,7 +175,7 @@ impl Ferrite {
     /// free and the new inode's number is given back. Returns the new inode.
     pub(crate) fn commit_journaled(
         &self,
-        parts: Vec<Part<'_>>,
+        parts: Parts<'_>,
         guards: &mut [&mut InodeData],
         new: Option<NewInode>,
         fresh: Fresh,

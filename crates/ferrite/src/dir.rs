@@ -8,7 +8,7 @@
 //! a lookup done before taking the locks is checked again under them, and
 //! the operation retries if the directory changed in between.
 
-use crate::commit::{Fresh, NewInode, Part};
+use crate::commit::{Fresh, NewInode, Part, Parts};
 use crate::format::{DentryEntry, Entry, WriteEntry, PAGE_SIZE};
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Dentry, Inode, InodeData};
@@ -219,13 +219,13 @@ impl Ferrite {
             parent: if kind == FileType::Directory { parent } else { InodeNo(0) },
             mode: if kind == FileType::Regular { self.default_mode() } else { FileMode::Strict },
         };
-        let parts = vec![Part {
+        let parts: Parts<'_> = smallvec::smallvec![Part {
             inode: dir,
             entries: smallvec::smallvec![Entry::DentryAdd(DentryEntry {
                 ino,
                 kind,
                 time_ns: now,
-                name: name.to_vec()
+                name: crate::format::EntryName::from_slice(name)
             })],
             free: false,
         }];
@@ -237,11 +237,22 @@ impl Ferrite {
 
     /// Remove a name; `want_dir` selects rmdir semantics.
     pub fn remove(&self, parent: InodeNo, name: &[u8], want_dir: bool) -> FsResult<()> {
-        self.remove_in(&self.dir_inode(parent)?, name, want_dir)
+        self.remove_in(&self.dir_inode(parent)?, name, want_dir, None)
     }
 
     /// remove from a directory already held (ENOENT once it is removed).
-    pub(crate) fn remove_in(&self, dir: &Arc<Inode>, name: &[u8], want_dir: bool) -> FsResult<()> {
+    /// `known` is the inode path resolution found under `name`, held: the
+    /// first attempt locks it at once instead of looking the name up twice
+    /// more, and the check under the locks (the name still maps to it, and
+    /// it is alive) is what makes the removal correct either way. When that
+    /// check fails, the name is looked up again as without `known`.
+    pub(crate) fn remove_in(
+        &self,
+        dir: &Arc<Inode>,
+        name: &[u8],
+        want_dir: bool,
+        known: Option<&Arc<Inode>>,
+    ) -> FsResult<()> {
         if dir.kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
@@ -255,16 +266,23 @@ impl Ferrite {
         if is_dot(name) {
             return Err(Errno::EISDIR);
         }
+        let mut known = known;
         loop {
-            let de = self.lookup_dentry(dir, name)?.ok_or(Errno::ENOENT)?;
-            match (want_dir, de.kind == FileType::Directory) {
+            let child: std::borrow::Cow<'_, Arc<Inode>> = match known.take() {
+                Some(c) => std::borrow::Cow::Borrowed(c),
+                None => {
+                    let de = self.lookup_dentry(dir, name)?.ok_or(Errno::ENOENT)?;
+                    match self.child_of(dir, name, &de)? {
+                        Some(c) => std::borrow::Cow::Owned(c),
+                        None => continue, // removed meanwhile: look again
+                    }
+                }
+            };
+            match (want_dir, child.kind == FileType::Directory) {
                 (true, false) => return Err(Errno::ENOTDIR),
                 (false, true) => return Err(Errno::EISDIR),
                 _ => {}
             }
-            let Some(child) = self.child_of(dir, name, &de)? else {
-                continue; // removed meanwhile: look again
-            };
             let mut guards = self.lock_all(&[dir, &child]);
             let mut g1 = guards[0].take().expect("parent locked");
             let mut g2 = guards[1].take().expect("child locked");
@@ -282,10 +300,11 @@ impl Ferrite {
                 ino: child.ino,
                 kind: child.kind,
                 time_ns: now,
-                name: name.to_vec(),
+                name: crate::format::EntryName::from_slice(name),
             })];
             let child_part = self.drop_link_part(&child, &g2, now)?;
-            let parts = vec![Part { inode: dir, entries: parent_entries, free: false }, child_part];
+            let parts: Parts<'_> =
+                smallvec::smallvec![Part { inode: dir, entries: parent_entries, free: false }, child_part];
             return self.commit_journaled(parts, &mut [&mut g1, &mut g2], None, Fresh::none()).map(drop);
         }
     }
@@ -354,14 +373,14 @@ impl Ferrite {
         let mut a = g2.attrs;
         a.nlink += 1;
         a.ctime_ns = now;
-        let parts = vec![
+        let parts: Parts<'_> = smallvec::smallvec![
             Part {
                 inode: dir,
                 entries: smallvec::smallvec![Entry::DentryAdd(DentryEntry {
                     ino,
                     kind: target.kind,
                     time_ns: now,
-                    name: name.to_vec(),
+                    name: crate::format::EntryName::from_slice(name),
                 })],
                 free: false,
             },
@@ -474,7 +493,7 @@ impl Ferrite {
                 ino,
                 kind,
                 time_ns: now,
-                name: name.to_vec(),
+                name: crate::format::EntryName::from_slice(name),
             };
             let t = dst;
             sd_entries.push(Entry::DentryRemove(dentry(src.ino, src.kind, sname)));
@@ -494,7 +513,7 @@ impl Ferrite {
             if moved.kind == FileType::Directory {
                 m_attrs.parent = dp;
             }
-            let mut parts = vec![Part { inode: sdir, entries: sd_entries, free: false }];
+            let mut parts: Parts<'_> = smallvec::smallvec![Part { inode: sdir, entries: sd_entries, free: false }];
             let mut idx = vec![0usize];
             if !same_dir {
                 parts.push(Part { inode: ddir, entries: dd_entries, free: false });
@@ -651,4 +670,85 @@ fn rename_types_match(src: &Dentry, dst: Option<&Dentry>, flags: RenameFlags) ->
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! `remove_in` given the inode path resolution found (`known`): when the
+    //! name no longer maps to that inode by the time the locks are taken
+    //! (renamed over, removed, or its number freed and reused by a new
+    //! inode under the same name), the removal acts on what the name names
+    //! now, or fails with ENOENT, exactly as without `known`. These are the
+    //! races `tests/name_races.rs` can only hit by chance, made to happen
+    //! in order.
+    use super::*;
+    use crate::fs::FormatOptions;
+    use ferrite_pmem::Pmem;
+
+    fn file() -> NodeSpec<'static> {
+        NodeSpec { kind: FileType::Regular, perm: 0o644, uid: 0, gid: 0, symlink_target: None, rdev: 0 }
+    }
+
+    fn setup() -> (Ferrite, Arc<Inode>) {
+        let fs = Ferrite::format(Pmem::heap(1024 * 4096), &FormatOptions { lanes: 2, ..Default::default() }).unwrap();
+        let spec = NodeSpec { kind: FileType::Directory, perm: 0o755, ..file() };
+        let d = fs.create_node(InodeNo::ROOT, b"d", &spec).unwrap();
+        let dir = fs.dir_inode(d.ino).unwrap();
+        (fs, dir)
+    }
+
+    fn resolved(fs: &Ferrite, dir: &Arc<Inode>, name: &[u8]) -> Arc<Inode> {
+        fs.lookup_child(dir, name).unwrap().expect("the name exists").1
+    }
+
+    #[test]
+    fn a_name_renamed_over_removes_what_it_names_now() {
+        let (fs, dir) = setup();
+        fs.create_node(dir.ino, b"a", &file()).unwrap();
+        let b = fs.create_node(dir.ino, b"b", &file()).unwrap();
+        let old = resolved(&fs, &dir, b"a");
+        fs.rename_at(dir.ino, b"b", dir.ino, b"a", RenameFlags::default()).unwrap();
+        assert_eq!(fs.lookup(dir.ino, b"a").unwrap().ino, b.ino);
+        fs.remove_in(&dir, b"a", false, Some(&old)).unwrap();
+        assert_eq!(fs.lookup(dir.ino, b"a"), Err(Errno::ENOENT));
+        assert_eq!(fs.inode(b.ino).err(), Some(Errno::ENOENT), "the file renamed over the name is freed");
+    }
+
+    #[test]
+    fn a_name_removed_meanwhile_is_enoent() {
+        let (fs, dir) = setup();
+        fs.create_node(dir.ino, b"a", &file()).unwrap();
+        let old = resolved(&fs, &dir, b"a");
+        fs.remove(dir.ino, b"a", false).unwrap();
+        assert_eq!(fs.remove_in(&dir, b"a", false, Some(&old)), Err(Errno::ENOENT));
+    }
+
+    #[test]
+    fn a_number_reused_under_the_same_name_removes_the_new_inode() {
+        let (fs, dir) = setup();
+        let first = fs.create_node(dir.ino, b"a", &file()).unwrap();
+        let old = resolved(&fs, &dir, b"a");
+        fs.remove(dir.ino, b"a", false).unwrap();
+        let free_before = fs.free_pages();
+        let second = fs.create_node(dir.ino, b"a", &file()).unwrap();
+        assert_eq!(second.ino, first.ino, "the freed number is reused at once (the case under test)");
+        fs.write_ino(second.ino, 0, &[7u8; 3 * PAGE_SIZE as usize]).unwrap();
+        assert!(!old.data.read().alive, "the inode resolved first is gone");
+        fs.remove_in(&dir, b"a", false, Some(&old)).unwrap();
+        assert_eq!(fs.lookup(dir.ino, b"a"), Err(Errno::ENOENT));
+        assert_eq!(fs.inode(second.ino).err(), Some(Errno::ENOENT), "the new inode is the one freed");
+        assert_eq!(fs.free_pages(), free_before, "with its pages");
+    }
+
+    #[test]
+    fn a_directory_replaced_by_a_file_is_enotdir_for_rmdir() {
+        let (fs, dir) = setup();
+        let spec = NodeSpec { kind: FileType::Directory, perm: 0o755, ..file() };
+        fs.create_node(dir.ino, b"sub", &spec).unwrap();
+        let old = resolved(&fs, &dir, b"sub");
+        fs.remove(dir.ino, b"sub", true).unwrap();
+        fs.create_node(dir.ino, b"sub", &file()).unwrap();
+        assert_eq!(fs.remove_in(&dir, b"sub", true, Some(&old)), Err(Errno::ENOTDIR));
+        assert!(fs.lookup(dir.ino, b"sub").is_ok(), "the file is still there");
+    }
 }

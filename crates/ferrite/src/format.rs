@@ -762,8 +762,12 @@ pub struct DentryEntry {
     pub kind: FileType,
     /// The directory's new mtime and ctime.
     pub time_ns: i64,
-    pub name: Vec<u8>,
+    pub name: EntryName,
 }
+
+/// A directory entry's name, inline up to 24 bytes: building or decoding
+/// the entry of a common name allocates nothing.
+pub type EntryName = smallvec::SmallVec<[u8; 24]>;
 
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Entry {
@@ -816,7 +820,7 @@ impl Entry {
                 "punch entry out of range: {h:?}"
             ),
             Entry::DentryAdd(d) | Entry::DentryRemove(d) => assert!(
-                name_ok(&d.name) && !d.name.contains(&b'/') && d.name != b"." && d.name != b"..",
+                name_ok(&d.name) && !d.name.contains(&b'/') && d.name[..] != *b"." && d.name[..] != *b"..",
                 "dentry name of {} bytes invalid",
                 d.name.len()
             ),
@@ -1016,8 +1020,8 @@ impl Entry {
                 if name_len == 0 || DENTRY_NAME_AT + name_len > len {
                     return Err(corrupt!("dentry name length {name_len} invalid"));
                 }
-                let name = e[DENTRY_NAME_AT..DENTRY_NAME_AT + name_len].to_vec();
-                if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+                let name = EntryName::from_slice(&e[DENTRY_NAME_AT..DENTRY_NAME_AT + name_len]);
+                if name.contains(&b'/') || name.contains(&0) || name[..] == *b"." || name[..] == *b".." {
                     return Err(corrupt!("dentry name invalid"));
                 }
                 let kind = FileType::from_u8(e[24]).ok_or_else(|| corrupt!("dentry type {}", e[24]))?;
@@ -1109,13 +1113,13 @@ mod tests {
                 ino: InodeNo(5),
                 kind: FileType::Directory,
                 time_ns: 8,
-                name: vec![b'x'; 255],
+                name: EntryName::from_elem(b'x', 255),
             }),
             Entry::DentryRemove(DentryEntry {
                 ino: InodeNo(5),
                 kind: FileType::Regular,
                 time_ns: 8,
-                name: b"a".to_vec(),
+                name: EntryName::from_slice(b"a"),
             }),
             Entry::Xattr(XattrEntry { name: b"user.x".to_vec(), value: Some(vec![7; 900]), ctime_ns: 3 }),
             Entry::Xattr(XattrEntry { name: b"user.gone".to_vec(), value: None, ctime_ns: 4 }),

@@ -203,7 +203,7 @@ impl Ferrite {
             attrs,
             entries: crate::log::Entries::new(),
         };
-        fs.commit_journaled(Vec::new(), &mut [], Some(root), crate::commit::Fresh::none())
+        fs.commit_journaled(crate::commit::Parts::new(), &mut [], Some(root), crate::commit::Fresh::none())
             .map_err(|e| PoolError::Invalid(format!("pool too small for the root directory: {e:?}")))?;
         // The superblock goes last: a crash before this point leaves a pool
         // that no mount accepts, never a half-made file system.

@@ -157,7 +157,7 @@ impl InodeData {
                         ino: de.ino,
                         kind: de.kind,
                         time_ns: a.mtime_ns,
-                        name: name.to_vec(),
+                        name: crate::format::EntryName::from_slice(name),
                     }));
                     seqs.push(seq);
                 }

@@ -91,6 +91,10 @@ pub(crate) fn may_delete(dir: &Inode, victim: &Inode, c: &Credentials) -> FsResu
     Ok(())
 }
 
+/// A path's last component, inline up to 32 bytes: resolving a path
+/// allocates nothing for the common name.
+pub(crate) type NameBuf = smallvec::SmallVec<[u8; 32]>;
+
 pub(crate) struct Resolved {
     /// The directory holding the last component, held: operations act on
     /// this inode, never on whatever inode later gets its number (see
@@ -99,7 +103,7 @@ pub(crate) struct Resolved {
     /// The inode named, held, when it exists.
     pub target_inode: Option<Arc<Inode>>,
     /// The last component; None when the path is the root or ends in `.`/`..`.
-    pub name: Option<Vec<u8>>,
+    pub name: Option<NameBuf>,
     /// `.` or `..` as the last component.
     pub last_dot: Option<&'static [u8]>,
     /// The inode named, if it exists.
@@ -113,12 +117,12 @@ pub(crate) struct Resolved {
 
 impl Resolved {
     /// The last component `name` of directory `dir` names nothing (yet).
-    fn missing(dir: Arc<Inode>, name: Vec<u8>, too_long: bool, slash: bool) -> Resolved {
+    fn missing(dir: Arc<Inode>, name: NameBuf, too_long: bool, slash: bool) -> Resolved {
         Resolved { dir, name: Some(name), last_dot: None, target: None, target_inode: None, too_long, slash }
     }
 
     /// The last component `name` of directory `dir` names `inode`.
-    fn found(dir: Arc<Inode>, name: Vec<u8>, inode: Arc<Inode>, slash: bool) -> Resolved {
+    fn found(dir: Arc<Inode>, name: NameBuf, inode: Arc<Inode>, slash: bool) -> Resolved {
         let target = Some((inode.ino, inode.kind));
         Resolved { dir, name: Some(name), last_dot: None, target, target_inode: Some(inode), too_long: false, slash }
     }
@@ -196,7 +200,7 @@ impl Ferrite {
                 // (Linux checks IS_DEADDIR before the length).
                 let dead = dead_dir(&cur_dir);
                 return match (last, dead) {
-                    (true, _) => Ok(Resolved::missing(cur_dir.into_owned(), c.into_owned(), !dead, trailing)),
+                    (true, _) => Ok(Resolved::missing(cur_dir.into_owned(), NameBuf::from_slice(&c), !dead, trailing)),
                     (false, true) => Err(Errno::ENOENT),
                     (false, false) => Err(Errno::ENAMETOOLONG),
                 };
@@ -217,7 +221,9 @@ impl Ferrite {
                 return Err(Errno::ENOTDIR);
             }
             match self.lookup_child(dir, &c)? {
-                None if last => return Ok(Resolved::missing(cur_dir.into_owned(), c.into_owned(), false, trailing)),
+                None if last => {
+                    return Ok(Resolved::missing(cur_dir.into_owned(), NameBuf::from_slice(&c), false, trailing))
+                }
                 None => return Err(Errno::ENOENT),
                 Some((de, child)) => {
                     if de.kind == FileType::Symlink && (!last || follow_last) {
@@ -240,7 +246,7 @@ impl Ferrite {
                         return Err(Errno::ENOTDIR);
                     }
                     if last {
-                        return Ok(Resolved::found(cur_dir.into_owned(), c.into_owned(), child, trailing));
+                        return Ok(Resolved::found(cur_dir.into_owned(), NameBuf::from_slice(&c), child, trailing));
                     }
                     cur = de.ino;
                     cur_dir = Cow::Owned(child);

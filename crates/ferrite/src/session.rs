@@ -678,7 +678,7 @@ impl Session {
             if kind == FileType::Directory {
                 return Err(Errno::EISDIR);
             }
-            self.fs.remove_in(&r.dir, name, false)
+            self.fs.remove_in(&r.dir, name, false, r.target_inode.as_ref())
         })
     }
 
@@ -700,7 +700,7 @@ impl Session {
             if kind != FileType::Directory {
                 return Err(Errno::ENOTDIR);
             }
-            self.fs.remove_in(&r.dir, name, true)
+            self.fs.remove_in(&r.dir, name, true, r.target_inode.as_ref())
         })
     }
 
