@@ -432,13 +432,14 @@ impl Recording {
     }
 
     /// The log entries call `i` staged, decoded from its trace (each entry
-    /// is written by one cached store at a 64-byte boundary), with the pool
+    /// is written by one store at a 64-byte boundary: a streaming store in
+    /// strict mode, a cached one inside a buffered deferral), with the pool
     /// offset of each.
     pub fn staged_entries(&self, i: usize) -> Vec<(u64, ferrite::format::Entry)> {
         let (b, e) = self.spans[i];
         let mut out = Vec::new();
         for ev in &self.events[b..e] {
-            if let Event::Store { offset, data } = ev {
+            if let Event::Store { offset, data } | Event::NtStore { offset, data } = ev {
                 if offset % 64 == 0 && data.len() >= 64 && data.len() % 64 == 0 {
                     if let Ok((entry, _, len)) = ferrite::format::Entry::decode(data) {
                         if len == data.len() {

@@ -180,8 +180,8 @@ fn tokens_round_trip_and_replay() {
     // A replay rebuilds the workload, the point and the image (whether it
     // passes is the engine's business); a point that does not exist, or an
     // unknown operation, is an error.
-    let (out, _) = replay("cc1:0xc0ffee:empty:s1.chmod:e3:none").expect("replay");
-    assert!(out.contains("chmod(/foo, 600)") && out.contains("just before the fence at event 3"), "{out}");
+    let (out, _) = replay("cc1:0xc0ffee:empty:s1.chmod:e2:none").expect("replay");
+    assert!(out.contains("chmod(/foo, 600)") && out.contains("just before the fence at event 2"), "{out}");
     assert!(replay("cc1:0xc0ffee:empty:s1.chmod:e9999:none").is_err());
     assert!(replay("cc1:0xc0ffee:empty:s1.no_such_op:e1:none").is_err());
 }

@@ -5,7 +5,8 @@
 //! logs received entries, inode state words (allocate or free a slot), and
 //! log heads (a compacted log replaces head and tail together).
 //! Its protocol, three fences in all:
-//! 1. the new log entries are already written and flushed (`InodeData::stage`);
+//! 1. the new log entries are already written (streaming stores, or cached
+//!    stores and flushes; `InodeData::stage`);
 //!    write the journal records (offset, old value) and header with its
 //!    CRC, flush, fence — the transaction is now open;
 //! 2. store every new value, flush, fence — the change is complete;

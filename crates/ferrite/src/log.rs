@@ -402,9 +402,9 @@ impl Staged {
 
 impl InodeData {
     /// Write `entries` after the tail, extending the log with new pages as
-    /// needed, and flush them. Nothing is committed: the caller fences and
-    /// then stores the new tail (directly or through the journal). On ENOSPC
-    /// nothing has changed.
+    /// needed (streaming stores, `Media::write_entries`). Nothing is
+    /// committed: the caller fences and then stores the new tail (directly
+    /// or through the journal). On ENOSPC nothing has changed.
     pub fn stage(
         &self,
         media: &Media,
@@ -469,8 +469,9 @@ thread_local! {
 }
 
 /// Write `entries` (with their sequence numbers) after position `pos` (0:
-/// start a new chain), extending with fresh log pages as needed, and flush
-/// them. Nothing is committed. On ENOSPC nothing has changed. The first
+/// start a new chain), extending with fresh log pages as needed, with
+/// streaming stores (cached ones, their flushes deferred, inside a
+/// buffered deferral). Nothing is committed. On ENOSPC nothing has changed. The first
 /// new page, if any, is `reserve` when given.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_log_entries(
@@ -537,9 +538,8 @@ pub(crate) fn write_log_entries(
         }
         ENCODE_BUF.with_borrow_mut(|buf| {
             e.encode(seq, buf);
-            media.write(pos, buf);
+            media.write_entries(pos, buf);
         });
-        media.flush(pos, len);
         locs.push((pos, seq));
         pos = pos + len;
     }

@@ -115,6 +115,29 @@ impl Media {
         set_unfenced(true);
     }
 
+    /// Write log entries: whole 64-byte lines that nothing reads before
+    /// the commit. Outside a deferral they are streaming stores: a cached
+    /// store to a line of the log's tail (cold: the tail moves on through
+    /// the page) first reads that line from memory for ownership, and its
+    /// flush's write-back then waits behind that read; a streaming store
+    /// writes the whole line without reading it, and the commit's fence
+    /// covers it like a flush. Inside a deferral (buffered mode) they are
+    /// cached stores whose flush is deferred, as before.
+    pub fn write_entries(&self, offset: PoolOffset, data: &[u8]) {
+        assert!(
+            offset.0.is_multiple_of(ferrite_pmem::CACHE_LINE)
+                && (data.len() as u64).is_multiple_of(ferrite_pmem::CACHE_LINE),
+            "log entries at {offset} ({} bytes) are not whole lines",
+            data.len()
+        );
+        if self.defer(offset, data.len() as u64) {
+            self.pmem.write(offset, data);
+            return;
+        }
+        self.pmem.write_nt(offset, data);
+        set_unfenced(true);
+    }
+
     pub fn fill_nt(&self, offset: PoolOffset, len: u64, byte: u8) {
         self.pmem.fill_nt(offset, len, byte);
         set_unfenced(true);
