@@ -65,11 +65,11 @@ pub(crate) enum Change {
     Meta,
 }
 
-/// One inode's part of a multi-inode change.
 /// The inodes one change touches, inline: the two of a create or unlink,
 /// up to four for a rename; no allocation per namespace operation.
 pub(crate) type Parts<'a> = SmallVec<[Part<'a>; 4]>;
 
+/// One inode's part of a multi-inode change.
 pub(crate) struct Part<'a> {
     pub inode: &'a Arc<Inode>,
     pub entries: Entries,

@@ -471,8 +471,8 @@ thread_local! {
 /// Write `entries` (with their sequence numbers) after position `pos` (0:
 /// start a new chain), extending with fresh log pages as needed, with
 /// streaming stores (cached ones, their flushes deferred, inside a
-/// buffered deferral). Nothing is committed. On ENOSPC nothing has changed. The first
-/// new page, if any, is `reserve` when given.
+/// buffered deferral). Nothing is committed. On ENOSPC nothing has
+/// changed. The first new page, if any, is `reserve` when given.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_log_entries(
     media: &Media,
