@@ -9,7 +9,7 @@
 //! the operation retries if the directory changed in between.
 
 use crate::commit::{Fresh, NewInode, Part, Parts};
-use crate::format::{DentryEntry, Entry, WriteEntry, PAGE_SIZE};
+use crate::format::{DentryEntry, Entry, EntryName, WriteEntry, PAGE_SIZE};
 use crate::fs::Ferrite;
 use crate::inode::{Attrs, Dentry, Inode, InodeData};
 use crate::types::{limits, DirEntry, Errno, FileMode, FileType, FsResult, InodeNo, RenameFlags, Stat};
@@ -225,7 +225,7 @@ impl Ferrite {
                 ino,
                 kind,
                 time_ns: now,
-                name: crate::format::EntryName::from_slice(name)
+                name: EntryName::from_slice(name)
             })],
             free: false,
         }];
@@ -300,7 +300,7 @@ impl Ferrite {
                 ino: child.ino,
                 kind: child.kind,
                 time_ns: now,
-                name: crate::format::EntryName::from_slice(name),
+                name: EntryName::from_slice(name),
             })];
             let child_part = self.drop_link_part(&child, &g2, now)?;
             let parts: Parts<'_> =
@@ -380,7 +380,7 @@ impl Ferrite {
                     ino,
                     kind: target.kind,
                     time_ns: now,
-                    name: crate::format::EntryName::from_slice(name),
+                    name: EntryName::from_slice(name),
                 })],
                 free: false,
             },
@@ -493,7 +493,7 @@ impl Ferrite {
                 ino,
                 kind,
                 time_ns: now,
-                name: crate::format::EntryName::from_slice(name),
+                name: EntryName::from_slice(name),
             };
             let t = dst;
             sd_entries.push(Entry::DentryRemove(dentry(src.ino, src.kind, sname)));

@@ -3,6 +3,7 @@
 //! it finds, with the permission checks of each step for the caller's
 //! credentials (`perm.rs`). `Session` (`session.rs`) builds `PathFs` on it.
 
+use crate::format::EntryName;
 use crate::fs::Ferrite;
 use crate::inode::Inode;
 use crate::perm::{self, Owner};
@@ -91,10 +92,6 @@ pub(crate) fn may_delete(dir: &Inode, victim: &Inode, c: &Credentials) -> FsResu
     Ok(())
 }
 
-/// A path's last component, inline up to 32 bytes: resolving a path
-/// allocates nothing for the common name.
-pub(crate) type NameBuf = smallvec::SmallVec<[u8; 32]>;
-
 pub(crate) struct Resolved {
     /// The directory holding the last component, held: operations act on
     /// this inode, never on whatever inode later gets its number (see
@@ -102,8 +99,10 @@ pub(crate) struct Resolved {
     pub dir: Arc<Inode>,
     /// The inode named, held, when it exists.
     pub target_inode: Option<Arc<Inode>>,
-    /// The last component; None when the path is the root or ends in `.`/`..`.
-    pub name: Option<NameBuf>,
+    /// The last component (inline up to 24 bytes, as an entry's name: no
+    /// allocation for the common name); None when the path is the root or
+    /// ends in `.`/`..`.
+    pub name: Option<EntryName>,
     /// `.` or `..` as the last component.
     pub last_dot: Option<&'static [u8]>,
     /// The inode named, if it exists.
@@ -117,12 +116,12 @@ pub(crate) struct Resolved {
 
 impl Resolved {
     /// The last component `name` of directory `dir` names nothing (yet).
-    fn missing(dir: Arc<Inode>, name: NameBuf, too_long: bool, slash: bool) -> Resolved {
+    fn missing(dir: Arc<Inode>, name: EntryName, too_long: bool, slash: bool) -> Resolved {
         Resolved { dir, name: Some(name), last_dot: None, target: None, target_inode: None, too_long, slash }
     }
 
     /// The last component `name` of directory `dir` names `inode`.
-    fn found(dir: Arc<Inode>, name: NameBuf, inode: Arc<Inode>, slash: bool) -> Resolved {
+    fn found(dir: Arc<Inode>, name: EntryName, inode: Arc<Inode>, slash: bool) -> Resolved {
         let target = Some((inode.ino, inode.kind));
         Resolved { dir, name: Some(name), last_dot: None, target, target_inode: Some(inode), too_long: false, slash }
     }
@@ -200,7 +199,9 @@ impl Ferrite {
                 // (Linux checks IS_DEADDIR before the length).
                 let dead = dead_dir(&cur_dir);
                 return match (last, dead) {
-                    (true, _) => Ok(Resolved::missing(cur_dir.into_owned(), NameBuf::from_slice(&c), !dead, trailing)),
+                    (true, _) => {
+                        Ok(Resolved::missing(cur_dir.into_owned(), EntryName::from_slice(&c), !dead, trailing))
+                    }
                     (false, true) => Err(Errno::ENOENT),
                     (false, false) => Err(Errno::ENAMETOOLONG),
                 };
@@ -222,7 +223,7 @@ impl Ferrite {
             }
             match self.lookup_child(dir, &c)? {
                 None if last => {
-                    return Ok(Resolved::missing(cur_dir.into_owned(), NameBuf::from_slice(&c), false, trailing))
+                    return Ok(Resolved::missing(cur_dir.into_owned(), EntryName::from_slice(&c), false, trailing))
                 }
                 None => return Err(Errno::ENOENT),
                 Some((de, child)) => {
@@ -246,7 +247,7 @@ impl Ferrite {
                         return Err(Errno::ENOTDIR);
                     }
                     if last {
-                        return Ok(Resolved::found(cur_dir.into_owned(), NameBuf::from_slice(&c), child, trailing));
+                        return Ok(Resolved::found(cur_dir.into_owned(), EntryName::from_slice(&c), child, trailing));
                     }
                     cur = de.ino;
                     cur_dir = Cow::Owned(child);
