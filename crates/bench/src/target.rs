@@ -389,6 +389,10 @@ fn add_events(sum: &mut MediaBytes, events: &[Event]) {
                 lines += (data.len() as u64).div_ceil(64);
             }
             Event::Commit { .. } => sum.stored += 8,
+            Event::NtCommit { .. } => {
+                sum.stored += 8;
+                lines += 1;
+            }
             Event::Flush { offset, len } => {
                 if *len > 0 {
                     lines += (offset + len).div_ceil(64) - offset / 64;

@@ -233,6 +233,7 @@ impl<'a> Sim<'a> {
             Event::Store { offset, data } => self.store(idx, *offset, data, false),
             Event::NtStore { offset, data } => self.store(idx, *offset, data, true),
             Event::Commit { offset, value } => self.store(idx, *offset, &value.to_le_bytes(), false),
+            Event::NtCommit { offset, value } => self.store(idx, *offset, &value.to_le_bytes(), true),
             Event::Flush { offset, len } => self.flush(*offset, *len),
             Event::Fence => self.fence(),
             Event::Mark { .. } => {}

@@ -493,6 +493,7 @@ fn check_inner(base: &[u8], events: &[Event], layout: &Layout, modes: Option<&[C
             Event::Store { offset, data } => c.store(i, *offset, data, false, false),
             Event::NtStore { offset, data } => c.store(i, *offset, data, true, false),
             Event::Commit { offset, value } => c.store(i, *offset, &value.to_le_bytes(), false, true),
+            Event::NtCommit { offset, value } => c.store(i, *offset, &value.to_le_bytes(), true, true),
             Event::Flush { offset, len } => c.flush(i, *offset, *len),
             Event::Fence => c.fence(),
         }

@@ -69,6 +69,7 @@ fn event_text(e: &Event) -> String {
         Event::Flush { offset, len } => format!("flush {len} bytes at {offset:#x}"),
         Event::Fence => "fence".into(),
         Event::Commit { offset, value } => format!("commit {value:#x} at {offset:#x}"),
+        Event::NtCommit { offset, value } => format!("nt-commit {value:#x} at {offset:#x}"),
         Event::Mark { label } => format!("mark {label}"),
     }
 }

@@ -90,7 +90,7 @@ fn is_fence(e: &Event) -> bool {
 
 fn journal_record_store(r: &Recording) -> impl Fn(&Event) -> bool + '_ {
     let j = r.layout.journal_start.offset().0;
-    move |e| matches!(e, Event::Store { offset, data } if *offset == j && data.len() > 64)
+    move |e| matches!(e, Event::Store { offset, data } | Event::NtStore { offset, data } if *offset == j && data.len() > 64)
 }
 
 // ---------------------------------------------------------------------------
@@ -146,7 +146,8 @@ fn mkdir_log_head_persistence() {
     );
     // A directory whose log was empty (its attributes in its slot) gets
     // its first page with its first name: the head store that names the
-    // page, moved after the commit and never flushed.
+    // page (a streaming store), moved after the commit as a cached store
+    // that is never flushed.
     let first_name = Workload {
         id: "regression.mkdir_in_a_new_dir".into(),
         prepare: Vec::new(),
@@ -163,11 +164,11 @@ fn mkdir_log_head_persistence() {
     let (_, failures) = check_recording(StartKind::Empty, &r, &strict());
     assert!(failures.is_empty(), "first name in a new directory: {}", show(&failures));
     let (from, to) = r.spans[1];
-    let s = find(&r.events, from, |e| matches!(e, Event::Commit { offset, .. } if in_slot_at(*offset, 8)));
+    let s = find(&r.events, from, |e| matches!(e, Event::NtCommit { offset, .. } if in_slot_at(*offset, 8)));
     assert!(s < to, "the second mkdir stores no head: {:?}", &r.events[from..to]);
     let mut ev = r.events.clone();
-    let head = ev.remove(s);
-    ev.insert(to - 1, head);
+    let Event::NtCommit { offset, value } = ev.remove(s) else { unreachable!("found as a streaming commit word") };
+    ev.insert(to - 1, Event::Commit { offset, value });
     must_fail(
         "a directory's first log page linked by a head stored after the commit and never flushed",
         StartKind::Empty,
@@ -186,7 +187,7 @@ fn tail_before_head() {
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     must_pass("tail_before_head", &ids, &[StartKind::Empty, StartKind::LogEdge]);
     let r = rec(StartKind::Empty, "s1.write_overwrite_page");
-    let c = find(&r.events, 0, |e| matches!(e, Event::Commit { .. }));
+    let c = find(&r.events, 0, |e| matches!(e, Event::NtCommit { .. }));
     let f = r.events[..c].iter().rposition(is_fence).expect("a fence before the tail commit");
     let mut ev = r.events.clone();
     ev.remove(f);
@@ -231,7 +232,8 @@ fn truncate_exposing_freed_data() {
 
 /// NOVA: fallocate lost at remount. Every fallocate form, checked after a
 /// crash and after a clean remount (the usability pass remounts); the
-/// broken version drops the flush of the tail commit.
+/// broken version stores the tail commit with a cached store that is never
+/// flushed (the engine streams it: a streaming store needs no flush).
 #[test]
 fn fallocate_lost_at_remount() {
     let ids = catalogue_ids(|n| n.starts_with("fallocate_"));
@@ -265,19 +267,19 @@ fn fallocate_lost_at_remount() {
         assert!(d.is_empty(), "{id}: a clean remount changed:\n{d}");
     }
     let r = rec(StartKind::Empty, "s1.fallocate_keep_size");
-    let c = find(&r.events, 0, |e| matches!(e, Event::Commit { .. }));
-    let fl = find(&r.events, c, |e| matches!(e, Event::Flush { .. }));
+    let c = find(&r.events, 0, |e| matches!(e, Event::NtCommit { .. }));
     let mut ev = r.events.clone();
-    ev.remove(fl);
+    let Event::NtCommit { offset, value } = ev[c] else { unreachable!("found as a streaming commit word") };
+    ev[c] = Event::Commit { offset, value };
     must_fail("fallocate whose tail commit is never flushed", StartKind::Empty, r.with_events(ev));
 }
 
 /// NOVA: recovery crashed on a log that was being extended. Every
 /// operation on the start image whose logs are at a page edge (so that
 /// they extend mid-operation), recovery crashed at every fence; the broken
-/// version drops the flush of the new log page's link (the previous page's
-/// next pointer), so the committed tail can lie in a page the log does not
-/// reach.
+/// version stores the new log page's link (the previous page's next
+/// pointer) with a cached store that is never flushed, so the committed
+/// tail can lie in a page the log does not reach.
 #[test]
 fn recovery_on_log_mid_extension() {
     let ids: Vec<String> = seq1().into_iter().map(|w| w.id).collect();
@@ -290,7 +292,7 @@ fn recovery_on_log_mid_extension() {
         .find_map(|id| {
             let r = rec(StartKind::LogEdge, id);
             let link =
-                r.events.iter().position(|e| matches!(e, Event::Commit { offset, .. } if offset % PAGE == 24))?;
+                r.events.iter().position(|e| matches!(e, Event::NtCommit { offset, .. } if offset % PAGE == 24))?;
             Some((r, link))
         });
     let Some((r, link)) = found else {
@@ -303,9 +305,9 @@ fn recovery_on_log_mid_extension() {
         );
         return;
     };
-    let fl = find(&r.events, link, |e| matches!(e, Event::Flush { .. }));
     let mut ev = r.events.clone();
-    ev.remove(fl);
+    let Event::NtCommit { offset, value } = ev[link] else { unreachable!("found as a streaming commit word") };
+    ev[link] = Event::Commit { offset, value };
     must_fail("log extension without flushing the link to the new page", StartKind::LogEdge, r.with_events(ev));
 }
 
@@ -372,8 +374,8 @@ fn torn_16_byte_updates() {
     // (3) The tail commit of a write replaced by a 16-byte store of head
     // and tail.
     let r = rec(StartKind::Empty, "s1.write_overwrite_page");
-    let c = find(&r.events, 0, |e| matches!(e, Event::Commit { .. }));
-    let Event::Commit { offset, value } = r.events[c] else { unreachable!() };
+    let c = find(&r.events, 0, |e| matches!(e, Event::NtCommit { .. }));
+    let Event::NtCommit { offset, value } = r.events[c] else { unreachable!() };
     let head = u64::from_le_bytes(r.base[(offset - 8) as usize..offset as usize].try_into().unwrap());
     let mut data = head.to_le_bytes().to_vec();
     data.extend_from_slice(&value.to_le_bytes());

@@ -18,7 +18,7 @@ fn store(offset: u64, byte: u8, len: usize) -> Event {
 }
 
 /// Vinter's model on a hand-made trace: what is durable, what is pending,
-/// per-word prefixes, non-temporal stores.
+/// per-word prefixes, non-temporal stores and streamed commit words.
 #[test]
 fn persistence_model() {
     let base = vec![0u8; 8192];
@@ -31,8 +31,9 @@ fn persistence_model() {
         Event::NtStore { offset: 128, data: vec![4; 64] }, // 5
         Event::Commit { offset: 192, value: u64::MAX },    // 6
         Event::Flush { offset: 192, len: 8 },              // 7
-        Event::Fence,                                      // 8
-        Event::Mark { label: 1 },                          // 9
+        Event::NtCommit { offset: 256, value: 5 },         // 8: streamed word, no flush
+        Event::Fence,                                      // 9
+        Event::Mark { label: 1 },                          // 10
     ];
     let mut sim = Sim::new(&base, &events);
     assert_eq!(sim.next_point(), Some(PointKind::Fence));
@@ -46,14 +47,20 @@ fn persistence_model() {
     assert!(imgs.iter().any(|i| i[0] == 0 && i[64] == 2), "line 1 without line 0");
     assert!(!imgs.iter().any(|i| i[0] == 3 && i[1] == 1), "never a later write without the bytes it overwrote");
     assert_eq!(sim.next_point(), Some(PointKind::Fence));
-    assert_eq!(sim.position(), 8);
+    assert_eq!(sim.position(), 9);
     assert_eq!(&sim.persisted()[0..8], &[1; 8], "the flushed write is durable, the one after the flush is not");
     assert_eq!(sim.persisted()[128], 0, "a streamed store is not durable before its fence");
     let c = sim.candidates(&Caps::FULL, 1);
     assert!(c.iter().map(|c| sim.build(c)).any(|i| i[128] == 4 && i[192] == 0), "a streamed store may persist early");
+    assert_eq!(sim.persisted()[256], 0, "a streamed commit word is not durable before its fence");
+    let imgs: Vec<Vec<u8>> = c.iter().map(|c| sim.build(c)).collect();
+    assert!(imgs.iter().any(|i| i[256] == 5 && i[192] == 0), "a streamed commit word may persist early");
+    assert!(imgs.iter().any(|i| i[256] == 0), "or not at all before its fence");
+    assert!(imgs.iter().all(|i| i[256..264] == [5, 0, 0, 0, 0, 0, 0, 0] || i[256..264] == [0; 8]), "and never torn");
     assert_eq!(sim.next_point(), Some(PointKind::Mark(1)));
     assert_eq!(&sim.persisted()[128..192], &[4; 64]);
     assert_eq!(&sim.persisted()[192..200], &[0xFF; 8]);
+    assert_eq!(&sim.persisted()[256..264], &5u64.to_le_bytes(), "durable at the fence without a flush");
     assert_eq!(sim.persisted()[64], 0, "never flushed: still pending");
     assert_eq!(sim.next_point(), Some(PointKind::End));
     assert_eq!(sim.next_point(), None);
@@ -300,15 +307,15 @@ fn persistence_checker_atomic_rules() {
     assert!(r.violations.is_empty(), "{:?}", r.violations);
 }
 
-/// Event index of the tail store (`Commit` into an inode slot's tail word)
-/// inside call `i` of a recording.
+/// Event index of the tail store (a streaming `NtCommit` into an inode
+/// slot's tail word) inside call `i` of a recording.
 fn tail_store_in(rec: &ferrite_crashcheck::exec::Recording, i: usize) -> usize {
     let l = &rec.layout;
     let it = l.inode_table_start.offset().0;
     let (b, e) = rec.spans[i];
     (b..e)
         .find(|&k| {
-            matches!(rec.events[k], Event::Commit { offset, .. }
+            matches!(rec.events[k], Event::NtCommit { offset, .. }
                 if offset >= it && (offset - it) % ferrite::format::INODE_SLOT_SIZE == ferrite::format::INODE_TAIL_OFFSET)
         })
         .unwrap_or_else(|| panic!("no tail store in call {i} of {}", rec.workload.id))
@@ -344,12 +351,12 @@ fn atomic_oracle_tells_pending_from_committed() {
     broken.remove(t);
     let (_, f) = check_recording(StartKind::Empty, &rec.with_events(broken), &cfg);
     assert!(!f.is_empty(), "an fsync that stores no tail must fail");
-    // The tail stored (flushed and fenced) by the pending write already.
+    // The tail stored (and fenced) by the pending write already.
     let mut broken = rec.events.clone();
     let tail = broken[t].clone();
     let end0 = rec.spans[0].1;
-    let Event::Commit { offset: tail_at, .. } = tail else { unreachable!("a tail store is a Commit") };
-    broken.splice(end0..end0, [Event::Fence, tail, Event::Flush { offset: tail_at, len: 8 }, Event::Fence]);
+    assert!(matches!(tail, Event::NtCommit { .. }), "a tail store is a streaming commit word");
+    broken.splice(end0..end0, [Event::Fence, tail, Event::Fence]);
     let (_, f) = check_recording(StartKind::Empty, &rec.with_events(broken), &cfg);
     assert!(
         f.iter().any(|f| f.token.contains(":e") && f.message.contains("none of the states allowed")),

@@ -473,8 +473,7 @@ impl Buffered {
                 if flushed {
                     self.media.fence();
                 }
-                self.media.store_u64(off, value);
-                self.media.flush(off, 8);
+                self.media.store_commit_word(off, value);
                 self.media.fence();
             }
             _ => {

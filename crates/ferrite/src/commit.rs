@@ -149,11 +149,11 @@ impl Ferrite {
             return Ok(());
         }
         // The commit point. Strict mode: fence (entries and data durable),
-        // store the new tail, flush it, fence (NOVA's two ordering points).
+        // store the new tail (a streaming store), fence (NOVA's two
+        // ordering points).
         let slot = self.media.slot_offset(inode.ino);
         self.media.fence();
-        self.media.store_u64(slot + INODE_TAIL_OFFSET, staged.new_tail.0);
-        self.media.flush(slot + INODE_TAIL_OFFSET, 8);
+        self.media.store_commit_word(slot + INODE_TAIL_OFFSET, staged.new_tail.0);
         // The DRAM update overlaps the write-back of the tail; it is private
         // to this locked inode. Pages it releases are freed only after the
         // fence: until the new tail is durable, a crash brings back the old

@@ -3,8 +3,8 @@
 //! an *epoch*. Their entries are staged after the tail and applied to DRAM
 //! at once (every reader sees them), but the tail in the inode slot stays
 //! where the last commit put it, so a crash brings back exactly the state
-//! of that commit. A commit point stores the tail (fence, store, flush,
-//! fence), making the whole epoch durable at one 8-byte store.
+//! of that commit. A commit point stores the tail (fence, streaming
+//! store, fence), making the whole epoch durable at one 8-byte store.
 //!
 //! What an epoch must keep straight (docs/DESIGN.md, "fsync-atomic mode"):
 //! - pages its entries release are still referenced by the committed log,
@@ -96,7 +96,7 @@ impl Ferrite {
     }
 
     /// The commit point of an fsync-atomic file: seal the epoch, then the
-    /// strict commit's fence, tail store, flush, fence.
+    /// strict commit's fence, tail store (streamed), fence.
     pub(crate) fn commit_pending(&self, inode: &Inode, d: &mut InodeData) {
         if d.pending.is_none() {
             return;
@@ -104,8 +104,7 @@ impl Ferrite {
         self.seal_pending(inode, d);
         let slot = self.media.slot_offset(inode.ino);
         self.media.fence();
-        self.media.store_u64(slot + INODE_TAIL_OFFSET, d.log.tail.0);
-        self.media.flush(slot + INODE_TAIL_OFFSET, 8);
+        self.media.store_commit_word(slot + INODE_TAIL_OFFSET, d.log.tail.0);
         self.media.fence();
         self.finish_epoch(inode, d);
         self.after_commit(inode, d, true, crate::PageList::new());

@@ -49,12 +49,10 @@ impl InodeData {
                 continue; // an earlier dead page of this run does the relink
             }
             if info.prev == NO_PAGE {
-                media.store_u64(slot_offset + format::INODE_HEAD_OFFSET, next.offset().0);
-                media.flush(slot_offset + format::INODE_HEAD_OFFSET, 8);
+                media.store_commit_word(slot_offset + format::INODE_HEAD_OFFSET, next.offset().0);
                 self.log.head = next.offset();
             } else {
-                media.store_u64(info.prev.offset() + LOG_NEXT_OFFSET, next.offset().0);
-                media.flush(info.prev.offset() + LOG_NEXT_OFFSET, 8);
+                media.store_commit_word(info.prev.offset() + LOG_NEXT_OFFSET, next.offset().0);
             }
         }
         // The unlinks must be durable before the pages can be reused.

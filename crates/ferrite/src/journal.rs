@@ -8,12 +8,19 @@
 //! 1. the new log entries are already written (streaming stores, or cached
 //!    stores and flushes; `InodeData::stage`);
 //!    write the journal records (offset, old value) and header with its
-//!    CRC, flush, fence — the transaction is now open;
-//! 2. store every new value, flush, fence — the change is complete;
-//! 3. clear the header's active word and CRC word, flush, fence — the
+//!    CRC, fence — the transaction is now open;
+//! 2. store every new value, fence — the change is complete;
+//! 3. zero the header line (active word and CRC word), fence — the
 //!    transaction is closed. `run_to_close` leaves this fence to its
 //!    caller, which brings DRAM forward first (the close's write-back
 //!    overlaps that work) and must fence before releasing anything.
+//!
+//! Every store of the three rounds is a streaming store (whole lines for
+//! the journal page, one 8-byte store per new value), which needs no flush:
+//! the lines a transaction writes were written back by the last one that
+//! wrote them, and on the machines measured a cached store to such a line
+//! first reads it back from memory for ownership, a round trip that the
+//! line's write-back, and so the fence, then waited behind.
 //!
 //! Recovery rolls back every open transaction whose CRC checks by storing
 //! the old values. A header whose CRC does not check was never fenced, so no
@@ -50,9 +57,10 @@ impl Journals {
     /// Start the sequence numbers of this mount's transactions past every
     /// earlier mount's: `mount_count` (from the superblock this mount has
     /// just made durable, bumped at every mount) in the upper 24 of the
-    /// header's 48 sequence bits. A transaction closes by clearing only
-    /// its header word, so its CRC and records stay in the page; were the
-    /// next mount to reuse that sequence number and record count, a crash
+    /// header's 48 sequence bits. A transaction's records stay in the page
+    /// after its close (and pools closed by earlier builds kept the CRC
+    /// too, clearing only the active word); were the next mount to reuse
+    /// that sequence number and record count, a crash
     /// that tore the new header store after its first word (the active
     /// word, identical to the old one) would leave the old CRC matching the
     /// old records, and recovery would roll back stale values (found by the
@@ -96,13 +104,13 @@ impl Journals {
         let page = media.layout.journal_page(lane as u32).offset();
         let records: smallvec::SmallVec<[JournalRecord; 4]> =
             tx.words.iter().map(|&(offset, _)| JournalRecord { offset, old: media.read_u64(offset) }).collect();
-        let bytes = format::journal_encode(*seq & ((1 << 48) - 1), &records);
-        media.write(page, &bytes);
-        media.flush(page, bytes.len() as u64);
+        let mut bytes = format::journal_encode(*seq & ((1 << 48) - 1), &records);
+        // Whole lines, streamed: the rest of the last record's line is zero.
+        bytes.resize(bytes.len().next_multiple_of(ferrite_pmem::CACHE_LINE as usize), 0);
+        media.write_lines(page, &bytes);
         media.fence();
         for &(offset, value) in &tx.words {
-            media.store_u64(offset, value);
-            media.flush(offset, 8);
+            media.store_commit_word(offset, value);
         }
         media.fence();
         close_unfenced(media, page);
@@ -139,20 +147,22 @@ impl Drop for CloseFence<'_> {
     }
 }
 
-/// Close a lane's transaction: clear the active word, then the CRC word
-/// (one cache line, so they persist in that order), flush, fence. The CRC
-/// goes too, so that a later transaction whose header store is torn after
-/// its active word never meets a CRC that still matches the old records,
-/// whatever its sequence number (`start_mount` keeps those apart as well).
+/// Close a lane's transaction: zero the header line (the active word, the
+/// CRC word and the reserved bytes) with one streaming store, fence. The
+/// CRC goes too, so that a later transaction whose header store is torn
+/// after its active word never meets a CRC that still matches the old
+/// records, whatever its sequence number (`start_mount` keeps those apart
+/// as well). The two words may persist in either order: with the active
+/// word zero the page is idle, and with only the CRC zero the header fails
+/// its check and recovery takes the transaction as never opened, which is
+/// right for one whose new values are all durable.
 fn close(media: &Media, page: PoolOffset) {
     close_unfenced(media, page);
     media.fence();
 }
 
 fn close_unfenced(media: &Media, page: PoolOffset) {
-    media.store_u64(page + format::JOURNAL_ACTIVE_OFFSET, 0);
-    media.store_u64(page + format::JOURNAL_CRC_WORD_OFFSET, 0);
-    media.flush(page, 16);
+    media.write_lines(page, &[0u8; format::JOURNAL_HEADER_SIZE as usize]);
 }
 
 /// A journal record may only name a word the engine journals: an inode

@@ -402,7 +402,7 @@ impl Staged {
 
 impl InodeData {
     /// Write `entries` after the tail, extending the log with new pages as
-    /// needed (streaming stores, `Media::write_entries`). Nothing is
+    /// needed (streaming stores, `Media::write_lines`). Nothing is
     /// committed: the caller fences and then stores the new tail (directly
     /// or through the journal). On ENOSPC nothing has changed.
     pub fn stage(
@@ -423,16 +423,15 @@ impl InodeData {
     /// all it had) start its first page: the slot's head must name that
     /// page before the tail commits. The head of an empty log is not a
     /// commit word (recovery reads no log while the tail is 0), so it is
-    /// stored and flushed here, and the commit's first fence orders it
-    /// before the tail; a crash before the tail leaves an empty log whose
-    /// head names a page nobody owns.
+    /// stored here (`store_commit_word`), and the commit's first fence
+    /// orders it before the tail; a crash before the tail leaves an empty
+    /// log whose head names a page nobody owns.
     fn link_first_page(&self, media: &Media, owner: InodeNo, staged: &Staged) {
         let Some(first) = staged.new_pages.first().filter(|_| self.log.tail == format::NO_LOG) else {
             return;
         };
         let head = media.slot_offset(owner) + format::INODE_HEAD_OFFSET;
-        media.store_u64(head, first.offset().0);
-        media.flush(head, 8);
+        media.store_commit_word(head, first.offset().0);
     }
 
     /// The sequence numbers of the next `n` entries of this log.
@@ -529,8 +528,7 @@ pub(crate) fn write_log_entries(
                     media.write(pos, &[0u8; LOG_UNIT as usize]);
                     media.flush(pos, LOG_UNIT);
                 }
-                media.store_u64(prev.offset() + LOG_NEXT_OFFSET, page.offset().0);
-                media.flush(prev.offset() + LOG_NEXT_OFFSET, 8);
+                media.store_commit_word(prev.offset() + LOG_NEXT_OFFSET, page.offset().0);
             }
             new_pages.push(page);
             prev_page = Some(page);
@@ -538,7 +536,7 @@ pub(crate) fn write_log_entries(
         }
         ENCODE_BUF.with_borrow_mut(|buf| {
             e.encode(seq, buf);
-            media.write_entries(pos, buf);
+            media.write_lines(pos, buf);
         });
         locs.push((pos, seq));
         pos = pos + len;

@@ -115,19 +115,21 @@ impl Media {
         set_unfenced(true);
     }
 
-    /// Write log entries: whole 64-byte lines that nothing reads before
-    /// the commit. Outside a deferral they are streaming stores: a cached
-    /// store to a line of the log's tail (cold: the tail moves on through
-    /// the page) first reads that line from memory for ownership, and its
-    /// flush's write-back then waits behind that read; a streaming store
-    /// writes the whole line without reading it, and the commit's fence
-    /// covers it like a flush. Inside a deferral (buffered mode) they are
-    /// cached stores whose flush is deferred, as before.
-    pub fn write_entries(&self, offset: PoolOffset, data: &[u8]) {
+    /// Write whole 64-byte lines that nothing reads before the commit:
+    /// log entries, and a journal's header and records and its close.
+    /// Outside a deferral they are streaming stores: a cached store to such
+    /// a line (cold: the log's tail moves on through the page, and a
+    /// journal's lines were written back by its last transaction) first
+    /// reads the line from memory for ownership, and its flush's write-back
+    /// then waits behind that read; a streaming store writes the whole line
+    /// without reading it, and the next fence covers it like a flush.
+    /// Inside a deferral (buffered mode's staging) they are cached stores
+    /// whose flush is deferred, as before.
+    pub fn write_lines(&self, offset: PoolOffset, data: &[u8]) {
         assert!(
             offset.0.is_multiple_of(ferrite_pmem::CACHE_LINE)
                 && (data.len() as u64).is_multiple_of(ferrite_pmem::CACHE_LINE),
-            "log entries at {offset} ({} bytes) are not whole lines",
+            "streamed lines at {offset} ({} bytes) are not whole lines",
             data.len()
         );
         if self.defer(offset, data.len() as u64) {
@@ -240,10 +242,28 @@ impl Media {
         self.pmem.store_u64(offset, value)
     }
 
+    /// Store a commit word (an inode's state, log head or log tail, a log
+    /// page's next pointer) for this thread's next fence: one aligned
+    /// 8-byte streaming store, atomic like a cached one and durable at the
+    /// fence with no flush. A cached store would first read the word's line
+    /// for ownership, and that line was written back by the last commit
+    /// that changed it (clwb evicts it on the AMD machines measured), so
+    /// every commit paid a memory round trip before its write-back could
+    /// start (docs/DESIGN.md, "Logs and the commit protocol"). Inside a
+    /// deferral (a buffered operation's staging links its new log pages)
+    /// it is a cached store whose flush is deferred, as `write_lines`'s.
+    pub fn store_commit_word(&self, offset: PoolOffset, value: u64) {
+        if self.defer(offset, 8) {
+            self.pmem.store_u64(offset, value);
+            return;
+        }
+        self.pmem.store_u64_nt(offset, value);
+        set_unfenced(true);
+    }
+
     /// The commit primitive: one atomic 8-byte store, made durable.
     pub fn commit_u64(&self, offset: PoolOffset, value: u64) {
-        self.pmem.store_u64(offset, value);
-        self.pmem.flush(offset, 8);
+        self.store_commit_word(offset, value);
         self.fence();
     }
 

@@ -113,7 +113,7 @@ mod imp {
     use std::arch::asm;
     use std::arch::x86_64::{
         __cpuid, __cpuid_count, __m128i, __m256i, _mm256_loadu_si256, _mm256_set1_epi8, _mm256_stream_si256,
-        _mm_clflush, _mm_loadu_si128, _mm_set1_epi8, _mm_sfence, _mm_stream_si128,
+        _mm_clflush, _mm_loadu_si128, _mm_set1_epi8, _mm_sfence, _mm_stream_si128, _mm_stream_si64,
     };
 
     /// cpuid leaf 7 subleaf 0, EBX bit 24.
@@ -219,6 +219,19 @@ mod imp {
             // SAFETY: as above; SSE2 is baseline.
             NtKind::Sse2 => unsafe { nt_fill_sse2(dst, byte, len) },
         }
+    }
+
+    /// Stores `value` at `dst` with one 8-byte streaming store (movnti).
+    ///
+    /// # Safety
+    /// `dst` must be valid for an 8-byte write and 8-byte aligned, and no
+    /// other thread may access those bytes except through atomics.
+    #[inline(always)]
+    pub unsafe fn nt_store_u64(dst: *mut u64, value: u64) {
+        // SAFETY: the caller guarantees `dst` is valid and aligned; movnti is
+        // SSE2, part of the x86_64 baseline. An aligned 8-byte store is one
+        // access, so a concurrent atomic load sees the old or the new value.
+        unsafe { _mm_stream_si64(dst.cast::<i64>(), value as i64) }
     }
 
     #[target_feature(enable = "avx2")]
@@ -332,9 +345,18 @@ mod imp {
         // SAFETY: forwarded from the caller's contract.
         unsafe { std::ptr::write_bytes(dst, byte, len) }
     }
+
+    /// # Safety
+    /// `dst` valid for an 8-byte write and 8-byte aligned.
+    #[inline]
+    pub unsafe fn nt_store_u64(dst: *mut u64, value: u64) {
+        // SAFETY: forwarded from the caller's contract; an atomic store, as
+        // `store_u64` does, keeps concurrent atomic loads of the word sound.
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(dst) }.store(value, std::sync::atomic::Ordering::Release)
+    }
 }
 
-pub(crate) use imp::{flush_line, nt_copy, nt_fill, sfence};
+pub(crate) use imp::{flush_line, nt_copy, nt_fill, nt_store_u64, sfence};
 
 impl FlushKind {
     /// Whether this CPU can execute the instruction (`NoFlush` always can).

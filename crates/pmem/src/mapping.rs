@@ -184,6 +184,18 @@ impl Region {
         self.word(off).store(value, Ordering::Release)
     }
 
+    /// `store_u64` by a streaming store: the word goes to memory without
+    /// the line being read for ownership (and leaves the cache).
+    #[inline]
+    pub(crate) fn store_u64_nt(&self, off: usize, value: u64) {
+        let p = self.word(off).as_ptr();
+        // SAFETY: `word` checked that `off` is inside the region and 8-aligned,
+        // so `p` is valid and aligned for 8 bytes; pool memory is only
+        // accessed through raw pointers and atomics, and the store is one
+        // aligned 8-byte access, as `store_u64`'s is.
+        unsafe { crate::arch::nt_store_u64(p, value) }
+    }
+
     /// Writes back every cache line that overlaps `[off, off + len)` with
     /// `kind`, and returns how many lines were written back (0 for
     /// `NoFlush` or an empty range).

@@ -464,6 +464,28 @@ impl Pmem {
         }
     }
 
+    /// The commit primitive by a streaming store (movnti): one aligned
+    /// 8-byte store, atomic like [`store_u64`](Pmem::store_u64), that needs
+    /// no flush: like a [`write_nt`](Pmem::write_nt) line it is durable at
+    /// the next [`fence`](Pmem::fence) and may persist earlier. It does not
+    /// read the line for ownership first, which a cached store to a line
+    /// written back since (clwb invalidates it on some CPUs) must, and the
+    /// line leaves the cache: a load of it soon after misses. Recorded as
+    /// `NtCommit`.
+    #[inline]
+    #[track_caller]
+    pub fn store_u64_nt(&self, offset: PoolOffset, value: u64) {
+        let off = self.range_or_panic("store_u64_nt", offset, 8);
+        check_aligned("store_u64_nt", offset);
+        let mut rec = self.recorder();
+        self.region.store_u64_nt(off, value);
+        if let Some(r) = rec.as_mut() {
+            r.push(|| Event::NtCommit { offset: offset.0, value });
+        }
+        drop(rec);
+        self.latency.after_lines(1);
+    }
+
     /// Fill the page tables of an opened pool, so that its pages do not
     /// fault one by one at first touch (about a microsecond each in a VM).
     /// It takes tens of milliseconds per GiB: callers that must not wait run

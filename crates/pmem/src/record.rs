@@ -18,13 +18,17 @@ pub enum Event {
     /// a store. The bytes written are `value.to_ne_bytes()` (little-endian on
     /// x86_64).
     Commit { offset: u64, value: u64 },
+    /// The same 8-byte aligned atomic store as a streaming store
+    /// (`store_u64_nt`): atomic like `Commit`, and, like `NtStore`, durable
+    /// at the next fence with no flush, or earlier.
+    NtCommit { offset: u64, value: u64 },
     /// Marker set by the engine/test (operation begin/end etc.).
     Mark { label: u64 },
 }
 
 impl Event {
     /// The bytes this event stores into the pool and where, if it is a store
-    /// (`Store`, `NtStore` or `Commit`). Replaying these in trace order onto
+    /// (`Store`, `NtStore`, `Commit` or `NtCommit`). Replaying these in trace order onto
     /// the image the recording started from gives the current image.
     pub fn stored_bytes(&self) -> Option<(u64, std::borrow::Cow<'_, [u8]>)> {
         use std::borrow::Cow;
@@ -32,7 +36,9 @@ impl Event {
             Event::Store { offset, data } | Event::NtStore { offset, data } => {
                 Some((*offset, Cow::Borrowed(data.as_slice())))
             }
-            Event::Commit { offset, value } => Some((*offset, Cow::Owned(value.to_ne_bytes().to_vec()))),
+            Event::Commit { offset, value } | Event::NtCommit { offset, value } => {
+                Some((*offset, Cow::Owned(value.to_ne_bytes().to_vec())))
+            }
             Event::Flush { .. } | Event::Fence | Event::Mark { .. } => None,
         }
     }

@@ -33,6 +33,8 @@ fn events_are_exactly_as_specified() {
     pool.fence();
     pool.store_u64(PoolOffset(4096), 7);
     pool.persist(PoolOffset(4096), 8);
+    pool.store_u64_nt(PoolOffset(4104), 11);
+    pool.fence();
     pool.mark(42);
 
     // Unaligned non-temporal write: head 1000..1024, lines 1024..1280, tail
@@ -62,6 +64,8 @@ fn events_are_exactly_as_specified() {
         Event::Fence,
         Event::Commit { offset: 4096, value: 7 },
         flush(4096, 8),
+        Event::Fence,
+        Event::NtCommit { offset: 4104, value: 11 },
         Event::Fence,
         Event::Mark { label: 42 },
         store(1000, &data[..24]),
