@@ -36,6 +36,7 @@ impl Ferrite {
                 reserve: None,
             }));
             self.pending_files.lock().insert(inode.ino);
+            inode.epoch_pending.store(true, Ordering::Release);
         }
         let mut released = crate::PageList::new();
         d.commit_staged(inode.kind, staged, &mut released);
@@ -123,6 +124,7 @@ impl Ferrite {
             self.pages.free(page, 1);
         }
         self.pending_files.lock().remove(&inode.ino);
+        inode.epoch_pending.store(false, Ordering::Release);
         true
     }
 

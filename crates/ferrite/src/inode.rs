@@ -312,6 +312,12 @@ pub struct Inode {
     /// change that could add one (a chmod, a setxattr of the capability),
     /// so a write pays one load to skip the check.
     pub nosec: AtomicBool,
+    /// An fsync-atomic epoch is open (`InodeData::pending` is `Some`): set
+    /// and cleared under the write lock, with `pending`, by the write that
+    /// opens the epoch (before it returns) and by the commit or free that
+    /// ends it. So an fsync ordered after that write sees it without
+    /// taking the lock, and a strict file's fsync takes no lock at all.
+    pub epoch_pending: AtomicBool,
     pub data: RwLock<InodeData>,
     /// Recent reads and writes of the file, for the fold policy of small
     /// writes (Libnvmmio's read/write mix; halved as they grow).
@@ -337,6 +343,7 @@ impl Inode {
             generation,
             rdev,
             nosec: AtomicBool::new(nosec),
+            epoch_pending: AtomicBool::new(data.pending.is_some()),
             data: data.into(),
             reads: AtomicU32::new(0),
             writers_in_flight: AtomicU32::new(0),
