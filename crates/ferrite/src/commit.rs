@@ -558,11 +558,7 @@ impl Ferrite {
         // free yet go back with the rest (the slot is free, so no log holds them).
         if let Some(p) = d.pending.take() {
             self.media.fence();
-            for page in p.deferred.into_iter().chain(p.reserve) {
-                self.pages.free(page, 1);
-            }
-            self.pending_files.lock().remove(&inode.ino);
-            inode.epoch_pending.store(false, Ordering::Release);
+            self.end_epoch(inode, *p);
         }
         let owned = d.owned_pages();
         d.alive = false;

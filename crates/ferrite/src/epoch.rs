@@ -120,12 +120,19 @@ impl Ferrite {
             return false;
         };
         assert!(!p.dirty_attrs, "inode {}: epoch committed with unlogged attributes", inode.ino.0);
+        self.end_epoch(inode, *p);
+        true
+    }
+
+    /// An epoch that ended, committed or dropped with its inode (taken out
+    /// of `InodeData::pending` under the write lock): the pages it set aside
+    /// go back, and it leaves the registry and the inode's flag.
+    pub(crate) fn end_epoch(&self, inode: &Inode, p: Pending) {
         for page in p.deferred.into_iter().chain(p.reserve) {
             self.pages.free(page, 1);
         }
         self.pending_files.lock().remove(&inode.ino);
         inode.epoch_pending.store(false, Ordering::Release);
-        true
     }
 
     /// Commit every pending epoch (sync, syncfs, unmount).
