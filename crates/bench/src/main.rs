@@ -230,7 +230,7 @@ fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> 
     }
     v.push(Box::new(Remount { files: s.remount_files }));
     // Issue 11: real programs on a real tree (selected by name or `tree`).
-    for w in tree::TreeWorkload::all(base) {
+    for w in tree::TreeWorkload::all(base, if quick { 32 << 20 } else { 256 << 20 }) {
         v.push(Box::new(w));
     }
     // Issue 12: zero-copy peek and patch (selected by name or `zerocopy`).

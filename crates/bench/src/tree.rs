@@ -1,6 +1,8 @@
 //! The tree workloads of issue 11: `cp -a` of a real directory tree into
-//! the target, `tar x` of a tar of the same tree, and `rm -rf` of a copy.
-//! Each is the real program (`cp`, `tar`, `rm`) run as a child process with
+//! the target, `tar x` of a tar of the same tree, and `rm -rf` of a copy;
+//! and `cp-file`, a `cp` of one large file inside the target (what
+//! copy_file_range costs there). Each is the real program (`cp`, `tar`,
+//! `rm`) run as a child process with
 //! a directory of the target as destination, so the file system receives
 //! what the kernel sends for a user's command, not what this harness would
 //! call. The time measured is the program's run plus a `syncfs` of the
@@ -46,6 +48,10 @@ pub enum TreeOp {
     Tar,
     /// `rm -rf WORK/NAME` of a copy made by `cp -a` (untimed) just before.
     Rm,
+    /// `cp WORK/big WORK/big.copy` of one large file inside the target:
+    /// what copy_file_range does for the program (`cp` uses it), served by
+    /// the daemon on the mount.
+    CpFile,
 }
 
 /// Counts of the entries of the source tree. "Per entry" figures divide by
@@ -258,17 +264,23 @@ const REQ_ALL: usize = 2;
 
 // ---------------------------------------------------------------- workload
 
-/// One of the three tree workloads (group `tree`, left out of `all`).
+/// One of the tree workloads (group `tree`, left out of `all`).
 pub struct TreeWorkload {
     pub op: TreeOp,
     pub src: Arc<TreeSource>,
+    /// The size of `cp-file`'s file.
+    pub file_bytes: u64,
 }
 
 impl TreeWorkload {
-    /// The three, sharing one source (one walk, one tar file).
-    pub fn all(base: &Path) -> Vec<TreeWorkload> {
+    /// The four, the three of the tree sharing one source (one walk, one
+    /// tar file); `cp-file` copies a file of `file_bytes` of its own.
+    pub fn all(base: &Path, file_bytes: u64) -> Vec<TreeWorkload> {
         let src = Arc::new(TreeSource::from_env(base));
-        [TreeOp::Cp, TreeOp::Tar, TreeOp::Rm].into_iter().map(|op| TreeWorkload { op, src: src.clone() }).collect()
+        [TreeOp::Cp, TreeOp::Tar, TreeOp::Rm, TreeOp::CpFile]
+            .into_iter()
+            .map(|op| TreeWorkload { op, src: src.clone(), file_bytes })
+            .collect()
     }
 }
 
@@ -278,12 +290,24 @@ impl Workload for TreeWorkload {
             TreeOp::Cp => "cp-a",
             TreeOp::Tar => "tar-x",
             TreeOp::Rm => "rm-rf",
+            TreeOp::CpFile => "cp-file",
         }
     }
     fn group(&self) -> &'static str {
         "tree"
     }
     fn params(&self) -> String {
+        if self.op == TreeOp::CpFile {
+            return format!(
+                "`cp WORK/big WORK/big.copy` of one {} MiB file of pseudo-random bytes written into the \
+                 target before the rounds (untimed), timed with a syncfs after it; then `rm` of the copy \
+                 and syncfs, untimed; `cp` copies with copy_file_range, which the kernel hands to the \
+                 daemon on a FUSE mount (COPY_FILE_RANGE) when the daemon serves it and otherwise \
+                 carries out as reads and writes; FUSE requests counted by kind (\"per entry\": for the \
+                 one file); 1 run per round",
+                self.file_bytes >> 20
+            );
+        }
         let tree = match self.src.stats() {
             Ok(s) => format!(
                 "{} ({} entries: {} directories, {} files, {} symbolic links{}; {} MB in files)",
@@ -306,6 +330,7 @@ impl Workload for TreeWorkload {
             TreeOp::Rm => {
                 format!("`rm -rf WORK/NAME` of a copy of {tree} made by `cp -a` and synced just before (untimed)")
             }
+            TreeOp::CpFile => unreachable!("described above"),
         };
         format!(
             "{what}; WORK is a directory of the target; the real program runs as a child process, timed \
@@ -330,12 +355,22 @@ impl Workload for TreeWorkload {
     }
     fn prepare<'t>(&self, t: &'t dyn Target) -> io::Result<Option<Box<dyn Prepared + 't>>> {
         let Some(dir) = t.kernel_dir() else { return Ok(None) };
-        let stats = self.src.stats()?;
-        let (src, _, name) = self.src.parts()?;
-        let tar = if self.op == TreeOp::Tar { Some(self.src.tar()?) } else { None };
         let work = dir.join(format!("tree-{}", self.name()));
-        fs::create_dir(&work)?;
-        let mut run = TreeRun { op: self.op, src, tar, copy: work.join(&name), work, stats, trace: None, note: None };
+        let mut run = if self.op == TreeOp::CpFile {
+            fs::create_dir(&work)?;
+            let src = work.join("big");
+            write_big_file(&src, self.file_bytes)?;
+            syncfs(&work)?;
+            let stats = TreeStats { entries: 1, files: 1, bytes: self.file_bytes, ..TreeStats::default() };
+            TreeRun { op: self.op, src, tar: None, copy: work.join("big.copy"), work, stats, trace: None, note: None }
+        } else {
+            let stats = self.src.stats()?;
+            let (src, _, name) = self.src.parts()?;
+            let tar = if self.op == TreeOp::Tar { Some(self.src.tar()?) } else { None };
+            fs::create_dir(&work)?;
+            TreeRun { op: self.op, src, tar, copy: work.join(&name), work, stats, trace: None, note: None }
+        };
+        let stats = run.stats;
         if fs_type(dir) == "fuse" {
             if std::env::var("FERRITE_BENCH_FUSE_TRACE").is_ok_and(|v| v == "0") {
                 run.note = Some("FUSE requests not counted (FERRITE_BENCH_FUSE_TRACE=0)".into());
@@ -388,6 +423,7 @@ impl TreeRun {
         let t0 = Instant::now();
         match self.op {
             TreeOp::Cp => self.cp()?,
+            TreeOp::CpFile => run_prog(Command::new("cp").arg(&self.src).arg(&self.copy))?,
             TreeOp::Tar => {
                 let tar = self.tar.as_ref().expect("tar made at prepare");
                 run_prog(Command::new("tar").arg("-xf").arg(tar).arg("-C").arg(&self.work))?
@@ -444,12 +480,37 @@ impl Prepared for TreeRun {
         if fs::symlink_metadata(&self.copy).is_ok() {
             self.rm()?;
         }
+        if self.op == TreeOp::CpFile {
+            fs::remove_file(&self.src)?;
+        }
         fs::remove_dir(&self.work)?;
         Ok(())
     }
     fn describe(&self) -> Option<String> {
         self.note.clone()
     }
+}
+
+/// `cp-file`'s source: `bytes` of pseudo-random data (xorshift, so that
+/// nothing along the way can shortcut zeros), written 1 MiB at a time.
+fn write_big_file(path: &Path, bytes: u64) -> io::Result<()> {
+    use std::io::Write;
+    let mut f = fs::File::create(path)?;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        for w in chunk.chunks_exact_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.copy_from_slice(&x.to_le_bytes());
+        }
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()
 }
 
 // ---------------------------------------------------------------- tracing

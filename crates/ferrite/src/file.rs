@@ -651,6 +651,16 @@ impl Ferrite {
     }
 }
 
+/// The most one `copy_range_ino` copies: what FUSE's reply (a 32-bit
+/// byte count) can report, in whole pages; a caller asking for more gets
+/// a short count and asks again, as with any short copy.
+pub const COPY_BYTES_MAX: u64 = u32::MAX as u64 & !(PAGE_SIZE - 1);
+
+/// The piece of a copy read and written at a time: one commit per piece,
+/// and a buffer that stays in the processor's cache between its read and
+/// its write.
+const COPY_CHUNK_BYTES: usize = 1 << 20;
+
 impl Ferrite {
     pub fn read_ino(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
         let inode = self.inode(ino)?;
@@ -670,6 +680,55 @@ impl Ferrite {
             return Err(Errno::ENOENT);
         }
         self.write_inode_at(&inode, offset, data)
+    }
+
+    /// copy_file_range inside the pool: up to `len` bytes of file `src` from
+    /// `src_offset` into file `dst` at `dst_offset`, as reads and writes of
+    /// at most `COPY_CHUNK_BYTES`, each write one commit (as a `write` of
+    /// that size: atomic and, in strict mode, durable at return; the copy
+    /// as a whole is neither, as with Linux's own). Returns the bytes
+    /// copied: fewer than `len` at the end of `src`, or when a write is
+    /// short or fails after some bytes were copied (the error then comes
+    /// from the next call, as with `write`). Overlapping ranges of one file
+    /// are EINVAL, as Linux checks before calling a file system.
+    pub fn copy_range_ino(
+        &self,
+        src: InodeNo,
+        src_offset: u64,
+        dst: InodeNo,
+        dst_offset: u64,
+        len: u64,
+    ) -> FsResult<usize> {
+        let len = len.min(COPY_BYTES_MAX);
+        if len == 0 {
+            return Ok(0);
+        }
+        let src_end = src_offset.checked_add(len).ok_or(Errno::EINVAL)?;
+        let dst_end = dst_offset.checked_add(len).ok_or(Errno::EFBIG)?;
+        if src == dst && src_offset < dst_end && dst_offset < src_end {
+            return Err(Errno::EINVAL);
+        }
+        let mut buf = vec![0u8; (len as usize).min(COPY_CHUNK_BYTES)];
+        let mut done = 0u64;
+        while done < len {
+            let want = ((len - done) as usize).min(buf.len());
+            let step = self.read_ino(src, src_offset + done, &mut buf[..want]).and_then(|got| {
+                if got == 0 {
+                    return Ok((0, 0));
+                }
+                Ok((got, self.write_ino(dst, dst_offset + done, &buf[..got])?))
+            });
+            let (got, put) = match step {
+                Ok(s) => s,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            };
+            done += put as u64;
+            if got == 0 || put < got {
+                break;
+            }
+        }
+        Ok(done as usize)
     }
 
     /// SEEK_DATA (`data`) or SEEK_HOLE from `offset`, at page granularity:

@@ -51,6 +51,7 @@ pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomStat
 
 pub use buffered::{BufferedOptions, BufferedStats, BATCH_WORDS_MIN, BUFFERED_LAG_NS_MAX, BUFFERED_OPS_MAX};
 pub use dir::NodeSpec;
+pub use file::COPY_BYTES_MAX;
 #[doc(hidden)]
 pub use file::{
     force_write_precopy, remove_after_next_precopy, write_precopies, write_precopy_fallbacks, write_precopy_forced,

@@ -36,9 +36,9 @@ use ferrite::{
     Stat, StatFs, TimeSet, TimeSpec, XattrSetMode,
 };
 use fuser::{
-    AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use std::cell::RefCell;
@@ -729,6 +729,35 @@ impl Core {
         self.fs.write_ino(ino, offset, data)
     }
 
+    /// COPY_FILE_RANGE: the copy made inside the pool, one request in
+    /// place of a READ and a WRITE per piece (what the kernel falls back to
+    /// when a daemon answers ENOSYS). The kernel has checked the
+    /// descriptors, the file types, the flags and the ranges; the set-ID
+    /// bits of the destination are dropped for `who` as a write drops them
+    /// (with FUSE_HANDLE_KILLPRIV_V2 the kernel leaves that to the daemon).
+    pub(crate) fn copy_file_range(
+        &self,
+        who: Caller,
+        src: InodeNo,
+        src_offset: u64,
+        dst: InodeNo,
+        dst_offset: u64,
+        len: u64,
+    ) -> FsResult<usize> {
+        self.writable()?;
+        if len > 0 {
+            self.kill_suidgid(dst, who)?;
+        }
+        let copied = self.fs.copy_range_ino(src, src_offset, dst, dst_offset, len);
+        if self.trace {
+            log(format!(
+                "copy_file_range ino {} off {src_offset:#x} -> ino {} off {dst_offset:#x} len {len:#x}: {copied:?}",
+                src.0, dst.0
+            ));
+        }
+        copied
+    }
+
     pub(crate) fn release(&self, fh: u64) {
         self.drop_handle(fh);
     }
@@ -1412,6 +1441,28 @@ impl Filesystem for FerriteFuse {
     ) {
         self.core.guard("fallocate", || {
             reply_empty(reply, self.core.fallocate(caller(req), node_no(ino), offset, length, mode))
+        })
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        self.core.guard("copy_file_range", || {
+            match self.core.copy_file_range(caller(req), node_no(ino_in), offset_in, node_no(ino_out), offset_out, len)
+            {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(err(e)),
+            }
         })
     }
 

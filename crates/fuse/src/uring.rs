@@ -589,9 +589,20 @@ impl Server<'_> {
                 o.u64(at as u64);
                 Ok(o.len)
             }
-            // Everything else (ioctl, poll, bmap, copy_file_range, statx,
-            // tmpfile, ...): ENOSYS, which the kernel remembers for the
-            // calls that have a fallback, as it does over /dev/fuse.
+            op::COPY_FILE_RANGE => {
+                // fuse_copy_file_range_in: fh_in, off_in, nodeid_out,
+                // fh_out, off_out, len, flags; the source is the header's node.
+                let (_fh_in, off_in, out) = (a.u64().ok_or(bad)?, a.u64().ok_or(bad)?, a.u64().ok_or(bad)?);
+                let (_fh_out, off_out, len) = (a.u64().ok_or(bad)?, a.u64().ok_or(bad)?, a.u64().ok_or(bad)?);
+                let n = c.copy_file_range(who, ino, off_in, InodeNo(out), off_out, len)?;
+                let mut o = Out::new(payload);
+                o.u32(n as u32);
+                o.u32(0);
+                Ok(o.len)
+            }
+            // Everything else (ioctl, poll, bmap, statx, tmpfile, ...):
+            // ENOSYS, which the kernel remembers for the calls that have a
+            // fallback, as it does over /dev/fuse.
             _ => Err(Errno(libc::ENOSYS)),
         }
     }

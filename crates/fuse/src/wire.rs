@@ -49,6 +49,7 @@ pub mod op {
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
+    pub const COPY_FILE_RANGE: u32 = 47;
 }
 
 /// The handler name of an opcode, for log lines (as the /dev/fuse side
@@ -87,6 +88,7 @@ pub fn op_name(opcode: u32) -> &'static str {
         op::FALLOCATE => "fallocate",
         op::READDIRPLUS => "readdirplus",
         op::LSEEK => "lseek",
+        op::COPY_FILE_RANGE => "copy_file_range",
         _ => "request",
     }
 }
