@@ -9,15 +9,10 @@
 
 use ferrite::{Errno, FormatOptions, InodeNo, OpenFlags, PathFs, Session};
 use ferrite_pmem::Pmem;
-use ferrite_tests::remount;
+use ferrite_tests::{get, remount};
 
 fn content(fs: &Session, path: &[u8]) -> Vec<u8> {
-    let fd = fs.open(path, OpenFlags::RDONLY, 0).unwrap();
-    let size = fs.fstat(fd).unwrap().size;
-    let mut buf = vec![0u8; size as usize];
-    assert_eq!(fs.pread(fd, &mut buf, 0).unwrap(), size as usize);
-    fs.close(fd).unwrap();
-    buf
+    get(fs, path).unwrap()
 }
 
 fn ino(fs: &Session, path: &[u8]) -> InodeNo {
