@@ -1460,7 +1460,7 @@ impl Filesystem for FerriteFuse {
         self.core.guard("copy_file_range", || {
             match self.core.copy_file_range(caller(req), node_no(ino_in), offset_in, node_no(ino_out), offset_out, len)
             {
-                Ok(n) => reply.written(n as u32),
+                Ok(n) => reply.written(u32::try_from(n).expect("a copy is at most ferrite::COPY_BYTES_MAX bytes")),
                 Err(e) => reply.error(err(e)),
             }
         })

@@ -596,7 +596,7 @@ impl Server<'_> {
                 let (_fh_out, off_out, len) = (a.u64().ok_or(bad)?, a.u64().ok_or(bad)?, a.u64().ok_or(bad)?);
                 let n = c.copy_file_range(who, ino, off_in, InodeNo(out), off_out, len)?;
                 let mut o = Out::new(payload);
-                o.u32(n as u32);
+                o.u32(u32::try_from(n).expect("a copy is at most ferrite::COPY_BYTES_MAX bytes"));
                 o.u32(0);
                 Ok(o.len)
             }
