@@ -161,7 +161,7 @@ impl Scale {
 /// ten minutes in full mode.
 const NOT_IN_ALL: [&str; 4] = ["tree", zerocopy::GROUP, buffered::GROUP, aging::GROUP];
 
-fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> {
+fn all_workloads(s: &Scale, quick: bool, base: &Path, pool_len: u64) -> Vec<Box<dyn Workload>> {
     let fio = |name: &str,
                group,
                io_size: usize,
@@ -230,7 +230,10 @@ fn all_workloads(s: &Scale, quick: bool, base: &Path) -> Vec<Box<dyn Workload>> 
     }
     v.push(Box::new(Remount { files: s.remount_files }));
     // Issue 11: real programs on a real tree (selected by name or `tree`).
-    for w in tree::TreeWorkload::all(base, if quick { 32 << 20 } else { 256 << 20 }) {
+    // cp-file's file: at most an eighth of the pool, so that it and its
+    // copy fit beside what the other workloads leave (--pool-mib may be small).
+    let cp_file_bytes = (if quick { 32u64 << 20 } else { 256 << 20 }).min((pool_len / 8) & !((1 << 20) - 1));
+    for w in tree::TreeWorkload::all(base, cp_file_bytes) {
         v.push(Box::new(w));
     }
     // Issue 12: zero-copy peek and patch (selected by name or `zerocopy`).
@@ -254,7 +257,8 @@ fn run(args: &Args) -> io::Result<()> {
     let mode = if args.quick { "quick" } else { "full" };
     let rounds = args.rounds.unwrap_or(if args.quick { 2 } else { 5 }).max(1);
     let scale = Scale::new(args.quick);
-    let all = all_workloads(&scale, args.quick, &args.dir);
+    let pool_len = args.pool_mib.unwrap_or(if args.quick { 512 } else { 2048 }) << 20;
+    let all = all_workloads(&scale, args.quick, &args.dir, pool_len);
     let selected = |w: &dyn Workload| {
         args.workloads.iter().any(|n| {
             (n == "all" && !NOT_IN_ALL.contains(&w.group()))
@@ -291,7 +295,6 @@ fn run(args: &Args) -> io::Result<()> {
     for stale in scratch::remove_stale(&args.dir) {
         eprintln!("ferrite-bench: removed {} (left by a killed run)", stale.display());
     }
-    let pool_len = args.pool_mib.unwrap_or(if args.quick { 512 } else { 2048 }) << 20;
     let ring = if args.quick { 128 << 20 } else { 512 << 20 };
     let mut targets: Vec<Box<dyn Target>> = Vec::new();
     let mut skipped: Vec<String> = Vec::new();

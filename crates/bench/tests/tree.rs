@@ -7,7 +7,9 @@
 //! CREATE per file and one SYMLINK per link; for `rm -rf` one UNLINK per
 //! file or link and one RMDIR per directory. That proves the counts are our
 //! mount's requests (filtered by connection) and that none were lost.
-//! Timings are never asserted.
+//! `cp-file` (a `cp` of one file inside the target) runs too, and on the
+//! mount its copy is one COPY_FILE_RANGE request and no WRITE: the daemon
+//! serves copy_file_range. Timings are never asserted.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -100,7 +102,7 @@ fn tree_workloads_complete_and_count_requests_exactly() {
         }
     }
     let get = |w: &str, m: &str, t: &str| v.get(&(w.to_string(), m.to_string(), t.to_string())).copied();
-    for w in ["cp-a", "tar-x", "rm-rf"] {
+    for w in ["cp-a", "tar-x", "rm-rf", "cp-file"] {
         let s = get(w, "time_s", "tmpfs").unwrap_or(f64::NAN);
         assert!(s.is_finite() && s > 0.0, "tmpfs time of {w}: {s}");
         assert!(get(w, "time_s", "ferrite").is_none(), "ferrite has figures for {w}");
@@ -132,4 +134,7 @@ fn tree_workloads_complete_and_count_requests_exactly() {
             .sum();
         assert_eq!(kinds, count(w, "req_all"), "{w}: kinds do not add up to the total");
     }
+    // cp-file's figures are for its one file.
+    assert_eq!(get("cp-file", "req_copy_file_range", "fuse"), Some(1.0), "cp inside the mount: COPY_FILE_RANGE");
+    assert_eq!(get("cp-file", "req_write", "fuse"), Some(0.0), "cp inside the mount: WRITE requests");
 }
