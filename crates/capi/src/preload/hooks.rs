@@ -2012,6 +2012,50 @@ fn copy_between(
     Ok(done as isize)
 }
 
+/// copy_file_range between two Ferrite descriptors: Linux's checks first,
+/// in its order (`generic_file_rw_checks`, `generic_copy_file_checks`):
+/// directories EISDIR, other non-regular files EINVAL; a source not open
+/// for reading, a target not open for writing or opened O_APPEND, EBADF;
+/// the length cut to what the source holds past its offset; overlapping
+/// ranges of one file EINVAL. Then the copy.
+fn copy_file_range_ferrite(
+    p: &Preload,
+    a: c_int,
+    ao: Option<&mut i64>,
+    b: c_int,
+    bo: Option<&mut i64>,
+    len: usize,
+) -> FsResult<isize> {
+    let (fa, fb) = (p.session.open_file(fd(a))?, p.session.open_file(fd(b))?);
+    let (sa, sb) = (p.session.fstat(fd(a))?, p.session.fstat(fd(b))?);
+    if sa.kind == engine::FileType::Directory || sb.kind == engine::FileType::Directory {
+        return Err(Errno::EISDIR);
+    }
+    if sa.kind != engine::FileType::Regular || sb.kind != engine::FileType::Regular {
+        return Err(Errno::EINVAL);
+    }
+    let (ra, rb) = (fa.status(), fb.status());
+    if !ra.read || ra.path || !rb.write || rb.path || rb.append {
+        return Err(Errno::EBADF);
+    }
+    let pos_in = match ao.as_deref() {
+        Some(&o) => offset(o)?,
+        None => *fa.pos.lock(),
+    };
+    let pos_out = match bo.as_deref() {
+        Some(&o) => offset(o)?,
+        None => *fb.pos.lock(),
+    };
+    let count = (len as u64).min(sa.size.saturating_sub(pos_in));
+    if sa.ino == sb.ino && pos_out < pos_in.saturating_add(count) && pos_in < pos_out.saturating_add(count) {
+        return Err(Errno::EINVAL);
+    }
+    if count == 0 {
+        return Ok(0);
+    }
+    copy_between(p, a, ao, b, bo, count as usize)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn copy_file_range(
     a: c_int,
@@ -2027,7 +2071,7 @@ pub unsafe extern "C" fn copy_file_range(
         }
         // SAFETY: the offsets are NULL or point to the caller's off64_t.
         let (ao, bo) = unsafe { (ao.as_mut(), bo.as_mut()) };
-        return c_ret(inside(|| copy_between(p, a, ao, b, bo, len)));
+        return c_ret(inside(|| copy_file_range_ferrite(p, a, ao, b, bo, len)));
     }
     if is_ferrite(a) || is_ferrite(b) {
         return fail(Errno::EXDEV);

@@ -568,6 +568,28 @@ int main(int argc, char **argv) {
     int src = open(P("s"), O_RDONLY);
     int dst = open(P("copy"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     say("copy_file_range", copy_file_range(src, NULL, dst, NULL, 100, 0));
+    {
+        /* Linux's own checks: overlapping ranges of one file, a target
+           opened O_APPEND or read-only, a source opened write-only, flags,
+           and from past the source's end. */
+        int rw = open(P("copy"), O_RDWR);
+        loff_t a = 0, b = 10;
+        say("copy_file_range overlapping", copy_file_range(rw, &a, rw, &b, 50, 0));
+        a = 0, b = 60;
+        say("copy_file_range same file apart", copy_file_range(rw, &a, rw, &b, 50, 0));
+        printf("offsets after: %ld %ld\n", (long)a, (long)b);
+        int app = open(P("copy"), O_WRONLY | O_APPEND);
+        say("copy_file_range to O_APPEND", copy_file_range(src, NULL, app, NULL, 10, 0));
+        int ro = open(P("copy"), O_RDONLY);
+        say("copy_file_range to read-only", copy_file_range(src, NULL, ro, NULL, 10, 0));
+        say("copy_file_range from write-only", copy_file_range(app, NULL, rw, NULL, 10, 0));
+        say("copy_file_range flags", copy_file_range(src, NULL, rw, NULL, 10, 1));
+        a = 1 << 20, b = 0;
+        say("copy_file_range past the end", copy_file_range(src, &a, rw, &b, 10, 0));
+        close(ro);
+        close(app);
+        close(rw);
+    }
     off_t so = 0;
     int dst2 = open(P("copy2"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     say("sendfile", sendfile(dst2, src, &so, 100));
