@@ -2079,11 +2079,27 @@ pub unsafe extern "C" fn copy_file_range(
     unsafe { real::copy_file_range(a, ao, b, bo, len, flags) }
 }
 
+/// Is `out` (a Ferrite descriptor, or a kernel one) open with O_APPEND?
+/// A descriptor that is neither answers no: the call's own error follows.
+fn out_appends(p: &Preload, out: c_int) -> bool {
+    if is_ferrite(out) {
+        return p.session.getfl(fd(out)).is_ok_and(|f| f.append);
+    }
+    // SAFETY: F_GETFL reads the descriptor's flags; a bad descriptor
+    // answers -1.
+    let fl = unsafe { real::fcntl(out, libc::F_GETFL, 0) };
+    fl >= 0 && fl & libc::O_APPEND != 0
+}
+
 macro_rules! sendfile_hooks {
     ($($name:ident($ot:ty)),*) => {$(
         #[no_mangle]
         pub unsafe extern "C" fn $name(out: c_int, inp: c_int, off: *mut $ot, len: usize) -> isize {
             if let (true, Some(p)) = (is_ferrite(inp), active()) {
+                // Linux refuses a target opened O_APPEND (do_splice_direct).
+                if out_appends(p, out) {
+                    return fail(Errno::EINVAL);
+                }
                 // SAFETY: `off` is NULL or points to the caller's offset.
                 let mut o = unsafe { off.as_mut() }.map(|o| *o as i64);
                 let r = inside(|| copy_between(p, inp, o.as_mut(), out, None, len));

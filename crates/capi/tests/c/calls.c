@@ -586,6 +586,17 @@ int main(int argc, char **argv) {
         say("copy_file_range flags", copy_file_range(src, NULL, rw, NULL, 10, 1));
         a = 1 << 20, b = 0;
         say("copy_file_range past the end", copy_file_range(src, &a, rw, &b, 10, 0));
+        /* sendfile's: a target opened O_APPEND or read-only, a source
+           opened write-only, from past the source's end. */
+        off_t o = 0;
+        say("sendfile to O_APPEND", sendfile(app, src, &o, 10));
+        o = 0;
+        say("sendfile to read-only", sendfile(ro, src, &o, 10));
+        o = 0;
+        say("sendfile from write-only", sendfile(rw, app, &o, 10));
+        o = 1 << 20;
+        say("sendfile past the end", sendfile(rw, src, &o, 10));
+        printf("sendfile offset past the end: %ld\n", (long)o);
         close(ro);
         close(app);
         close(rw);
