@@ -525,14 +525,19 @@ impl Session {
                 if kind == FileType::Symlink {
                     return Err(Errno::ELOOP);
                 }
-                if kind == FileType::Directory && flags.write {
+                // O_TRUNC asks for write permission whatever the access
+                // mode, and truncates a regular file even when it is
+                // opened read-only, as Linux does (build_open_flags adds
+                // MAY_WRITE; POSIX leaves O_RDONLY | O_TRUNC undefined).
+                let writes = flags.write || flags.trunc;
+                if kind == FileType::Directory && writes {
                     return Err(Errno::EISDIR);
                 }
                 let mut mask = 0;
                 if flags.read {
                     mask |= perm::READ;
                 }
-                if flags.write {
+                if writes {
                     mask |= perm::WRITE;
                 }
                 may(&inode, c, mask)?;
@@ -543,7 +548,7 @@ impl Session {
                     return Err(Errno::ENXIO);
                 }
                 fs.open_inode(&inode)?;
-                if flags.trunc && flags.write && kind == FileType::Regular {
+                if flags.trunc && kind == FileType::Regular {
                     let mut d = inode.data.write();
                     let set = SetAttr { size: Some(0), ..Default::default() };
                     if let Err(e) = fs.setattr_as_locked(&inode, &mut d, &set, c, PrivilegeDrop::Modify) {

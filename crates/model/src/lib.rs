@@ -44,9 +44,10 @@
 //!   even when it grows the file, so KeepSize pages past the old end of file
 //!   go (brief; Linux keeps them when growing).
 //! * `open` with O_CREAT | O_DIRECTORY -> EINVAL (Linux >= 6.4).
-//! * `open` with O_TRUNC and read-only access: ignored (brief; Linux would
-//!   truncate a file, and refuse a directory with EISDIR). O_TRUNC of a file that open itself created does
-//!   nothing more.
+//! * `open` with O_TRUNC: write permission is checked and a regular file
+//!   truncated whatever the access mode, a directory refused with EISDIR,
+//!   as Linux (POSIX leaves O_RDONLY | O_TRUNC undefined). O_TRUNC of a
+//!   file that open itself created does nothing more.
 //! * `mkdir` keeps `perm & 0o1777` (vfs_mkdir drops set-uid/set-gid);
 //!   created files keep `perm & 0o7777`; chmod stores `perm & 0o7777`.
 //!   chown does not clear set-uid/set-gid bits (brief: chown only sets

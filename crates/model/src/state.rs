@@ -872,11 +872,14 @@ impl ModelState {
             if kind == FileType::Symlink {
                 return Err(Errno::ELOOP);
             }
-            if kind == FileType::Directory && flags.write {
+            // O_TRUNC asks for write permission and truncates whatever the
+            // access mode (Linux's build_open_flags adds MAY_WRITE).
+            let writes = flags.write || flags.trunc;
+            if kind == FileType::Directory && writes {
                 return Err(Errno::EISDIR);
             }
             if !created {
-                let mask = if flags.read { perm::READ } else { 0 } | if flags.write { perm::WRITE } else { 0 };
+                let mask = if flags.read { perm::READ } else { 0 } | if writes { perm::WRITE } else { 0 };
                 self.may(ino, mask)?;
             }
         }
@@ -884,7 +887,7 @@ impl ModelState {
         if kind.is_special() && !flags.path {
             return Err(Errno::ENXIO);
         }
-        if flags.trunc && flags.write && kind == FileType::Regular && !created {
+        if flags.trunc && kind == FileType::Regular && !created {
             self.set_size(now, ino, 0)?;
         }
         let ofd = self.next_ofd;
