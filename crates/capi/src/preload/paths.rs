@@ -80,6 +80,16 @@ pub fn depth(p: &[u8]) -> usize {
     p.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".").count()
 }
 
+/// `p` without its trailing slashes split before its last component, when
+/// that component is "." or "..": (what precedes it, the component).
+fn split_last_dot(p: &[u8]) -> Option<(&[u8], &[u8])> {
+    let end = p.iter().rposition(|&b| b != b'/')? + 1;
+    let trimmed = &p[..end];
+    let start = trimmed.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+    let last = &trimmed[start..];
+    (last == b"." || last == b"..").then_some((&trimmed[..start], last))
+}
+
 fn needs_normalizing(p: &[u8]) -> bool {
     p.windows(2).any(|w| w == b"//" || w == b"/.")
 }
@@ -139,6 +149,20 @@ impl Preload {
         let n = normalize(p);
         match under(&n, &self.root) {
             Some(mut rest) => {
+                // A last component "." or ".." is kept after the normal form
+                // of what precedes it: it names a directory through itself or
+                // its child, and the calls that act on a name refuse that
+                // (rmdir "d/." is EINVAL and "d/.." ENOTEMPTY, not a removal
+                // of "d" or of its parent).
+                if let Some((head, dot)) = split_last_dot(p) {
+                    if let Some(mut h) = under(&normalize(head), &self.root) {
+                        if h != b"/" {
+                            h.push(b'/');
+                        }
+                        h.extend_from_slice(dot);
+                        return Route::Pool(AT_FDCWD, Cow::Owned(h));
+                    }
+                }
                 if p.last() == Some(&b'/') && rest != b"/" {
                     rest.push(b'/');
                 }

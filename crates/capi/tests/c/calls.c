@@ -72,6 +72,12 @@ static const char *ename(int e) {
     case EFAULT: return "EFAULT";
     case ENAMETOOLONG: return "ENAMETOOLONG";
     case EOPNOTSUPP: return "EOPNOTSUPP";
+    case EFBIG: return "EFBIG";
+    case ENXIO: return "ENXIO";
+    case ESPIPE: return "ESPIPE";
+    case EOVERFLOW: return "EOVERFLOW";
+    case EBUSY: return "EBUSY";
+    case EMLINK: return "EMLINK";
     default: return "E?";
     }
 }
@@ -612,6 +618,90 @@ int main(int argc, char **argv) {
     say("ioctl TCGETS", ioctl(src, TCGETS, &tio));
     close(src);
     close(dst);
+
+    /* edge cases Linux defines, each on its own small tree */
+    {
+        mkdir(P("e"), 0755);
+        mkdir(P("e/d"), 0755);
+        mkdir(P("e/d/sub"), 0755);
+        int f = open(P("e/f"), O_CREAT | O_RDWR, 0644);
+        say("e write", write(f, "0123456789", 10));
+        char eb[16];
+        say("e pread negative", pread(f, eb, 4, -1));
+        say("e pwrite negative", pwrite(f, eb, 4, -1));
+        say("e lseek negative", lseek(f, -20, SEEK_CUR));
+        say("e lseek bad whence", lseek(f, 0, 99));
+        say("e lseek data past end", lseek(f, 100, SEEK_DATA));
+        say("e lseek hole", lseek(f, 0, SEEK_HOLE));
+        say("e ftruncate negative", ftruncate(f, -1));
+        say("e truncate negative", truncate(P("e/f"), -1));
+        say("e fallocate zero length", fallocate(f, 0, 0, 0));
+        say("e fallocate negative", fallocate(f, 0, -1, 10));
+        int r = open(P("e/f"), O_RDONLY);
+        say("e write to read-only", write(r, "x", 1));
+        say("e ftruncate read-only", ftruncate(r, 1));
+        say("e fallocate read-only", fallocate(r, 0, 0, 10));
+        int w = open(P("e/f"), O_WRONLY);
+        say("e read from write-only", read(w, eb, 1));
+        int a = open(P("e/f"), O_WRONLY | O_APPEND);
+        say("e pwrite with O_APPEND", pwrite(a, "AB", 2, 0));
+        say("e size after append-pwrite", lseek(a, 0, SEEK_END));
+        say("e fallocate keep size past end", fallocate(f, FALLOC_FL_KEEP_SIZE, 100, 4096));
+        struct stat est;
+        show_stat("e stat after keep size", fstat(f, &est), &est);
+        close(a);
+        close(w);
+        close(r);
+        close(f);
+        int t = open(P("e/f"), O_RDONLY | O_TRUNC);
+        show_stat("e O_RDONLY|O_TRUNC", stat(P("e/f"), &est), &est);
+        close(t);
+        say("e open O_DIRECTORY on a file", open(P("e/f"), O_RDONLY | O_DIRECTORY));
+        say("e open file with slash", open(P("e/f/"), O_RDONLY));
+        say("e open dir for writing", open(P("e/d"), O_WRONLY));
+        say("e creat over a dir", open(P("e/d"), O_CREAT | O_WRONLY, 0644));
+        say("e open O_CREAT|O_EXCL existing", open(P("e/f"), O_CREAT | O_EXCL | O_WRONLY, 0644));
+        say("e open O_CREAT|O_EXCL symlink", ({ symlink("nowhere", P("e/dangling")); open(P("e/dangling"), O_CREAT | O_EXCL | O_WRONLY, 0644); }));
+        say("e open O_CREAT through dangling", ({ int k = open(P("e/dangling"), O_CREAT | O_WRONLY, 0644); if (k >= 0) close(k); k; }) >= 0 ? 0 : -1);
+        say("e nowhere exists now", access(P("e/nowhere"), F_OK));
+        say("e unlink a dir", unlink(P("e/d")));
+        say("e rmdir a file", rmdir(P("e/f")));
+        say("e rmdir non-empty", rmdir(P("e/d")));
+        say("e rmdir dot", rmdir(P("e/d/sub/.")));
+        say("e rmdir dotdot", rmdir(P("e/d/sub/..")));
+        say("e mkdir existing", mkdir(P("e/d"), 0755));
+        say("e mkdir with trailing slash", mkdir(P("e/new/"), 0755));
+        say("e link a dir", link(P("e/d"), P("e/dl")));
+        say("e link to existing", link(P("e/f"), P("e/dangling")));
+        say("e rename dir into itself", rename(P("e/d"), P("e/d/sub/x")));
+        say("e rename file over dir", rename(P("e/f"), P("e/d")));
+        say("e rename dir over file", rename(P("e/d/sub"), P("e/f")));
+        say("e rename dir over non-empty dir", ({ mkdir(P("e/d2"), 0755); rename(P("e/d2"), P("e/d")); }));
+        say("e rename dir over empty dir", rename(P("e/d/sub"), P("e/d2")));
+        say("e rename to itself", rename(P("e/f"), P("e/f")));
+        say("e rename hard links of one file", ({ link(P("e/f"), P("e/g")); rename(P("e/f"), P("e/g")); }));
+        show_stat("e f after", stat(P("e/f"), &est), &est);
+        show_stat("e g after", stat(P("e/g"), &est), &est);
+        say("e rename missing", rename(P("e/missing"), P("e/x")));
+        say("e rename with trailing slash on a file", rename(P("e/f/"), P("e/x")));
+        say("e readlink a file", readlink(P("e/f"), eb, sizeof eb));
+        say("e symlink existing", symlink("x", P("e/f")));
+        say("e symlink loop", ({ symlink("loop2", P("e/loop1")); symlink("loop1", P("e/loop2")); open(P("e/loop1"), O_RDONLY); }));
+        say("e O_NOFOLLOW on a symlink", open(P("e/loop1"), O_RDONLY | O_NOFOLLOW));
+        say("e chdir to a file", chdir(P("e/f")));
+        say("e utimensat omit both", utimensat(AT_FDCWD, P("e/f"), (struct timespec[2]){{0, UTIME_OMIT}, {0, UTIME_OMIT}}, 0));
+        say("e utimensat bad nsec", utimensat(AT_FDCWD, P("e/f"), (struct timespec[2]){{0, 2000000000}, {0, 0}}, 0));
+        say("e futimens bad fd", futimens(9999, NULL));
+        say("e fsync bad fd", fsync(9999));
+        say("e close twice", ({ int k = open(P("e/f"), O_RDONLY); close(k); close(k); }));
+        say("e dup2 to itself", ({ int k = open(P("e/f"), O_RDONLY); int rr = dup2(k, k); close(k); rr == k ? 0 : -1; }));
+        say("e unlinkat dir without flag", unlinkat(AT_FDCWD, P("e/d2"), 0));
+        say("e unlinkat file with AT_REMOVEDIR", unlinkat(AT_FDCWD, P("e/f"), AT_REMOVEDIR));
+        say("e mknod regular", mknod(P("e/node"), S_IFREG | 0644, 0));
+        show_stat("e node", stat(P("e/node"), &est), &est);
+        say("e truncate a dir", truncate(P("e/d"), 0));
+        say("e write 0 bytes to read-only", write(0 >= 0 ? ({ int k = open(P("e/f"), O_RDONLY); k; }) : 0, "", 0));
+    }
 
     /* bad input */
     say("climb out of the directory", stat(P("../../../../../../../../../../proc/self/exe"), &st) == 0 ? 0 : -1);
