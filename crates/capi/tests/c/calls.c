@@ -703,6 +703,63 @@ int main(int argc, char **argv) {
         say("e write 0 bytes to read-only", write(0 >= 0 ? ({ int k = open(P("e/f"), O_RDONLY); k; }) : 0, "", 0));
     }
 
+    /* more edges: directories as files, descriptors of the wrong kind,
+       names that end in a slash, empty names, links and counts */
+    {
+        mkdir(P("g"), 0755);
+        mkdir(P("g/d"), 0755);
+        int f = open(P("g/f"), O_CREAT | O_RDWR, 0644);
+        say("g write", write(f, "abcdef", 6));
+        char gb[64];
+        int dfd = open(P("g/d"), O_RDONLY | O_DIRECTORY);
+        say("g read a dir", read(dfd, gb, sizeof gb));
+        say("g pread a dir", pread(dfd, gb, sizeof gb, 0));
+        say("g write a dir", write(dfd, "x", 1));
+        say("g ftruncate a dir", ftruncate(dfd, 0));
+        say("g fallocate a dir", fallocate(dfd, 0, 0, 10));
+        say("g openat with a file as dirfd", openat(f, "x", O_RDONLY));
+        say("g mkdirat with a file as dirfd", mkdirat(f, "x", 0755));
+        say("g openat relative to a dir fd", ({ int k = openat(dfd, "../f", O_RDONLY); if (k >= 0) close(k); k >= 0 ? 0 : -1; }));
+        say("g open empty path", open("", O_RDONLY));
+        say("g mkdir empty path", mkdir("", 0755));
+        say("g unlink file with slash", unlink(P("g/f/")));
+        say("g rename file to slash name", rename(P("g/f"), P("g/h/")));
+        say("g rename file under a file", rename(P("g/f"), P("g/f/x")));
+        say("g rename dir to missing slash name", rename(P("g/d"), P("g/d3/")));
+        say("g rename back", rename(P("g/d3"), P("g/d")));
+        say("g readlink zero buffer", ({ symlink("target", P("g/sl")); readlink(P("g/sl"), gb, 0); }));
+        say("g symlink empty target", symlink("", P("g/empty")));
+        say("g lchown symlink", lchown(P("g/sl"), -1, -1));
+        say("g chown no change", chown(P("g/f"), -1, -1));
+        say("g O_EXCL without O_CREAT", ({ int k = open(P("g/f"), O_RDONLY | O_EXCL); if (k >= 0) close(k); k >= 0 ? 0 : -1; }));
+        say("g renameat2 noreplace onto existing", renameat2(AT_FDCWD, P("g/f"), AT_FDCWD, P("g/sl"), RENAME_NOREPLACE));
+        say("g renameat2 exchange with missing", renameat2(AT_FDCWD, P("g/f"), AT_FDCWD, P("g/missing"), RENAME_EXCHANGE));
+        say("g renameat2 both flags", renameat2(AT_FDCWD, P("g/f"), AT_FDCWD, P("g/sl"), RENAME_EXCHANGE | RENAME_NOREPLACE));
+        struct stat gst;
+        say("g link", link(P("g/f"), P("g/f2")));
+        show_stat("g f linked", stat(P("g/f"), &gst), &gst);
+        say("g unlink the first name", unlink(P("g/f")));
+        show_stat("g fd after unlink", fstat(f, &gst), &gst);
+        say("g read through the fd", pread(f, gb, sizeof gb, 0));
+        show_stat("g d with a subdir", ({ mkdir(P("g/d/s"), 0755); stat(P("g/d"), &gst); }), &gst);
+        say("g ftruncate grow", ftruncate(f, 10000));
+        say("g read past the data", pread(f, gb, 10, 9995));
+        say("g read at end", pread(f, gb, 10, 10000));
+        say("g lseek hole after grow", lseek(f, 0, SEEK_HOLE));
+        say("g lseek data in the hole", lseek(f, 8192, SEEK_DATA));
+        struct iovec iv[2] = {{gb, 3}, {gb + 3, 3}};
+        say("g readv zero count", readv(f, iv, 0));
+        say("g preadv", preadv(f, iv, 2, 0));
+        say("g writev negative count", writev(f, iv, -1));
+        int pf = open(P("g/f2"), O_PATH);
+        say("g read an O_PATH fd", read(pf, gb, 1));
+        say("g fchmod an O_PATH fd", fchmod(pf, 0600));
+        show_stat("g fstat an O_PATH fd", fstat(pf, &gst), &gst);
+        close(pf);
+        close(dfd);
+        close(f);
+    }
+
     /* bad input */
     say("climb out of the directory", stat(P("../../../../../../../../../../proc/self/exe"), &st) == 0 ? 0 : -1);
     say("path too long component", ({
