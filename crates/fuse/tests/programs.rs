@@ -4,8 +4,10 @@
 //! metadata + checksum manifest; `tar` create and extract; `git` init, add,
 //! commit, log, gc and `fsck --full`; sqlite3 with WAL and DELETE journals
 //! ending in `PRAGMA integrity_check` = ok; `make` of a small C program that
-//! then runs; a Python script that walks, renames and deletes. Every test
-//! ends with a clean unmount and an fsck-clean pool.
+//! then runs; a Python script that walks, renames and deletes; the
+//! preload library's C program of calls and edge cases, with the same
+//! output as on tmpfs. Every test ends with a clean unmount and an
+//! fsck-clean pool.
 //!
 //! The `*_buffered` tests run the copy and tar (on a third of the tree),
 //! git and sqlite3 on a `-o mode=buffered` mount, where every operation
@@ -268,6 +270,45 @@ print("python ok")
 EOF"#,
     );
     assert!(out.contains("python ok"), "{out}");
+    m.unmount();
+    pool.fsck_clean();
+}
+
+/// The C program of the preload library's tests (`crates/capi/tests/c/
+/// calls.c`: every call that library intercepts, and about a hundred
+/// whose answers Linux defines at the edges), run as it is on the mount
+/// and on tmpfs: the same output, line by line.
+#[test]
+fn calls_c_matches_tmpfs() {
+    if !fuse_usable() || !tool("cc", "apt-get install -y gcc") {
+        return;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/tests/c/calls.c");
+    let bin = TempDir::new("calls-bin");
+    let exe = bin.0.join("calls");
+    let st = std::process::Command::new("cc")
+        .args(["-O2", "-D_FORTIFY_SOURCE=2", "-w", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc {} failed", src.display());
+    let run = |dir: &Path| {
+        let out = std::process::Command::new(&exe).arg(dir).output().expect("run calls");
+        assert!(out.status.success(), "calls in {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let reference = TempDir(Path::new("/dev/shm").join(format!("ferrite-fuse-calls-{}", std::process::id())));
+    fs::create_dir_all(&reference.0).unwrap();
+    let expect = run(&reference.0);
+    let pool = Pool::new("calls");
+    let m = Mount::new(&pool, "");
+    fs::create_dir(m.path("t")).unwrap();
+    let got = run(&m.path("t"));
+    for (i, (e, g)) in expect.lines().zip(got.lines()).enumerate() {
+        assert_eq!(g, e, "line {} of calls.c's output: the mount against tmpfs", i + 1);
+    }
+    assert_eq!(got.lines().count(), expect.lines().count(), "calls.c's output has another length on the mount");
     m.unmount();
     pool.fsck_clean();
 }
