@@ -19,6 +19,7 @@ impl Ferrite {
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> FsResult<Vec<u8>> {
         match xattr_name::classify(name) {
             XattrName::Stored => {}
+            XattrName::EmptySuffix => return Err(Errno::EINVAL),
             XattrName::AclAccess | XattrName::AclDefault | XattrName::Unsupported => return Err(Errno::EOPNOTSUPP),
         }
         let inode = self.inode(ino)?;
@@ -60,6 +61,7 @@ impl Ferrite {
         match xattr_name::classify(name) {
             XattrName::Stored => {}
             XattrName::AclAccess => return self.set_acl_access(ino, value),
+            XattrName::EmptySuffix => return Err(Errno::EINVAL),
             XattrName::AclDefault | XattrName::Unsupported => return Err(Errno::EOPNOTSUPP),
         }
         if name == FileMode::XATTR {
@@ -77,8 +79,10 @@ impl Ferrite {
         if name.is_empty() || name.len() > crate::format::XATTR_NAME_MAX {
             return Err(Errno::ERANGE);
         }
-        if xattr_name::classify(name) == XattrName::Unsupported {
-            return Err(Errno::EOPNOTSUPP);
+        match xattr_name::classify(name) {
+            XattrName::Unsupported => return Err(Errno::EOPNOTSUPP),
+            XattrName::EmptySuffix => return Err(Errno::EINVAL),
+            _ => {}
         }
         if name == FileMode::XATTR {
             // A file always has a mode; set "strict" instead.

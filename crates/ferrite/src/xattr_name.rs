@@ -26,6 +26,9 @@ pub(crate) enum XattrName {
     AclAccess,
     /// `system.posix_acl_default`: inherited ACLs, not supported.
     AclDefault,
+    /// A namespace's prefix with nothing after it (`user.`): EINVAL, as
+    /// Linux's `xattr_resolve_name` answers for a prefix handler.
+    EmptySuffix,
     /// Any other name: not supported (EOPNOTSUPP, as Linux).
     Unsupported,
 }
@@ -34,6 +37,8 @@ pub(crate) fn classify(name: &[u8]) -> XattrName {
     const STORED_PREFIXES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
     if STORED_PREFIXES.iter().any(|p| name.len() > p.len() && name.starts_with(p)) {
         XattrName::Stored
+    } else if STORED_PREFIXES.contains(&name) {
+        XattrName::EmptySuffix
     } else if name == b"system.posix_acl_access" {
         XattrName::AclAccess
     } else if name == b"system.posix_acl_default" {
@@ -123,7 +128,9 @@ mod tests {
         assert_eq!(classify(b"user.x"), XattrName::Stored);
         assert_eq!(classify(b"trusted.overlay.opaque"), XattrName::Stored);
         assert_eq!(classify(b"security.selinux"), XattrName::Stored);
-        assert_eq!(classify(b"user."), XattrName::Unsupported);
+        assert_eq!(classify(b"user."), XattrName::EmptySuffix);
+        assert_eq!(classify(b"trusted."), XattrName::EmptySuffix);
+        assert_eq!(classify(b"usernoprefix"), XattrName::Unsupported);
         assert_eq!(classify(b"system.posix_acl_access"), XattrName::AclAccess);
         assert_eq!(classify(b"system.posix_acl_default"), XattrName::AclDefault);
         assert_eq!(classify(b"system.other"), XattrName::Unsupported);

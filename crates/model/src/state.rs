@@ -1818,11 +1818,15 @@ impl ModelState {
         self.may(ino, if write { perm::WRITE } else { perm::READ })
     }
 
-    /// A stored namespace (user., trusted., security.); EOPNOTSUPP for the
+    /// A stored namespace (user., trusted., security.); EINVAL for one of
+    /// those prefixes alone (Linux's xattr_resolve_name), EOPNOTSUPP for the
     /// rest (system.* ACLs are not modeled).
     fn xattr_ns_ok(name: &[u8]) -> FsResult<()> {
-        if [&b"user."[..], b"trusted.", b"security."].iter().any(|p| name.starts_with(p) && name.len() > p.len()) {
+        const PREFIXES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
+        if PREFIXES.iter().any(|p| name.starts_with(p) && name.len() > p.len()) {
             Ok(())
+        } else if PREFIXES.contains(&name) {
+            Err(Errno::EINVAL)
         } else {
             Err(Errno::EOPNOTSUPP)
         }
