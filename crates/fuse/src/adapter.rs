@@ -206,7 +206,18 @@ fn time_set(t: Option<TimeOrNow>) -> Option<TimeSet> {
         TimeOrNow::Now => TimeSet::Now,
         TimeOrNow::SpecificTime(st) => TimeSet::At(match st.duration_since(UNIX_EPOCH) {
             Ok(d) => TimeSpec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
-            Err(e) => TimeSpec::from_ns(-(e.duration().as_nanos().min(i64::MAX as u128) as i64)),
+            // fuser 0.18 decodes the kernel's (sec < 0, nsec) as the epoch
+            // minus (|sec| s + nsec ns) (`system_time_from_time`; its
+            // TODO says so) where the time is sec s + nsec ns: -1 s and
+            // 999,999,999 ns, a nanosecond before 1970, arrives as
+            // -1.999999999 s. That mapping loses nothing, so the kernel's
+            // pair is read back from it here. `calls.c` on the /dev/fuse
+            // transport (tests/programs.rs) sets such a time and compares
+            // it with tmpfs, so a fuser that decodes it right shows there.
+            Err(e) => {
+                let d = e.duration();
+                TimeSpec { sec: -(d.as_secs().min(i64::MAX as u64) as i64), nsec: d.subsec_nanos() }
+            }
         }),
     })
 }
