@@ -760,6 +760,65 @@ int main(int argc, char **argv) {
         close(f);
     }
 
+    /* more edges: permissions as root, modes through umask, extended
+       attributes at their limits, times, the current directory moving */
+    {
+        mkdir(P("h"), 0777);
+        struct stat hs;
+        show_stat("h dir mode under umask", stat(P("h"), &hs), &hs);
+        int f = open(P("h/f"), O_CREAT | O_WRONLY, 0777);
+        show_stat("h file mode under umask", fstat(f, &hs), &hs);
+        say("h fchmod 0", fchmod(f, 0));
+        say("h access R_OK as root on mode 0", access(P("h/f"), R_OK));
+        say("h access X_OK as root on mode 0", access(P("h/f"), X_OK));
+        say("h open mode 0 for writing as root", ({ int k = open(P("h/f"), O_WRONLY); if (k >= 0) close(k); k >= 0 ? 0 : -1; }));
+        say("h fchmod setuid", fchmod(f, 04755));
+        show_stat("h setuid", fstat(f, &hs), &hs);
+        say("h write as root keeps setuid", write(f, "x", 1));
+        show_stat("h after write", fstat(f, &hs), &hs);
+        say("h symlink", symlink("f", P("h/l")));
+        say("h chmod through symlink", chmod(P("h/l"), 0640));
+        show_stat("h target mode", stat(P("h/f"), &hs), &hs);
+        say("h fchmodat nofollow", fchmodat(AT_FDCWD, P("h/l"), 0600, AT_SYMLINK_NOFOLLOW));
+        char xb[256];
+        say("h setxattr replace missing", setxattr(P("h/f"), "user.none", "v", 1, XATTR_REPLACE));
+        say("h setxattr empty value", setxattr(P("h/f"), "user.empty", "", 0, 0));
+        say("h getxattr empty value", getxattr(P("h/f"), "user.empty", xb, sizeof xb));
+        say("h getxattr size query", ({ setxattr(P("h/f"), "user.v", "hello", 5, 0); getxattr(P("h/f"), "user.v", NULL, 0); }));
+        say("h getxattr small buffer", getxattr(P("h/f"), "user.v", xb, 2));
+        say("h listxattr size query", listxattr(P("h/f"), NULL, 0));
+        say("h listxattr small buffer", listxattr(P("h/f"), xb, 3));
+        say("h setxattr no namespace", setxattr(P("h/f"), "nonamespace", "v", 1, 0));
+        say("h setxattr empty name", setxattr(P("h/f"), "user.", "v", 1, 0));
+        say("h removexattr missing", removexattr(P("h/f"), "user.none"));
+        say("h getxattr on a symlink (lget)", lgetxattr(P("h/l"), "user.v", xb, sizeof xb));
+        say("h utimes now", utimes(P("h/f"), NULL));
+        struct timespec tt[2] = {{1000000000, 5}, {1100000000, 7}};
+        say("h utimensat set", utimensat(AT_FDCWD, P("h/f"), tt, 0));
+        stat(P("h/f"), &hs);
+        printf("h times: %ld.%09ld %ld.%09ld\n", (long)hs.st_atim.tv_sec, hs.st_atim.tv_nsec, (long)hs.st_mtim.tv_sec, hs.st_mtim.tv_nsec);
+        struct timespec neg[2] = {{-5, 0}, {-1, 999999999}};
+        say("h utimensat before 1970", utimensat(AT_FDCWD, P("h/f"), neg, 0));
+        stat(P("h/f"), &hs);
+        printf("h times before 1970: %ld.%09ld %ld.%09ld\n", (long)hs.st_atim.tv_sec, hs.st_atim.tv_nsec, (long)hs.st_mtim.tv_sec, hs.st_mtim.tv_nsec);
+        close(f);
+        char cwd0[4096];
+        getcwd(cwd0, sizeof cwd0);
+        mkdir(P("h/w"), 0755);
+        say("h chdir", chdir(P("h/w")));
+        say("h rename the cwd", rename(P("h/w"), P("h/w2")));
+        char cb[4096];
+        printf("h getcwd after rename: %s\n", rel(getcwd(cb, sizeof cb)));
+        say("h create in the renamed cwd", ({ int k = open("inside", O_CREAT | O_WRONLY, 0644); if (k >= 0) close(k); k >= 0 ? 0 : -1; }));
+        say("h stat it by its new path", stat(P("h/w2/inside"), &hs));
+        say("h rmdir the cwd's parent", rmdir(P("h")));
+        say("h unlink inside, rmdir the cwd", ({ unlink(P("h/w2/inside")); rmdir(P("h/w2")); }));
+        printf("h getcwd of a removed cwd: %s %s\n", getcwd(cb, sizeof cb) ? "ok" : "NULL", ename(errno));
+        say("h create in a removed cwd", open("nothere", O_CREAT | O_WRONLY, 0644));
+        say("h stat dot of a removed cwd", stat(".", &hs));
+        chdir(cwd0);
+    }
+
     /* bad input */
     say("climb out of the directory", stat(P("../../../../../../../../../../proc/self/exe"), &st) == 0 ? 0 : -1);
     say("path too long component", ({
