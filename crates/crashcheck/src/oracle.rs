@@ -251,7 +251,8 @@ impl Tracker {
             Call::Ftruncate { slot, .. } | Call::Fallocate { slot, .. } => p.data = by_fd(slot),
             Call::Truncate { path, .. } => p.data = by_path(path, true),
             Call::Open { path, flags, .. } => {
-                if flags.trunc && flags.write {
+                // O_TRUNC truncates whatever the access mode (as Linux).
+                if flags.trunc && !flags.path {
                     p.data = by_path(path, true);
                 }
             }
