@@ -299,7 +299,7 @@ impl Workload for TreeWorkload {
     fn params(&self) -> String {
         if self.op == TreeOp::CpFile {
             return format!(
-                "`cp WORK/big WORK/big.copy` of one {} MiB file of pseudo-random bytes written into the \
+                "`cp WORK/big WORK/big.copy` of one {} MiB file of the suite's data pattern written into the \
                  target before the rounds (untimed), timed with a syncfs after it; then `rm` of the copy \
                  and syncfs, untimed; `cp` copies with copy_file_range, which the kernel hands to the \
                  daemon on a FUSE mount (COPY_FILE_RANGE) when the daemon serves it and otherwise \
@@ -491,21 +491,15 @@ impl Prepared for TreeRun {
     }
 }
 
-/// `cp-file`'s source: `bytes` of pseudo-random data (xorshift, so that
-/// nothing along the way can shortcut zeros), written 1 MiB at a time.
+/// `cp-file`'s source: `bytes` of the suite's data pattern (a pseudo-random
+/// 4 KiB block, repeated: nothing along the way can shortcut zeros),
+/// written 1 MiB at a time.
 fn write_big_file(path: &Path, bytes: u64) -> io::Result<()> {
     use std::io::Write;
     let mut f = fs::File::create(path)?;
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut chunk = vec![0u8; 1 << 20];
+    let chunk = crate::workload::pattern(1 << 20);
     let mut left = bytes;
     while left > 0 {
-        for w in chunk.chunks_exact_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            w.copy_from_slice(&x.to_le_bytes());
-        }
         let n = left.min(chunk.len() as u64) as usize;
         f.write_all(&chunk[..n])?;
         left -= n as u64;
