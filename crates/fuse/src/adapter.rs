@@ -600,6 +600,15 @@ impl Core {
         self.writable()?;
         let mut set = *set;
         let chown = set.uid.is_some() || set.gid.is_some();
+        if set == SetAttr::default() {
+            // Nothing to set: what the kernel sends for chown(-1, -1),
+            // which changes ctime on Linux: name the current owner, as the
+            // path API does. The kernel sends the same request after it
+            // removed `security.capability` before a write, where no
+            // set-ID bit may go, so none is taken here (Linux's chown(-1,
+            // -1) would take them; docs/FUSE.md).
+            set.uid = Some(self.fs.getattr(ino)?.uid);
+        }
         if let Some(who) = kill.filter(|_| (chown || set.size.is_some()) && set.perm.is_none()) {
             let st = self.fs.getattr(ino)?;
             if st.kind != FileType::Directory {

@@ -246,6 +246,9 @@ mk a 6755 0:0 cap; chown 0:0 a; show root-chown a
 mk a 6745 0:0; chown 65534 a; show root-chown-sgid-without-group-x a
 mk a 6755 0:0 cap; chmod 6775 a; touch a; setfattr -n user.x -v 1 a; show chmod-touch-setxattr a
 mkdir -p d; chmod 6777 d; chown 65534 d; show root-chown-dir d
+noop() { t=$(stat -c %z "$2"); sleep 0.01; ${3:-} perl -e 'chown(-1, -1, $ARGV[0]) or die "$!"' "$2"; [ "$(stat -c %z "$2")" != "$t" ] && m=moved || m=kept; printf '%s ctime %s\n' "$1" "$m"; show "$1" "$2"; }
+mk a 755 0:0; noop root-chown-nothing a
+mk a 755 65534:65534; noop user-chown-nothing a "$U"
 "#;
 
 #[test]
