@@ -60,6 +60,20 @@ fn lookup(name: &[u8]) -> *mut c_void {
 pub type Off = libc::off64_t;
 
 real! {
+    setuid(uid: libc::uid_t) -> c_int;
+    seteuid(uid: libc::uid_t) -> c_int;
+    setreuid(ruid: libc::uid_t, euid: libc::uid_t) -> c_int;
+    setresuid(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t) -> c_int;
+    setgid(gid: libc::gid_t) -> c_int;
+    setegid(gid: libc::gid_t) -> c_int;
+    setregid(rgid: libc::gid_t, egid: libc::gid_t) -> c_int;
+    setresgid(rgid: libc::gid_t, egid: libc::gid_t, sgid: libc::gid_t) -> c_int;
+    setgroups(n: usize, list: *const libc::gid_t) -> c_int;
+    setfsuid(uid: libc::uid_t) -> c_int;
+    setfsgid(gid: libc::gid_t) -> c_int;
+}
+
+real! {
     open(path: *const c_char, flags: c_int; mode: libc::mode_t) -> c_int;
     open64(path: *const c_char, flags: c_int; mode: libc::mode_t) -> c_int;
     openat(dirfd: c_int, path: *const c_char, flags: c_int; mode: libc::mode_t) -> c_int;

@@ -314,6 +314,31 @@ impl Session {
         self.creds_gen.fetch_add(1, Ordering::Release);
     }
 
+    /// `faccessat` checked as `c` rather than as the session's identity:
+    /// Linux's `access` (without `AT_EACCESS`) asks with the process's real
+    /// ids, which a front end that tracks a set-ID program's two identities
+    /// passes here. The whole path is resolved as `c` too, as the kernel
+    /// does.
+    pub fn faccessat_as(&self, dirfd: Fd, path: &[u8], mode: u32, flags: i32, c: &Credentials) -> FsResult<()> {
+        if mode & !7 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        check_flags(flags, libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        self.on_existing_at(
+            dirfd,
+            path,
+            flags,
+            c,
+            |i| {
+                if mode == 0 {
+                    Ok(())
+                } else {
+                    perm::check(c, &owner_of(i), mode)
+                }
+            },
+        )
+    }
+
     pub fn open_file(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
         Ok(self.fds.get(fd)?.file)
     }
@@ -1062,18 +1087,7 @@ impl PathFs for Session {
     }
 
     fn faccessat(&self, dirfd: Fd, path: &[u8], mode: u32, flags: i32) -> FsResult<()> {
-        if mode & !7 != 0 {
-            return Err(Errno::EINVAL);
-        }
-        check_flags(flags, libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
-        let c = self.credentials();
-        self.on_existing_at(dirfd, path, flags, &c, |i| {
-            if mode == 0 {
-                Ok(())
-            } else {
-                perm::check(&c, &owner_of(i), mode)
-            }
-        })
+        self.faccessat_as(dirfd, path, mode, flags, &self.credentials())
     }
 
     fn fchmod(&self, fd: Fd, perm: u32) -> FsResult<()> {

@@ -16,7 +16,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::paths::Route;
-use super::{active, bad_buffer, c_ret, fd, inside, is_ferrite, ok0, Preload};
+use super::{active, bad_buffer, c_ret, fd, inside, is_ferrite, ok0, process_ids, Preload};
 use crate::conv::{self, copy_out, cstr, fail, fill_stat, fill_statfs, fill_statvfs, fill_statx, xattr_list};
 use crate::real::{self, Off};
 use engine::{Errno, Fd, FsResult, PathFs, Stat, TimeSet, AT_FDCWD};
@@ -74,7 +74,15 @@ fn kernel_fd(k: c_int) -> c_int {
 
 unsafe fn open_common(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> Option<c_int> {
     let (p, d, rel) = unsafe { pool(dirfd, path) }?;
-    Some(c_ret(p.open(d, &rel, flags, mode)))
+    match p.open(d, &rel, flags, mode) {
+        // A FIFO, socket or device node: the engine has no pipe or driver
+        // behind it, the kernel has, through this process's mount.
+        Err(e) if e == Errno::ENXIO => match p.open_special(d, &rel, flags, mode) {
+            Some(k) => Some(kernel_fd(k)),
+            None => Some(fail(e)),
+        },
+        r => Some(c_ret(r)),
+    }
 }
 
 #[no_mangle]
@@ -1107,11 +1115,12 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
 }
 
 /// Two-path calls: both in the pool (served), both outside (the kernel),
-/// or one of each (EXDEV, as between two file systems).
+/// or refused here: one of each (EXDEV, as between two file systems), or
+/// NULL beside a path in the pool (EFAULT).
 enum Pair<'a> {
     Pool(&'static Preload, Fd, Cow<'a, [u8]>, Fd, Cow<'a, [u8]>),
     Kernel,
-    Cross,
+    Refused(Errno),
 }
 
 unsafe fn pair<'a>(d1: c_int, p1: *const c_char, d2: c_int, p2: *const c_char) -> Pair<'a> {
@@ -1120,7 +1129,9 @@ unsafe fn pair<'a>(d1: c_int, p1: *const c_char, d2: c_int, p2: *const c_char) -
     match (a, b) {
         (Some((p, da, ra)), Some((_, db, rb))) => Pair::Pool(p, da, ra, db, rb),
         (None, None) => Pair::Kernel,
-        _ => Pair::Cross,
+        // A NULL path is EFAULT whatever the other one names.
+        _ if p1.is_null() || p2.is_null() => Pair::Refused(Errno(libc::EFAULT)),
+        _ => Pair::Refused(Errno::EXDEV),
     }
 }
 
@@ -1130,7 +1141,7 @@ unsafe fn rename_common(d1: c_int, p1: *const c_char, d2: c_int, p2: *const c_ch
             let f = conv::rename_flags(flags)?;
             p.session.renameat2(da, &ra, db, &rb, f)
         }))),
-        Pair::Cross => Some(fail(Errno::EXDEV)),
+        Pair::Refused(e) => Some(fail(e)),
         Pair::Kernel => None,
     }
 }
@@ -1176,7 +1187,7 @@ unsafe fn link_common(d1: c_int, p1: *const c_char, d2: c_int, p2: *const c_char
     }
     match unsafe { pair(d1, p1, d2, p2) } {
         Pair::Pool(p, da, ra, db, rb) => Some(ok0(inside(|| p.session.linkat(da, &ra, db, &rb, flags)))),
-        Pair::Cross => Some(fail(Errno::EXDEV)),
+        Pair::Refused(e) => Some(fail(e)),
         Pair::Kernel => None,
     }
 }
@@ -1501,7 +1512,7 @@ pub unsafe extern "C" fn utime(path: *const c_char, t: *const libc::utimbuf) -> 
 #[no_mangle]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     if let Some((p, d, rel)) = unsafe { pool(libc::AT_FDCWD, path) } {
-        return ok0(inside(|| p.session.faccessat(d, &rel, mode as u32, 0)));
+        return ok0(inside(|| access_as_real(p, d, &rel, mode, 0)));
     }
     unsafe { real::access(path, mode) }
 }
@@ -1509,9 +1520,23 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn faccessat(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int {
     if let Some((p, d, rel)) = unsafe { pool(dirfd, path) } {
-        return ok0(inside(|| p.session.faccessat(d, &rel, mode as u32, flags)));
+        return ok0(inside(|| access_as_real(p, d, &rel, mode, flags)));
     }
     unsafe { real::faccessat(dirfd, path, mode, flags) }
+}
+
+/// `access`/`faccessat`: Linux checks with the real ids unless
+/// `AT_EACCESS` asks for the effective ones (which the session holds). The
+/// two differ only in a set-ID program or one that changed its effective
+/// ids.
+fn access_as_real(p: &Preload, d: Fd, rel: &[u8], mode: c_int, flags: c_int) -> FsResult<()> {
+    let mut c = p.session.credentials();
+    if flags & libc::AT_EACCESS == 0 {
+        let real = p.real_ids.load(Ordering::Relaxed);
+        c.uid = (real >> 32) as u32;
+        c.gid = real as u32;
+    }
+    p.session.faccessat_as(d, rel, mode as u32, flags, &c)
 }
 
 #[no_mangle]
@@ -1538,6 +1563,57 @@ pub unsafe extern "C" fn umask(mask: mode_t) -> mode_t {
         p.session.set_credentials(c);
     }
     old
+}
+
+/// The identity changes: each is the system call, then the session's
+/// identity read back from the process, so that permission checks and new
+/// files' owners follow a program that drops privileges (a daemon started
+/// as root, `su`, a test switching users). Linux checks a file's
+/// permissions against the file-system ids, which follow the effective ids
+/// unless `setfsuid`/`setfsgid` set them apart.
+macro_rules! id_hook {
+    ($( $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ;)*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                // SAFETY: the C library's own definition, with the caller's
+                // arguments (setgroups' list is the caller's to vouch for).
+                let r = unsafe { real::$name($($arg),*) };
+                if let Some(p) = active() {
+                    refresh_ids(p);
+                }
+                r
+            }
+        )*
+    };
+}
+
+id_hook! {
+    setuid(uid: libc::uid_t) -> c_int;
+    seteuid(uid: libc::uid_t) -> c_int;
+    setreuid(ruid: libc::uid_t, euid: libc::uid_t) -> c_int;
+    setresuid(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t) -> c_int;
+    setgid(gid: libc::gid_t) -> c_int;
+    setegid(gid: libc::gid_t) -> c_int;
+    setregid(rgid: libc::gid_t, egid: libc::gid_t) -> c_int;
+    setresgid(rgid: libc::gid_t, egid: libc::gid_t, sgid: libc::gid_t) -> c_int;
+    setgroups(n: usize, list: *const libc::gid_t) -> c_int;
+    setfsuid(uid: libc::uid_t) -> c_int;
+    setfsgid(gid: libc::gid_t) -> c_int;
+}
+
+/// Put the process's current file-system ids and groups into the session,
+/// keeping its umask.
+fn refresh_ids(p: &Preload) {
+    p.real_ids.store(super::real_ids(), Ordering::Relaxed);
+    let now = process_ids();
+    let mut c = p.session.credentials();
+    if (c.uid, c.gid, &c.groups) != (now.uid, now.gid, &now.groups) {
+        c.uid = now.uid;
+        c.gid = now.gid;
+        c.groups = now.groups;
+        p.session.set_credentials(c);
+    }
 }
 
 unsafe fn real_umask(mask: mode_t) -> mode_t {

@@ -92,6 +92,10 @@ pub struct Preload {
     /// `FERRITE_ATOMIC`: files made fsync-atomic when this process creates
     /// them or opens them for writing.
     atomic: modes::AtomicPatterns,
+    /// The process's real user and group ids (`uid << 32 | gid`), which
+    /// Linux's `access` checks against: read at load and after each
+    /// identity change (hooks.rs), so that `access` costs no system call.
+    pub real_ids: std::sync::atomic::AtomicU64,
 }
 
 /// The descriptor numbers open in this process (without the one that
@@ -423,6 +427,28 @@ impl Preload {
         }
     }
 
+    /// Open a FIFO, socket or device node of the pool (which the engine
+    /// refuses with ENXIO: it has no pipe or driver behind it) as the
+    /// kernel does, through this process's mount at the root: a kernel
+    /// descriptor, with Linux's semantics (a FIFO's open waits for the
+    /// other end, or fails with ENXIO for a non-blocking writer). None when
+    /// there is no mount or the name is not such a node (the engine's
+    /// answer stands).
+    pub fn open_special(&self, dirfd: Fd, path: &[u8], flags: c_int, mode: u32) -> Option<c_int> {
+        if self.mount.lock().is_none() {
+            return None;
+        }
+        let follow = if flags & libc::O_NOFOLLOW != 0 { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
+        let st = inside(|| self.session.fstatat(dirfd, path, follow)).ok()?;
+        if !st.kind.is_special() {
+            return None;
+        }
+        let mut host = self.host_path(&paths::normalize(&self.pool_path(dirfd, path)?));
+        host.push(0);
+        // SAFETY: a NUL-terminated path; flags and mode are the caller's.
+        Some(unsafe { real::open(host.as_ptr() as *const c_char, flags, mode) })
+    }
+
     /// Make the regular file just opened at `fd` fsync-atomic if its name
     /// (or, for a pattern with a `/`, its pool path) matches
     /// `FERRITE_ATOMIC`. A file that already is keeps its pending state (a
@@ -680,14 +706,18 @@ fn start() -> Option<Preload> {
         pool_ino: std::fs::metadata(&pool).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0),
         placeholder,
         atomic,
+        real_ids: std::sync::atomic::AtomicU64::new(real_ids()),
     };
     restore_inherited(&p);
-    // A process started inside the root has its current directory in the pool.
+    // A process started inside the root has its current directory in the
+    // pool. The kernel's current directory is then the directory the mount
+    // now covers: it moves into the mount (`entered`), so that what the
+    // kernel resolves relative to it (a Unix socket's bind, calls the
+    // library does not intercept) reaches the pool, as after a chdir.
     let cwd = p.kernel_cwd.lock().clone();
     if let Some(rest) = paths::under(&cwd, &p.root) {
         if p.session.chdir(&rest).is_ok() {
-            p.cwd_depth.store(paths::depth(&rest), Ordering::Relaxed);
-            p.cwd_in_pool.store(true, Ordering::Relaxed);
+            p.entered();
         }
     }
     Some(p)
@@ -739,11 +769,33 @@ fn process_credentials() -> Credentials {
     unsafe {
         let mask = libc::umask(0o022);
         libc::umask(mask);
+        Credentials { umask: mask as u32, ..process_ids() }
+    }
+}
+
+/// The process's real user and group ids as `uid << 32 | gid`.
+pub(crate) fn real_ids() -> u64 {
+    // SAFETY: getuid and getgid have no preconditions.
+    unsafe { (libc::getuid() as u64) << 32 | libc::getgid() as u64 }
+}
+
+/// The ids Linux checks file permissions against (the file-system ids,
+/// which follow the effective ids unless `setfsuid`/`setfsgid` set them
+/// apart) and the supplementary groups; umask 0.
+fn process_ids() -> Credentials {
+    // SAFETY: these calls have no preconditions and only the groups buffer
+    // as memory, sized by the first call (a group list changed between the
+    // two calls is cut to the buffer, and the second call's count is kept).
+    // setfsuid/setfsgid with an invalid id (-1) change nothing and return
+    // the current id.
+    unsafe {
         let n = libc::getgroups(0, std::ptr::null_mut());
         let mut groups = vec![0; n.max(0) as usize];
         let n = libc::getgroups(groups.len() as c_int, groups.as_mut_ptr());
         groups.truncate(n.max(0) as usize);
-        Credentials { uid: libc::geteuid(), gid: libc::getegid(), groups, umask: mask as u32 }
+        let uid = libc::syscall(libc::SYS_setfsuid, u32::MAX) as libc::uid_t;
+        let gid = libc::syscall(libc::SYS_setfsgid, u32::MAX) as libc::gid_t;
+        Credentials { uid, gid, groups, umask: 0 }
     }
 }
 

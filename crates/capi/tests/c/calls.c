@@ -16,11 +16,13 @@
 #include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/fsuid.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
@@ -370,6 +372,29 @@ int main(int argc, char **argv) {
     say("mknodat", mknodat(dfd, "fifo2", S_IFIFO | 0600, 0));
     say("mkfifo", mkfifo(P("fifo3"), 0644));
     show_stat("fifo", stat(P("fifo3"), &st), &st);
+    /* Opening a FIFO: the kernel's pipe behind it (under the preload
+       library through the owner's mount, which the caller says is there
+       by CALLS_SPECIAL_OPEN; without one the library answers ENXIO). */
+    if (getenv("CALLS_SPECIAL_OPEN")) {
+        say("open fifo writer without reader", open(P("fifo3"), O_WRONLY | O_NONBLOCK));
+        int fr = open(P("fifo3"), O_RDONLY | O_NONBLOCK);
+        say("open fifo reader nonblocking", fr >= 0 ? 0 : -1);
+        int fw = open(P("fifo3"), O_WRONLY | O_NONBLOCK);
+        say("open fifo writer with a reader", fw >= 0 ? 0 : -1);
+        say("write fifo", write(fw, "pipe", 4));
+        memset(b, 0, sizeof b);
+        say("read fifo", read(fr, b, sizeof b));
+        printf("fifo carried: [%s]\n", b);
+        say("read empty fifo", read(fr, b, sizeof b));
+        close(fw);
+        close(fr);
+        int frw = open(P("fifo3"), O_RDWR);
+        say("open fifo read-write", frw >= 0 ? 0 : -1);
+        close(frw);
+        say("open fifo through a symlink", ({ symlink("fifo3", P("fifolink")); int q = open(P("fifolink"), O_RDONLY | O_NONBLOCK); if (q >= 0) close(q); unlink(P("fifolink")); q >= 0 ? 0 : -1; }));
+    } else {
+        printf("fifo opens: not run\n");
+    }
     say("unlink", unlink(P("hard")));
     say("unlink missing", unlink(P("hard")));
     say("unlink dir", unlink(P("d")));
@@ -819,6 +844,69 @@ int main(int argc, char **argv) {
         chdir(cwd0);
     }
 
+    /* identity changes: a program that drops privileges (seteuid, setegid,
+       setgroups, setfsuid) is checked, and owns what it creates, as its new
+       identity. Only as root, and not where the caller says a mount
+       private to root would refuse any other user outright (the FUSE
+       test sets CALLS_NO_IDS). */
+    if (geteuid() == 0 && !getenv("CALLS_NO_IDS")) {
+        struct stat us;
+        gid_t saved[64];
+        int nsaved = getgroups(64, saved);
+        mkdir(P("u"), 0755);
+        chmod(P("u"), 0755);
+        int k = open(P("u/secret"), O_CREAT | O_WRONLY, 0600);
+        close(k);
+        k = open(P("u/open"), O_CREAT | O_WRONLY, 0644);
+        close(k);
+        k = open(P("u/grp"), O_CREAT | O_WRONLY, 0640);
+        close(k);
+        chmod(P("u/grp"), 0640);
+        chown(P("u/grp"), 0, 4242);
+        mkdir(P("u/pub"), 0777);
+        chmod(P("u/pub"), 0777);
+        say("u setegid", setegid(65533));
+        say("u seteuid", seteuid(65534));
+        say("u open 0600 of root as nobody", ({ int q = open(P("u/secret"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        say("u open 0644 for writing", ({ int q = open(P("u/open"), O_WRONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        say("u open 0644 for reading", ({ int q = open(P("u/open"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        say("u create in root's 0755 directory", open(P("u/new"), O_CREAT | O_WRONLY, 0644));
+        say("u chmod root's file", chmod(P("u/open"), 0600));
+        say("u chown root's file", chown(P("u/open"), 65534, 65533));
+        say("u access W_OK", access(P("u/open"), W_OK));
+        say("u unlink in root's directory", unlink(P("u/open")));
+        k = open(P("u/pub/mine"), O_CREAT | O_WRONLY, 0600);
+        say("u create in a 0777 directory", k >= 0 ? 0 : -1);
+        close(k);
+        show_stat("u created by nobody", stat(P("u/pub/mine"), &us), &us);
+        say("u mkdir by nobody", mkdir(P("u/pub/d"), 0700));
+        show_stat("u directory by nobody", stat(P("u/pub/d"), &us), &us);
+        say("u open group file without the group", ({ int q = open(P("u/grp"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        say("u seteuid back", seteuid(0));
+        say("u setegid back", setegid(0));
+        gid_t g = 4242;
+        say("u setgroups", setgroups(1, &g));
+        say("u setegid again", setegid(65533));
+        say("u seteuid again", seteuid(65534));
+        say("u open group file with the group", ({ int q = open(P("u/grp"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        say("u chown own file to a group held", chown(P("u/pub/mine"), -1, 4242));
+        show_stat("u after chown to a held group", stat(P("u/pub/mine"), &us), &us);
+        say("u chown own file to a group not held", chown(P("u/pub/mine"), -1, 4343));
+        say("u seteuid back again", seteuid(0));
+        say("u setegid back again", setegid(0));
+        say("u setgroups back", setgroups(nsaved > 0 ? nsaved : 0, saved));
+        printf("u setfsuid to nobody: %d\n", setfsuid(65534));
+        say("u open 0600 with fsuid nobody", ({ int q = open(P("u/secret"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        printf("u setfsuid back: %d\n", setfsuid(0));
+        say("u open 0600 with fsuid root", ({ int q = open(P("u/secret"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        say("u setresuid keeps saved root", setresuid(-1, 65534, 0));
+        say("u mkdir in root's directory", mkdir(P("u/x"), 0755));
+        say("u setresuid back", setresuid(-1, 0, -1));
+        say("u mkdir as root again", mkdir(P("u/x"), 0755));
+    } else {
+        printf("identity changes: not run\n");
+    }
+
     /* bad input */
     say("climb out of the directory", stat(P("../../../../../../../../../../proc/self/exe"), &st) == 0 ? 0 : -1);
     say("path too long component", ({
@@ -828,6 +916,19 @@ int main(int argc, char **argv) {
             open(P(longname), O_CREAT | O_WRONLY, 0644);
         }));
     say("close stdin-like bad fd", close(-1));
+    /* A NULL path is EFAULT, also beside a path in the directory. */
+    say("open NULL", open(NULL, O_RDONLY));
+    say("link NULL to a path here", link(NULL, P("nullnew")));
+    say("link a path here to NULL", link(P("a"), NULL));
+    say("rename NULL to a path here", rename(NULL, P("nullnew")));
+    say("rename a path here to NULL", rename(P("a"), NULL));
+    say("renameat2 NULL", renameat2(AT_FDCWD, P("a"), AT_FDCWD, NULL, 0));
+    say("linkat NULL", linkat(AT_FDCWD, NULL, AT_FDCWD, P("nullnew"), 0));
+    say("symlink NULL target", symlink(NULL, P("nullnew")));
+    say("symlink NULL path", symlink("t", NULL));
+    say("stat NULL", stat(NULL, &st));
+    say("unlink NULL", unlink(NULL));
+    say("mkdir NULL", mkdir(NULL, 0755));
     /* A descriptor closed behind the library's back (a raw system call),
        whose number the kernel then gives to a kernel file: the number is
        the kernel file's. */
