@@ -18,6 +18,8 @@
 #             each helper process the pool's owner with its FUSE mount at
 #             the root (sockets are bound through it)
 #
+# MOUNT_OPTIONS (e.g. mode=buffered) are added to the mounts' options;
+# FERRITE_MODE=buffered or fsync-atomic reaches the preload target.
 # The helper is built with gcc from pjdfstest.c alone (no autotools).
 # Output: OUT (default /tmp/pjdfstest-out)/TARGET.log (prove -v) and a
 # summary of failed checks per test file. Known differences under the
@@ -86,7 +88,7 @@ for t in "${targets[@]}"; do
             transport=uring
         fi
         mkdir -p "$work/mnt-$t"
-        "$ferrite" mount --daemon -o allow_other,transport=$transport "/dev/shm/pjdfstest-$t.pool" "$work/mnt-$t"
+        "$ferrite" mount --daemon -o "allow_other,transport=$transport${MOUNT_OPTIONS:+,$MOUNT_OPTIONS}" "/dev/shm/pjdfstest-$t.pool" "$work/mnt-$t"
         run "$t" "$work/mnt-$t"
         "$ferrite" umount "$work/mnt-$t"
         ;;
