@@ -233,6 +233,7 @@ real! {
     fstatvfs(fd: c_int, buf: *mut libc::statvfs) -> c_int;
     fstatvfs64(fd: c_int, buf: *mut libc::statvfs64) -> c_int;
     copy_file_range(fdin: c_int, offin: *mut Off, fdout: c_int, offout: *mut Off, n: usize, flags: libc::c_uint) -> isize;
+    syscall(n: libc::c_long; a: libc::c_long, b: libc::c_long, c: libc::c_long, d: libc::c_long, e: libc::c_long, f: libc::c_long) -> libc::c_long;
     sendfile(out: c_int, inp: c_int, off: *mut libc::off_t, n: usize) -> isize;
     sendfile64(out: c_int, inp: c_int, off: *mut Off, n: usize) -> isize;
     splice(fdin: c_int, offin: *mut Off, fdout: c_int, offout: *mut Off, n: usize, flags: libc::c_uint) -> isize;

@@ -534,10 +534,16 @@ pub(crate) fn write_log_entries(
             prev_page = Some(page);
             pos = page.offset() + LOG_PAGE_HEADER_SIZE;
         }
-        ENCODE_BUF.with_borrow_mut(|buf| {
+        let write = |buf: &mut Vec<u8>| {
             e.encode(seq, buf);
             media.write_lines(pos, buf);
-        });
+        };
+        if ENCODE_BUF.try_with(|buf| write(&mut buf.borrow_mut())).is_err() {
+            // The thread's locals are gone: the preload library unmounts at
+            // process exit, after them, and an fsync-atomic file's pending
+            // commit (or its compaction) stages entries then.
+            write(&mut Vec::with_capacity(format::ENTRY_UNITS_MAX as usize * LOG_UNIT as usize));
+        }
         locs.push((pos, seq));
         pos = pos + len;
     }

@@ -309,7 +309,15 @@ impl InodeData {
         attr: Option<AttrEntry>,
         replay: Replay,
     ) -> Result<InodeData, Corrupt> {
-        LOAD_BUF.with_borrow_mut(|buf| Self::load_into(media, ino, kind, generation, head, tail, attr, replay, buf))
+        let load = |buf: &mut [u8; PAGE_SIZE as usize]| {
+            Self::load_into(media, ino, kind, generation, head, tail, attr, replay, buf)
+        };
+        match LOAD_BUF.try_with(|buf| load(&mut buf.borrow_mut())) {
+            Ok(r) => r,
+            // The thread's locals are gone (an unmount at process exit, from
+            // the preload library): a buffer of its own.
+            Err(_) => load(&mut Box::new([0u8; PAGE_SIZE as usize])),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

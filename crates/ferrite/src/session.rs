@@ -293,18 +293,24 @@ impl Session {
 
     pub fn credentials(&self) -> Credentials {
         let gen = self.creds_gen.load(Ordering::Acquire);
-        CREDS_SEEN.with_borrow_mut(|seen| {
-            if let Some((id, g, c)) = seen.as_ref() {
-                if *id == self.id && *g == gen {
-                    return c.clone();
+        CREDS_SEEN
+            .try_with(|seen| {
+                let mut seen = seen.borrow_mut();
+                if let Some((id, g, c)) = seen.as_ref() {
+                    if *id == self.id && *g == gen {
+                        return c.clone();
+                    }
                 }
-            }
-            // Read after the generation: if a change lands in between, the
-            // copy is newer than its tag and the next call reads again.
-            let c = self.creds.read().clone();
-            *seen = Some((self.id, gen, c.clone()));
-            c
-        })
+                // Read after the generation: if a change lands in between,
+                // the copy is newer than its tag and the next call reads
+                // again.
+                let c = self.creds.read().clone();
+                *seen = Some((self.id, gen, c.clone()));
+                c
+            })
+            // The thread's locals are gone (a call made at process exit,
+            // after them): read the credentials themselves.
+            .unwrap_or_else(|_| self.creds.read().clone())
     }
 
     /// The credentials every later call is made with.

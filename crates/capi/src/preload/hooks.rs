@@ -2044,7 +2044,31 @@ fn copy_between(
     len: usize,
 ) -> FsResult<isize> {
     const CHUNK_BYTES: usize = 1 << 20;
-    let mut buf = vec![0u8; len.min(CHUNK_BYTES)];
+    // Writable shared mappings keep a DRAM shadow of their file: the
+    // copy reads what they stored, and, as a write would, writes the
+    // target's shadow back first and reloads it after, or a later write
+    // back of the stale shadow would undo the copy.
+    super::mmap::before_io(p, src);
+    if is_ferrite(dst) {
+        super::mmap::before_io(p, dst);
+    }
+    let r = copy_chunks(p, src, src_off, dst, dst_off, len, CHUNK_BYTES);
+    if is_ferrite(dst) {
+        super::mmap::written(p, dst);
+    }
+    r
+}
+
+fn copy_chunks(
+    p: &Preload,
+    src: c_int,
+    src_off: Option<&mut i64>,
+    dst: c_int,
+    dst_off: Option<&mut i64>,
+    len: usize,
+    chunk_bytes: usize,
+) -> FsResult<isize> {
+    let mut buf = vec![0u8; len.min(chunk_bytes)];
     let mut done = 0usize;
     let (mut so, mut dof) = (src_off, dst_off);
     while done < len {
@@ -2153,6 +2177,40 @@ pub unsafe extern "C" fn copy_file_range(
         return fail(Errno::EXDEV);
     }
     unsafe { real::copy_file_range(a, ao, b, bo, len, flags) }
+}
+
+/// `syscall(2)`, the C library's door to any system call by number. A
+/// program that makes copy_file_range this way rather than by its C
+/// function (the Rust crate nix does, and so fsx) would hand the kernel a
+/// Ferrite descriptor's placeholder (EBADF): that number goes to the hook
+/// above when a descriptor is Ferrite's. Every other call goes to the
+/// kernel as it came.
+///
+/// C declares `syscall` variadic. On the 64-bit ABIs Linux uses here the
+/// integer arguments of a variadic call travel where those of this fixed
+/// signature do, and the six read are what the kernel takes: the ones a
+/// caller did not pass are whatever its registers and stack slot hold,
+/// passed on and ignored by the kernel, as glibc's own `syscall` does.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    n: libc::c_long,
+    a: libc::c_long,
+    b: libc::c_long,
+    c: libc::c_long,
+    d: libc::c_long,
+    e: libc::c_long,
+    f: libc::c_long,
+) -> libc::c_long {
+    if n == libc::SYS_copy_file_range && (is_ferrite(a as c_int) || is_ferrite(c as c_int)) {
+        // SAFETY: the caller's arguments of copy_file_range, in its order
+        // (the offsets are NULL or point to its off64_t).
+        let r =
+            unsafe { copy_file_range(a as c_int, b as *mut Off, c as c_int, d as *mut Off, e as usize, f as c_uint) };
+        return r as libc::c_long;
+    }
+    // SAFETY: the C library's `syscall` with the caller's arguments.
+    unsafe { real::syscall(n, a, b, c, d, e, f) }
 }
 
 /// Is `out` (a Ferrite descriptor, or a kernel one) open with O_APPEND?

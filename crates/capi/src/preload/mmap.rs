@@ -25,7 +25,8 @@
 //!   an fsync-atomic file that write is pending like any other, and
 //!   `msync(MS_SYNC)`, `fsync`, `fdatasync`, `sync` and `syncfs` then commit
 //!   the file (`munmap` and close do not).
-//!   While a file has a shadow, `read` and `write` keep it coherent: the
+//!   While a file has a shadow, `read` and `write` (and copy_file_range
+//!   and sendfile, hooks.rs's `copy_between`) keep it coherent: the
 //!   shadow is written back before and reloaded after every write, and
 //!   written back before every read (and before a view of the file is
 //!   made, so the view holds the stores made so far).
