@@ -1580,7 +1580,10 @@ macro_rules! id_hook {
                 // arguments (setgroups' list is the caller's to vouch for).
                 let r = unsafe { real::$name($($arg),*) };
                 if let Some(p) = active() {
+                    // The call's errno, not the read-back's, is the caller's.
+                    let e = conv::errno();
                     refresh_ids(p);
+                    conv::set_errno(e);
                 }
                 r
             }
@@ -2043,7 +2046,6 @@ fn copy_between(
     dst_off: Option<&mut i64>,
     len: usize,
 ) -> FsResult<isize> {
-    const CHUNK_BYTES: usize = 1 << 20;
     // Writable shared mappings keep a DRAM shadow of their file: the
     // copy reads what they stored, and, as a write would, writes the
     // target's shadow back first and reloads it after, or a later write
@@ -2052,13 +2054,14 @@ fn copy_between(
     if is_ferrite(dst) {
         super::mmap::before_io(p, dst);
     }
-    let r = copy_chunks(p, src, src_off, dst, dst_off, len, CHUNK_BYTES);
+    let r = copy_chunks(p, src, src_off, dst, dst_off, len);
     if is_ferrite(dst) {
         super::mmap::written(p, dst);
     }
     r
 }
 
+/// The copy itself: reads and writes of at most 1 MiB through the session.
 fn copy_chunks(
     p: &Preload,
     src: c_int,
@@ -2066,9 +2069,9 @@ fn copy_chunks(
     dst: c_int,
     dst_off: Option<&mut i64>,
     len: usize,
-    chunk_bytes: usize,
 ) -> FsResult<isize> {
-    let mut buf = vec![0u8; len.min(chunk_bytes)];
+    const CHUNK_BYTES: usize = 1 << 20;
+    let mut buf = vec![0u8; len.min(CHUNK_BYTES)];
     let mut done = 0usize;
     let (mut so, mut dof) = (src_off, dst_off);
     while done < len {

@@ -882,6 +882,8 @@ int main(int argc, char **argv) {
         say("u mkdir by nobody", mkdir(P("u/pub/d"), 0700));
         show_stat("u directory by nobody", stat(P("u/pub/d"), &us), &us);
         say("u open group file without the group", ({ int q = open(P("u/grp"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        gid_t g0 = 4242;
+        say("u setgroups refused to nobody", setgroups(1, &g0));
         say("u seteuid back", seteuid(0));
         say("u setegid back", setegid(0));
         gid_t g = 4242;
