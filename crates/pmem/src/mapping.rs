@@ -607,6 +607,32 @@ mod file_impl {
         })
     }
 
+    /// A private, copy-on-write view of the file `region` maps (None for
+    /// heap memory): reads see the file's pages as they are, stores go to
+    /// private copies. The file is opened anew through `/proc/self/fd`, a
+    /// new open file description, because a region unlocks its descriptor
+    /// when dropped and a duplicate would share (and so drop) the lock of
+    /// `region`'s own. A page the owner of `region` changes after this is
+    /// seen by the view until the view writes that page, so the caller
+    /// keeps the pool quiescent while it uses the view.
+    pub(crate) fn private_view(region: &Region) -> Option<io::Result<Region>> {
+        let Backing::File { file, .. } = &region.backing else {
+            return None;
+        };
+        let reopen = || -> io::Result<Region> {
+            let file = File::open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+            let base = mmap(&file, region.len, libc::MAP_PRIVATE)?;
+            Ok(Region {
+                base,
+                len: region.len,
+                backing: Backing::File { file, shared: false },
+                read_only_file: Default::default(),
+                populator: None,
+            })
+        };
+        Some(reopen())
+    }
+
     pub(crate) fn open_file(path: &Path, min_len: u64) -> Result<FileMapping, PmemError> {
         let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| ctx(e, "open pool file", path))?;
         lock(&file, path)?;
@@ -620,7 +646,7 @@ mod file_impl {
 }
 
 #[cfg(unix)]
-pub(crate) use file_impl::{create_file, open_file, open_file_private};
+pub(crate) use file_impl::{create_file, open_file, open_file_private, private_view};
 
 #[cfg(not(unix))]
 pub(crate) fn create_file(path: &Path, len: u64, min_len: u64) -> Result<FileMapping, PmemError> {
@@ -631,6 +657,11 @@ pub(crate) fn create_file(path: &Path, len: u64, min_len: u64) -> Result<FileMap
 #[cfg(not(unix))]
 pub(crate) fn open_file_private(path: &Path, min_len: u64, _shared_lock: bool) -> Result<FileMapping, PmemError> {
     open_file(path, min_len)
+}
+
+#[cfg(not(unix))]
+pub(crate) fn private_view(_region: &Region) -> Option<io::Result<Region>> {
+    None
 }
 
 #[cfg(not(unix))]

@@ -155,6 +155,30 @@ impl Pmem {
         p
     }
 
+    /// A pool to change without changing this one (fsck's recovery of a
+    /// pool it was lent): a private copy-on-write view of a pool file,
+    /// which costs memory only for the pages changed, or else a heap copy
+    /// made without an intermediate image. Nobody may change this pool
+    /// while the copy is in use (a private view sees such changes).
+    pub fn private_copy(&self) -> Pmem {
+        match mapping::private_view(&self.region) {
+            Some(Ok(region)) => Pmem::with_region(region, PersistenceDomain::Heap, false, self.path.clone()),
+            // A heap pool, or /proc not mounted: copy.
+            _ => {
+                let p = Pmem::heap(self.len());
+                let mut chunk = vec![0u8; (1usize << 20).min(self.region.len())];
+                let mut at = 0;
+                while at < self.region.len() {
+                    let n = chunk.len().min(self.region.len() - at);
+                    self.region.copy_out(at, &mut chunk[..n]);
+                    p.region.copy_in(at, &chunk[..n]);
+                    at += n;
+                }
+                p
+            }
+        }
+    }
+
     /// A heap pool like [`from_image`](Pmem::from_image) that records every
     /// event from the start.
     pub fn recording_from_image(image: &[u8]) -> Pmem {

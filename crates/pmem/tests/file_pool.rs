@@ -4,7 +4,10 @@
 //! description) fail with `AlreadyOpen` and leaves the file untouched, and
 //! `create_file` on a locked file does not truncate it; lengths that are too
 //! small or not whole pages are refused; dropping the pool releases the
-//! lock; and the persistence domain is detected (tmpfs gives SharedMemory).
+//! lock; the persistence domain is detected (tmpfs gives SharedMemory); and
+//! a private copy of a pool (fsck's) reads the pool, keeps its own stores
+//! from the file and the pool, and leaves the pool's lock held when
+//! dropped, for file and heap pools alike.
 
 use ferrite_pmem::{PersistenceDomain, Pmem, PmemError, PoolOffset};
 use std::io::ErrorKind;
@@ -94,6 +97,38 @@ fn second_open_is_refused_and_changes_nothing() {
     let mut b = [0u8; 13];
     again.read(PoolOffset(0), &mut b);
     assert_eq!(&b, b"owned\0\0\0still");
+}
+
+#[test]
+fn private_copy_changes_nothing_and_keeps_the_lock() {
+    let dir = TempDir::new(&std::env::temp_dir(), "private-copy");
+    let path = dir.file("pool");
+    let pool = Pmem::create_file(&path, LEN, 0).unwrap();
+    pool.write(PoolOffset(0), b"original");
+    pool.persist(PoolOffset(0), 8);
+    let heap = Pmem::from_image(&pool.image());
+    for (what, source) in [("file", &pool), ("heap", &heap)] {
+        let copy = source.private_copy();
+        assert_eq!(copy.len(), LEN, "{what}");
+        assert_eq!(copy.image(), source.image(), "{what}: the copy reads the pool");
+        copy.write(PoolOffset(0), b"changed!");
+        copy.write(PoolOffset(LEN - 8), b"changed!");
+        let mut b = [0u8; 8];
+        copy.read(PoolOffset(0), &mut b);
+        assert_eq!(&b, b"changed!", "{what}");
+        source.read(PoolOffset(0), &mut b);
+        assert_eq!(&b, b"original", "{what}: a store to the copy reached the pool");
+        source.read(PoolOffset(LEN - 8), &mut b);
+        assert_eq!(b, [0u8; 8], "{what}");
+        drop(copy);
+    }
+    assert_eq!(&std::fs::read(&path).unwrap()[..8], b"original", "a store to the copy reached the file");
+    // The copy of the file pool opened the file anew; dropping it unlocked
+    // only its own descriptor, so the pool is still locked.
+    match Pmem::open_file(&path, 0) {
+        Err(PmemError::AlreadyOpen) => {}
+        other => panic!("expected AlreadyOpen after the private copy was dropped, got {other:?}"),
+    }
 }
 
 #[test]
