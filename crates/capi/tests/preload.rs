@@ -6,7 +6,8 @@
 //! psync, pvsync2 and mmap engines), git and make through a shell whose
 //! children reach the owner through its mount, and exec handing the pool
 //! (and an inherited descriptor) to the next program, and flock, OFD and
-//! POSIX locks between the owner and its children. Each program's
+//! POSIX locks between the owner and its children, and LMDB (Python's
+//! binding) with its read-only and writable shared mappings. Each program's
 //! output is diffed against the same steps on tmpfs, and the pool is
 //! checked with fsck afterwards (and is clean: every program unmounted it).
 //!
@@ -32,7 +33,7 @@
 
 mod common;
 
-use common::{relative, run, same, tool, Env};
+use common::{ci, relative, run, same, skip, tool, Env};
 use std::path::Path;
 use std::process::Command;
 
@@ -312,6 +313,36 @@ for mode in ('wal', 'delete'):
     let t = run(env.plain("python3").arg("-c").arg(prog).arg(&env.tmpfs));
     let f = run(env.preloaded("python3").arg("-c").arg(prog).arg(&env.root));
     same("python sqlite3", &t, &f);
+    assert!(env.fsck());
+}
+
+/// LMDB reads its pages through a read-only shared mapping and writes
+/// them with pwrite (in its default mode), so it needs such a mapping to
+/// follow the file's writes; with MDB_WRITEMAP it stores through a
+/// writable shared mapping. `tests/py/lmdb_env.py`, on tmpfs and under the
+/// library (which failed its first read-back before read-only shared
+/// mappings followed writes).
+#[test]
+fn lmdb_matches_tmpfs() {
+    // Debian's python3-lmdb is for the system's interpreter.
+    let python = if Path::new("/usr/bin/python3").is_file() { "/usr/bin/python3" } else { "python3" };
+    let has_lmdb = Command::new(python).args(["-c", "import lmdb"]).status().is_ok_and(|s| s.success());
+    if !has_lmdb {
+        if ci() {
+            panic!("Python's lmdb module is required by this test in CI (.ci/run installs python3-lmdb)");
+        }
+        skip("Python's lmdb module is not installed (apt-get install python3-lmdb)");
+        return;
+    }
+    // A forked child reads through the owner's mount, where there is one.
+    let mount = common::fuse_usable();
+    let child = if mount { "child" } else { "nochild" };
+    let env = Env::new("lmdb", mount);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/lmdb_env.py");
+    let t = run(env.plain(python).arg(&script).arg(&env.tmpfs).arg(child));
+    let f = run(env.preloaded(python).arg(&script).arg(&env.root).arg(child));
+    assert!(t.contains("plain 5990 ") && t.contains("writemap 5990 "), "unexpected tmpfs run:\n{t}");
+    same("lmdb", &t, &f);
     assert!(env.fsck());
 }
 

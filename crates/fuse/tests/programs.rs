@@ -5,8 +5,8 @@
 //! commit, log, gc and `fsck --full`; sqlite3 with WAL and DELETE journals
 //! ending in `PRAGMA integrity_check` = ok; `make` of a small C program that
 //! then runs; a Python script that walks, renames and deletes; the
-//! preload library's C program of calls and edge cases, with the same
-//! output as on tmpfs. Every test ends with a clean unmount and an
+//! preload library's C program of calls and edge cases, and LMDB with its
+//! shared mappings, with the same output as on tmpfs. Every test ends with a clean unmount and an
 //! fsck-clean pool.
 //!
 //! The `*_buffered` tests run the copy and tar (on a third of the tree),
@@ -270,6 +270,40 @@ print("python ok")
 EOF"#,
     );
     assert!(out.contains("python ok"), "{out}");
+    m.unmount();
+    pool.fsck_clean();
+}
+
+/// LMDB (Python's binding; `crates/capi/tests/py/lmdb_env.py`) on the
+/// mount and on tmpfs: reads through a read-only shared mapping of pages
+/// written with pwrite, a map of 2 GiB, and MDB_WRITEMAP's stores through
+/// a writable shared mapping, then a second environment and a forked child
+/// read everything. The same output.
+#[test]
+fn lmdb_matches_tmpfs() {
+    // Debian's python3-lmdb is for the system's interpreter.
+    let python = if Path::new("/usr/bin/python3").is_file() { "/usr/bin/python3" } else { "python3" };
+    let has_lmdb = std::process::Command::new(python).args(["-c", "import lmdb"]).status().is_ok_and(|s| s.success());
+    if !fuse_usable() {
+        return;
+    }
+    if !has_lmdb {
+        // `tool` says it (and fails under CI=true): the module is no program.
+        let _ = tool("python3 with the lmdb module", "apt-get install -y python3-lmdb");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/tests/py/lmdb_env.py");
+    let run = |dir: &Path| {
+        let out = std::process::Command::new(python).arg(&script).arg(dir).arg("child").output().expect("run python");
+        assert!(out.status.success(), "lmdb in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let reference = TempDir(Path::new("/dev/shm").join(format!("ferrite-fuse-lmdb-{}", std::process::id())));
+    fs::create_dir_all(&reference.0).unwrap();
+    let expect = run(&reference.0);
+    let pool = Pool::new("lmdb");
+    let m = Mount::new(&pool, "");
+    assert_eq!(run(&m.dir), expect, "lmdb on the mount against tmpfs");
     m.unmount();
     pool.fsck_clean();
 }

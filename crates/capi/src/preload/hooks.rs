@@ -264,7 +264,15 @@ unsafe fn ferrite_write(p: &Preload, n: c_int, b: *const c_void, len: usize, off
             Some(o) => p.session.pwrite(fd(n), data, o),
             None => p.session.write(fd(n), data),
         }?;
-        super::mmap::written(p, n);
+        if super::mmap::following_any() {
+            // The range written: from the offset given, or up to where the
+            // descriptor's position now is (O_APPEND included).
+            let at = match off {
+                Some(o) => Some(o),
+                None => p.session.lseek(fd(n), 0, engine::Whence::Cur).ok().map(|end| end - put as u64),
+            };
+            super::mmap::written(p, n, at.map(|o| (o, put as u64)));
+        }
         Ok(put as isize)
     }))
 }
@@ -389,6 +397,7 @@ unsafe fn ferrite_readv(p: &Preload, n: c_int, iov: *const libc::iovec, cnt: c_i
     let total: usize = v.iter().map(|e| e.iov_len).sum();
     let mut tmp = vec![0u8; total];
     let got = c_ret(inside(|| {
+        super::mmap::before_io(p, n);
         let got = match off {
             Some(o) => p.session.pread(fd(n), &mut tmp, o),
             None => p.session.read(fd(n), &mut tmp),
@@ -974,7 +983,17 @@ macro_rules! truncate_hooks {
                 return ok0(inside(|| {
                     let len = offset(len as i64)?;
                     if d == AT_FDCWD {
-                        p.session.truncate(&rel, len)
+                        // Shared mappings of the file follow the truncate,
+                        // as they follow an ftruncate.
+                        let mapped = if super::mmap::following_any() { p.session.stat(&rel).ok() } else { None };
+                        if let Some(st) = &mapped {
+                            super::mmap::write_back_ino(p, st.ino)?;
+                        }
+                        let r = p.session.truncate(&rel, len);
+                        if let Some(st) = &mapped {
+                            super::mmap::written_ino(p, st.ino, None);
+                        }
+                        r
                     } else {
                         Err(Errno::EINVAL)
                     }
@@ -993,7 +1012,7 @@ macro_rules! ftruncate_hooks {
             if let Some(p) = ours(n) {
                 return ok0(inside(|| {
                     let r = p.session.ftruncate(fd(n), offset(len as i64)?);
-                    super::mmap::written(p, n);
+                    super::mmap::written(p, n, None);
                     r
                 }));
             }
@@ -1013,7 +1032,7 @@ macro_rules! fallocate_hooks {
                         return Err(Errno::EINVAL);
                     }
                     let r = p.session.fallocate(fd(n), conv::fallocate_mode(mode)?, off as u64, len as u64);
-                    super::mmap::written(p, n);
+                    super::mmap::written(p, n, None);
                     r
                 }));
             }
@@ -2056,7 +2075,7 @@ fn copy_between(
     }
     let r = copy_chunks(p, src, src_off, dst, dst_off, len);
     if is_ferrite(dst) {
-        super::mmap::written(p, dst);
+        super::mmap::written(p, dst, None);
     }
     r
 }

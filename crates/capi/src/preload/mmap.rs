@@ -3,19 +3,25 @@
 //! - Read-only mappings (PROT_READ, MAP_SHARED or MAP_PRIVATE) and private
 //!   writable ones (MAP_PRIVATE, PROT_READ|PROT_WRITE) map the pool's own
 //!   pages, without a copy: each is a view of the engine
-//!   (`Session::map_view`), with peek's isolation. The mapping shows the
-//!   file as it was at the moment of the `mmap` call, whatever is written,
-//!   truncated or removed later; so a read-only MAP_SHARED mapping does not
-//!   follow later writes (Linux's would). Stores through a private mapping
-//!   go to private copies of the pages and never reach the file. Pages past
-//!   the end of the file read as zeros (Linux raises SIGBUS there). How
-//!   `munmap`, `mprotect`, `mremap` and `fork` treat these mappings:
-//!   `views.rs`.
-//! - MAP_FIXED and MAP_FIXED_NOREPLACE requests, executable or
-//!   inaccessible protections, and requests the engine cannot serve as a
-//!   view (more than `VIEW_BYTES_MAX` bytes, `VIEWS_MAX` views live) get
-//!   anonymous memory filled with the file's bytes at the moment of the
-//!   call instead, the same snapshot by a copy.
+//!   (`Session::map_view`), with peek's isolation. A private mapping shows
+//!   the file as it was at the moment of the `mmap` call, whatever is
+//!   written, truncated or removed later (POSIX leaves that open). A
+//!   read-only MAP_SHARED mapping follows the file as Linux's does: the
+//!   first write, truncate or fallocate through this process to a file
+//!   with such a view moves the view onto the file's DRAM shadow (below),
+//!   which every later change of the file updates (`views::follow_writes`).
+//!   LMDB reads its pages through such a mapping and writes them with
+//!   pwrite. Stores through a private mapping go to private copies of the
+//!   pages and never reach the file. Pages past the end of the file read
+//!   as zeros (Linux raises SIGBUS there). How `munmap`, `mprotect`,
+//!   `mremap` and `fork` treat these mappings: `views.rs`.
+//! - A read-only MAP_SHARED request the engine cannot serve as a view
+//!   (MAP_FIXED, more than `VIEW_BYTES_MAX` bytes, `VIEWS_MAX` views live:
+//!   LMDB maps its whole map size) maps the file's shadow from the start.
+//!   Other MAP_FIXED and MAP_FIXED_NOREPLACE requests, executable or
+//!   inaccessible protections, and private requests the engine cannot
+//!   serve as a view get anonymous memory filled with the file's bytes at
+//!   the moment of the call instead, the same snapshot by a copy.
 //! - Writable shared mappings map a DRAM shadow of the file: one memfd per
 //!   inode, so every mapping of the file in this process shares the same
 //!   pages (SQLite's `-shm`, mapped several times, relies on that). The
@@ -27,9 +33,10 @@
 //!   the file (`munmap` and close do not).
 //!   While a file has a shadow, `read` and `write` (and copy_file_range
 //!   and sendfile, hooks.rs's `copy_between`) keep it coherent: the
-//!   shadow is written back before and reloaded after every write, and
-//!   written back before every read (and before a view of the file is
-//!   made, so the view holds the stores made so far).
+//!   shadow is written back before and the written range reloaded after
+//!   every write, and written back before every read (and before a view of
+//!   the file is made, so the view holds the stores made so far). A
+//!   shadow only read-only mappings use has nothing to write back.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -45,20 +52,24 @@ use std::sync::Arc;
 
 const PAGE_BYTES: usize = 4096;
 
-/// The DRAM shadow of one file with writable shared mappings.
+/// The DRAM shadow of one file with shared mappings that follow it.
 struct Shadow {
     memfd: c_int,
     /// Bytes of the file loaded into the shadow (from offset 0).
     loaded: usize,
     /// The inode, held open while mapped (an unlinked file stays alive).
     inode: Arc<engine::Inode>,
+    /// Mappings of the shadow: regions, and views moved onto it.
     mappings: usize,
+    /// Of those, writable ones: only they make stores to write back.
+    writable: usize,
 }
 
-/// One writable shared mapping.
+/// One shared mapping of a shadow made by `mmap`.
 struct Region {
     ino: InodeNo,
     len: usize,
+    writable: bool,
 }
 
 struct Table {
@@ -76,28 +87,123 @@ fn with_table<T>(f: impl FnOnce(&mut Table) -> T) -> T {
     f(g.get_or_insert_with(|| Table { shadows: HashMap::new(), regions: HashMap::new() }))
 }
 
-/// Copy the file's bytes [from, to) into the shadow.
+/// Copy the file's bytes [from, to) into the shadow. Past the end of the
+/// file the shadow's pages are dropped (they read as zeros) rather than
+/// written with zeros, so a mapping far larger than its file (LMDB maps
+/// its whole map size) costs memory only for the file's bytes.
 fn load(p: &Preload, s: &Shadow, from: usize, to: usize) -> FsResult<()> {
     let mut buf = vec![0u8; (to - from).min(1 << 20)];
     let mut at = from;
     while at < to {
         let want = (to - at).min(buf.len());
         let got = p.session.read_ino(s.inode.ino, at as u64, &mut buf[..want])?;
-        buf[got..want].fill(0);
-        // SAFETY: writing our buffer into our memfd.
-        let k = unsafe { real::pwrite64(s.memfd, buf.as_ptr().cast(), want, at as Off) };
-        if k != want as isize {
-            return Err(Errno::EIO);
+        if got > 0 {
+            // SAFETY: writing our buffer into our memfd.
+            let k = unsafe { real::pwrite64(s.memfd, buf.as_ptr().cast(), got, at as Off) };
+            if k != got as isize {
+                return Err(Errno::EIO);
+            }
+        }
+        if got < want {
+            // The end of the file: zeros to `to`.
+            let hole = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            // SAFETY: dropping pages of our own memfd.
+            if unsafe { libc::fallocate(s.memfd, hole, (at + got) as libc::off_t, (to - at - got) as libc::off_t) } != 0
+            {
+                return Err(Errno(crate::conv::errno()));
+            }
+            return Ok(());
         }
         at += want;
     }
     Ok(())
 }
 
+/// The shadow of `ino`, made if there is none, covering at least the
+/// file's first `need` bytes (a multiple of the page size).
+fn ensure_shadow<'t>(t: &'t mut Table, p: &Preload, ino: InodeNo, need: usize) -> FsResult<&'t mut Shadow> {
+    let s = match t.shadows.entry(ino) {
+        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+        std::collections::hash_map::Entry::Vacant(v) => {
+            let inode = p.session.open_ino(ino)?;
+            // SAFETY: a static name; the memfd is ours.
+            let memfd = super::park(unsafe { libc::memfd_create(c"ferrite-shadow".as_ptr(), libc::MFD_CLOEXEC) });
+            if memfd < 0 {
+                p.session.release_ino(&inode);
+                return Err(Errno(crate::conv::errno()));
+            }
+            SHADOWS.fetch_add(1, Ordering::Relaxed);
+            v.insert(Shadow { memfd, loaded: 0, inode, mappings: 0, writable: 0 })
+        }
+    };
+    if need > s.loaded {
+        let from = s.loaded;
+        // SAFETY: growing our memfd.
+        let grown = if unsafe { libc::ftruncate(s.memfd, need as i64) } != 0 {
+            Err(Errno(crate::conv::errno()))
+        } else {
+            load(p, s, from, need)
+        };
+        match grown {
+            Ok(()) => s.loaded = need,
+            Err(e) => {
+                if s.mappings == 0 {
+                    // A shadow this call made, which nothing maps.
+                    drop_shadow(t, p, ino);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(t.shadows.get_mut(&ino).expect("made above"))
+}
+
+/// Forget `ino`'s shadow, which nothing maps any more.
+fn drop_shadow(t: &mut Table, p: &Preload, ino: InodeNo) {
+    let s = t.shadows.remove(&ino).expect("present");
+    assert_eq!(s.mappings, 0, "a shadow dropped while mapped");
+    super::unpark(s.memfd);
+    // SAFETY: our memfd; nothing maps it.
+    unsafe { real::close(s.memfd) };
+    p.session.release_ino(&s.inode);
+    SHADOWS.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// One mapping of `ino`'s shadow is gone: the shadow goes with its last.
+fn unref_shadow(t: &mut Table, p: &Preload, ino: InodeNo, writable: bool) {
+    let Some(s) = t.shadows.get_mut(&ino) else { return };
+    s.mappings -= 1;
+    if writable {
+        s.writable -= 1;
+    }
+    if s.mappings == 0 {
+        drop_shadow(t, p, ino);
+    }
+}
+
+/// A read-only shared view of `ino` covering the file's first `need`
+/// bytes moves onto the shadow: the shadow (made and loaded if needed)
+/// counts one more mapping, and its memfd is returned to map over the view.
+pub(super) fn follow(p: &Preload, ino: InodeNo, need: usize) -> FsResult<c_int> {
+    with_table(|t| {
+        let s = ensure_shadow(t, p, ino, need.next_multiple_of(PAGE_BYTES))?;
+        s.mappings += 1;
+        Ok(s.memfd)
+    })
+}
+
+/// A view that `follow` moved onto the shadow is released.
+pub(super) fn unfollow(p: &Preload, ino: InodeNo) {
+    with_table(|t| unref_shadow(t, p, ino, false));
+}
+
 /// Write the shadow's changed bytes back: one write of the span from the
 /// first to the last byte that differs from the file, clamped to the
 /// file's size (bytes of a mapping past the end of file are not written).
 fn flush(p: &Preload, s: &Shadow) -> FsResult<()> {
+    if s.writable == 0 {
+        return Ok(());
+    }
     let size = p.session.getattr(s.inode.ino)?.size as usize;
     let end = s.loaded.min(size);
     if end == 0 {
@@ -152,12 +258,17 @@ unsafe fn map_file(
         None
     };
     if let (Some(kind), false) = (kind, fixed) {
-        match views::map(p, n, off as u64, len, kind) {
+        match views::map(p, n, off as u64, len, kind, shared) {
             Ok(m) => return Ok(m),
             // Past the engine's limits on views: a copy serves instead.
             Err(Errno::EINVAL | Errno::ENOMEM) => {}
             Err(e) => return Err(e),
         }
+    }
+    if shared && prot == libc::PROT_READ {
+        // A read-only shared mapping no view serves must still follow the
+        // file: the shadow, from the start.
+        return unsafe { map_shadow(p, addr, len, prot, flags, n, off as usize) };
     }
     // A private (or read-only) copy: anonymous memory with the file's bytes.
     let keep = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_POPULATE | libc::MAP_NORESERVE);
@@ -191,40 +302,38 @@ unsafe fn map_shadow(
     let file = p.session.open_file(fd(n))?;
     let ino = file.inode.ino;
     let need = off.checked_add(len).ok_or(Errno::EINVAL)?.next_multiple_of(PAGE_BYTES);
+    let writable = prot & libc::PROT_WRITE != 0;
     with_table(|t| {
-        let s = match t.shadows.entry(ino) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                let inode = p.session.open_ino(ino)?;
-                // SAFETY: a static name; the memfd is ours.
-                let memfd = super::park(unsafe { libc::memfd_create(c"ferrite-shadow".as_ptr(), libc::MFD_CLOEXEC) });
-                if memfd < 0 {
-                    p.session.release_ino(&inode);
-                    return Err(Errno(crate::conv::errno()));
-                }
-                SHADOWS.fetch_add(1, Ordering::Relaxed);
-                v.insert(Shadow { memfd, loaded: 0, inode, mappings: 0 })
-            }
-        };
-        if need > s.loaded {
-            // SAFETY: growing our memfd.
-            if unsafe { libc::ftruncate(s.memfd, need as i64) } != 0 {
-                return Err(Errno(crate::conv::errno()));
-            }
-            let from = s.loaded;
-            load(p, s, from, need)?;
-            s.loaded = need;
-        }
+        let s = ensure_shadow(t, p, ino, need)?;
         let keep = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_POPULATE | libc::MAP_NORESERVE);
         // SAFETY: mapping our memfd where the caller asked.
         let m = unsafe { real::mmap(addr, len, prot, libc::MAP_SHARED | keep, s.memfd, off as libc::off_t) };
         if m == libc::MAP_FAILED {
-            return Err(Errno(crate::conv::errno()));
+            let e = Errno(crate::conv::errno());
+            if s.mappings == 0 {
+                // A shadow this call made, which nothing maps.
+                drop_shadow(t, p, ino);
+            }
+            return Err(e);
         }
         s.mappings += 1;
-        t.regions.insert(m as usize, Region { ino, len });
+        if writable {
+            s.writable += 1;
+        }
+        t.regions.insert(m as usize, Region { ino, len, writable });
         Ok(m)
     })
+}
+
+/// Whether `mprotect` would make a read-only mapping of a shadow in
+/// [addr, addr+len) writable: refused (EACCES), as for a read-only view,
+/// since its stores would never be written back.
+pub fn mprotect_refused(addr: usize, len: usize, prot: c_int) -> bool {
+    if SHADOWS.load(Ordering::Relaxed) == 0 || prot & libc::PROT_WRITE == 0 {
+        return false;
+    }
+    let end = addr.saturating_add(len.max(1));
+    with_table(|t| t.regions.iter().any(|(a, r)| !r.writable && *a < end && addr < *a + r.len))
 }
 
 #[no_mangle]
@@ -272,17 +381,9 @@ fn unmap_regions(p: &Preload, addr: usize, len: usize) {
             t.regions.iter().filter(|(a, r)| **a >= addr && **a + r.len <= addr + len).map(|(a, _)| *a).collect();
         for a in gone {
             let r = t.regions.remove(&a).expect("listed above");
-            if let Some(s) = t.shadows.get_mut(&r.ino) {
+            if let Some(s) = t.shadows.get(&r.ino) {
                 let _ = inside(|| flush(p, s));
-                s.mappings -= 1;
-                if s.mappings == 0 {
-                    let s = t.shadows.remove(&r.ino).expect("present");
-                    // SAFETY: our memfd; the mappings of it are gone.
-                    super::unpark(s.memfd);
-                    unsafe { real::close(s.memfd) };
-                    p.session.release_ino(&s.inode);
-                    SHADOWS.fetch_sub(1, Ordering::Relaxed);
-                }
+                unref_shadow(t, p, r.ino, r.writable);
             }
         }
     });
@@ -304,7 +405,9 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
 /// shared mapping of a file opened read-only.
 #[no_mangle]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
-    if active().is_some() && views::mprotect_refused(addr as usize, len, prot) {
+    if active().is_some()
+        && (views::mprotect_refused(addr as usize, len, prot) || mprotect_refused(addr as usize, len, prot))
+    {
         return fail(Errno::EACCES);
     }
     unsafe { real::mprotect(addr, len, prot) }
@@ -399,6 +502,14 @@ pub fn write_back(p: &Preload, n: c_int) -> FsResult<()> {
         return Ok(());
     }
     let ino = p.session.fd_inode(fd(n))?;
+    write_back_ino(p, ino)
+}
+
+/// `write_back` of the file `ino`.
+pub fn write_back_ino(p: &Preload, ino: InodeNo) -> FsResult<()> {
+    if SHADOWS.load(Ordering::Relaxed) == 0 {
+        return Ok(());
+    }
     with_table(|t| match t.shadows.get(&ino) {
         Some(s) => flush(p, s),
         None => Ok(()),
@@ -421,17 +532,45 @@ pub fn before_io(p: &Preload, n: c_int) {
     }
 }
 
-/// After a write, truncate or fallocate: reload the shadow from the file.
-pub fn written(p: &Preload, n: c_int) {
-    if SHADOWS.load(Ordering::Relaxed) == 0 {
+/// After a change of the file through descriptor `n` (a write of the
+/// byte range `range`, or, with None, a truncate, fallocate or anything
+/// else): read-only shared views of the file move onto its shadow, and
+/// the shadow reloads what changed.
+pub fn written(p: &Preload, n: c_int, range: Option<(u64, u64)>) {
+    if !following_any() {
         return;
     }
-    let Ok(ino) = p.session.fd_inode(fd(n)) else { return };
+    if let Ok(ino) = p.session.fd_inode(fd(n)) {
+        written_ino(p, ino, range);
+    }
+}
+
+/// `written` for a change made by path (truncate).
+pub fn written_ino(p: &Preload, ino: InodeNo, range: Option<(u64, u64)>) {
+    if !following_any() {
+        return;
+    }
+    views::follow_writes(p, ino);
     with_table(|t| {
         if let Some(s) = t.shadows.get(&ino) {
-            let _ = load(p, s, 0, s.loaded);
+            let (from, to) = match range {
+                Some((off, len)) => {
+                    let from = (off as usize / PAGE_BYTES * PAGE_BYTES).min(s.loaded);
+                    let to = (off as usize).saturating_add(len as usize).next_multiple_of(PAGE_BYTES).min(s.loaded);
+                    (from, to)
+                }
+                None => (0, s.loaded),
+            };
+            if from < to {
+                let _ = load(p, s, from, to);
+            }
         }
     });
+}
+
+/// Whether `written` has anything to do for a change of a file.
+pub fn following_any() -> bool {
+    SHADOWS.load(Ordering::Relaxed) > 0 || views::following()
 }
 
 /// A Ferrite descriptor is being closed or replaced: its mappings stay

@@ -9,7 +9,12 @@
 //!   overlap, and their address stays mapped after `unpeek`;
 //! - mappings: read-only and private `mmap`s of Ferrite descriptors (see
 //!   `mmap.rs`), each an address range of its own (`Session::map_view`),
-//!   released by `munmap`.
+//!   released by `munmap`. A read-only MAP_SHARED mapping *follows* its
+//!   file: at the first change of the file through this process
+//!   (`follow_writes`), the file's DRAM shadow (`mmap.rs`) is mapped over
+//!   the view's pages, and the view stays in the table, and in the engine
+//!   (its pins keep the pages it showed), until it is unmapped, so that
+//!   the rules below go on holding for its address range.
 //!
 //! The library keeps a table of both, because the program manages that
 //! memory with the C library's own calls, which the engine never sees:
@@ -35,7 +40,7 @@
 
 use super::{fd, inside, is_ferrite, Preload};
 use crate::real;
-use engine::{BufferId, Errno, FsResult, MapKind, Peek, ViewId};
+use engine::{BufferId, Errno, FsResult, InodeNo, MapKind, Peek, ViewId};
 use libc::{c_int, c_long, c_void};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -66,6 +71,17 @@ struct View {
     /// inaccessible memory now, and the mapping is released when every
     /// page is unmapped.
     unmapped: Vec<bool>,
+    /// A read-only MAP_SHARED mapping: the file and the offset of the
+    /// view's first page, and whether the file's shadow is mapped over it.
+    follow: Option<Follow>,
+}
+
+/// What a mapping that follows its file needs to move onto the shadow.
+#[derive(Clone, Copy)]
+struct Follow {
+    ino: InodeNo,
+    offset: u64,
+    on_shadow: bool,
 }
 
 impl View {
@@ -84,14 +100,72 @@ static VIEWS: Mutex<Vec<View>> = Mutex::new(Vec::new());
 /// How many views are live: `munmap`, `mprotect` and `mremap` look at the
 /// table only when there is one.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// How many of them follow their file: a change of a file looks at the
+/// table only when there is one.
+static FOLLOWING: AtomicUsize = AtomicUsize::new(0);
 
-fn register(v: &Peek, origin: Origin) {
+fn register(v: &Peek, origin: Origin, follow: Option<Follow>) {
     let addr = v.ptr as usize;
     let base = addr & !(PAGE_BYTES - 1);
     let pages = (addr - base + v.len).div_ceil(PAGE_BYTES).max(1);
     let unmapped = if origin == Origin::Peek { Vec::new() } else { vec![false; pages] };
-    VIEWS.lock().push(View { id: v.id, base, pages, origin, unmapped });
+    if follow.is_some() {
+        FOLLOWING.fetch_add(1, Ordering::Relaxed);
+    }
+    VIEWS.lock().push(View { id: v.id, base, pages, origin, unmapped, follow });
     LIVE.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A view leaves the table: what follows its file lets go of the shadow.
+fn forget(p: &Preload, v: &View) {
+    LIVE.fetch_sub(1, Ordering::Relaxed);
+    if let Some(f) = v.follow {
+        FOLLOWING.fetch_sub(1, Ordering::Relaxed);
+        if f.on_shadow {
+            super::mmap::unfollow(p, f.ino);
+        }
+    }
+}
+
+/// Whether any mapping follows its file.
+pub fn following() -> bool {
+    FOLLOWING.load(Ordering::Relaxed) > 0
+}
+
+/// The file `ino` changed through this process: every read-only shared
+/// mapping of it still showing the pool's pages gets the file's shadow
+/// mapped over its pages (those the program has not unmapped), so that it
+/// shows this change and, through the shadow, every later one. The
+/// shadow is loaded after the change, from the file. A view that cannot
+/// move (no memory for the shadow) keeps showing what it showed.
+pub fn follow_writes(p: &Preload, ino: InodeNo) {
+    if !following() {
+        return;
+    }
+    let mut views = VIEWS.lock();
+    for v in views.iter_mut() {
+        let Some(f) = v.follow.filter(|f| f.ino == ino && !f.on_shadow) else { continue };
+        let need = f.offset as usize + v.pages * PAGE_BYTES;
+        let Ok(memfd) = inside(|| super::mmap::follow(p, ino, need)) else { continue };
+        let runs: Vec<(usize, usize)> = mapped_runs(v).collect();
+        for (addr, len) in runs {
+            let at = f.offset as usize + (addr - v.base);
+            // SAFETY: MAP_FIXED over pages of a view this process holds,
+            // replacing the pool's pages with the same file bytes (and this
+            // change) from the shadow; the view's range stays ours.
+            unsafe {
+                real::mmap(
+                    addr as *mut c_void,
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    memfd,
+                    at as libc::off_t,
+                )
+            };
+        }
+        v.follow = Some(Follow { on_shadow: true, ..f });
+    }
 }
 
 /// `ferrite_peek` on the preload handle: a view of bytes [off, off+len) of
@@ -106,21 +180,23 @@ pub fn peek(p: &Preload, n: c_int, off: u64, len: u64) -> FsResult<*const u8> {
         super::mmap::before_io(p, n);
         p.session.peek(fd(n), off, len)
     })?;
-    register(&v, Origin::Peek);
+    register(&v, Origin::Peek, None);
     Ok(v.ptr)
 }
 
-/// A view for `mmap`: `len` bytes from the page-aligned offset `off`.
-pub fn map(p: &Preload, n: c_int, off: u64, len: usize, kind: MapKind) -> FsResult<*mut c_void> {
-    let v = inside(|| {
+/// A view for `mmap`: `len` bytes from the page-aligned offset `off`;
+/// `shared` for MAP_SHARED (a read-only one follows the file).
+pub fn map(p: &Preload, n: c_int, off: u64, len: usize, kind: MapKind, shared: bool) -> FsResult<*mut c_void> {
+    let (v, ino) = inside(|| {
         super::mmap::before_io(p, n);
-        p.session.map_view(fd(n), off, len as u64, kind)
+        Ok((p.session.map_view(fd(n), off, len as u64, kind)?, p.session.fd_inode(fd(n))?))
     })?;
     let origin = match kind {
         MapKind::ReadOnly => Origin::ReadOnlyMap,
         MapKind::PrivateWritable => Origin::PrivateMap,
     };
-    register(&v, origin);
+    let follow = (shared && kind == MapKind::ReadOnly).then_some(Follow { ino, offset: off, on_shadow: false });
+    register(&v, origin, follow);
     Ok(v.ptr as *mut c_void)
 }
 
@@ -130,7 +206,7 @@ pub fn unpeek(p: &Preload, addr: usize) -> FsResult<()> {
     let mut views = VIEWS.lock();
     let i = views.iter().rposition(|v| v.id.0 == addr).ok_or(Errno::EINVAL)?;
     let v = views.remove(i);
-    LIVE.fetch_sub(1, Ordering::Relaxed);
+    forget(p, &v);
     inside(|| p.session.unpeek(v.id))
 }
 
@@ -149,7 +225,7 @@ pub fn patch(p: &Preload, n: c_int, off: u64, buf: usize, len: u64) -> FsResult<
     inside(|| {
         super::mmap::before_io(p, n);
         p.session.patch(fd(n), off, BufferId(buf), len)?;
-        super::mmap::written(p, n);
+        super::mmap::written(p, n, Some((off, len)));
         Ok(())
     })
 }
@@ -239,7 +315,7 @@ pub fn munmap(p: &Preload, addr: usize, len: usize) -> Option<c_int> {
     released.sort_unstable();
     for i in released.into_iter().rev() {
         let v = views.remove(i);
-        LIVE.fetch_sub(1, Ordering::Relaxed);
+        forget(p, &v);
         if let Err(e) = inside(|| p.session.unpeek(v.id)) {
             fail(e.0);
         }
@@ -357,6 +433,7 @@ pub fn copy_in_child() {
     // held by another thread of the parent at the fork.
     std::mem::forget(std::mem::take(&mut *views));
     LIVE.store(0, Ordering::Relaxed);
+    FOLLOWING.store(0, Ordering::Relaxed);
 }
 
 /// Copies of views waiting to take their place (see `copy_before_exec`).
@@ -372,6 +449,7 @@ pub fn copy_before_exec(p: &Preload) -> Copies {
     }
     let views = std::mem::take(&mut *VIEWS.lock());
     LIVE.store(0, Ordering::Relaxed);
+    FOLLOWING.store(0, Ordering::Relaxed);
     // Every range is copied before any view is released (peeks overlap).
     let copies = views
         .iter()

@@ -337,6 +337,45 @@ int main(int argc, char **argv) {
     }
     cat("after munmap", P("a"));
 
+    /* A read-only MAP_SHARED mapping follows the file's later changes
+       (LMDB reads its pages through one and writes them with pwrite), as
+       a writable one does; a private one may or may not (POSIX leaves it
+       open), so it is not printed after a change. Only bytes inside the
+       file are read (past its end Linux raises SIGBUS). */
+    int fm = open(P("follow"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    char page[8192];
+    memset(page, 'a', sizeof page);
+    say("follow pwrite", pwrite(fm, page, sizeof page, 0));
+    char *ro = mmap(NULL, 3 * 4096, PROT_READ, MAP_SHARED, fm, 0);
+    printf("follow mmap: %s\n", ro == MAP_FAILED ? "failed" : "ok");
+    char *rw = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fm, 0);
+    printf("follow mmap writable: %s\n", rw == MAP_FAILED ? "failed" : "ok");
+    if (ro != MAP_FAILED && rw != MAP_FAILED) {
+        printf("follow before: [%.3s] [%.3s]\n", ro, ro + 4096);
+        say("follow pwrite 2", pwrite(fm, "BCD", 3, 4097));
+        printf("follow after pwrite: [%.4s] [%.4s]\n", ro + 4096, rw + 4096);
+        say("follow lseek", lseek(fm, 100, SEEK_SET));
+        say("follow write", write(fm, "xyz", 3));
+        printf("follow after write: [%.5s]\n", ro + 99);
+        memcpy(rw + 10, "mapped", 6);
+        struct iovec iv = {b, 6};
+        say("follow readv sees the writable mapping", preadv(fm, &iv, 1, 10));
+        printf("follow readv: [%.6s]\n", b);
+        say("follow pwrite grows", pwrite(fm, "END", 3, 8192 + 5));
+        printf("follow grown: [%.3s] zero before: %d\n", ro + 8192 + 5, ro[8192]);
+        say("follow ftruncate", ftruncate(fm, 4096 + 2));
+        printf("follow after ftruncate: [%.2s]\n", ro + 4096);
+        say("follow ftruncate grow", ftruncate(fm, 8192));
+        printf("follow after growing: %d %d\n", ro[4096 + 2], ro[8191]);
+        say("follow truncate by path", truncate(P("follow"), 100));
+        say("follow pwrite 3", pwrite(fm, "qq", 2, 50));
+        printf("follow after truncate: [%.4s] %d\n", ro + 49, ro[99]);
+        say("follow munmap", munmap(ro, 3 * 4096));
+        say("follow munmap writable", munmap(rw, 8192));
+    }
+    close(fm);
+    cat("follow file", P("follow"));
+
     /* the name space */
     say("mkdir", mkdir(P("d"), 0755));
     say("mkdir exists", mkdir(P("d"), 0755));

@@ -17,7 +17,7 @@ pub fn ci() -> bool {
     std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
 }
 
-fn skip(msg: &str) {
+pub fn skip(msg: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIP: {msg}");
 }
