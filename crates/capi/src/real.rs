@@ -71,6 +71,7 @@ real! {
     setgroups(n: usize, list: *const libc::gid_t) -> c_int;
     setfsuid(uid: libc::uid_t) -> c_int;
     setfsgid(gid: libc::gid_t) -> c_int;
+    initgroups(user: *const c_char, group: libc::gid_t) -> c_int;
 }
 
 real! {

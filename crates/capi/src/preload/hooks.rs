@@ -1596,7 +1596,8 @@ macro_rules! id_hook {
             #[no_mangle]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
                 // SAFETY: the C library's own definition, with the caller's
-                // arguments (setgroups' list is the caller's to vouch for).
+                // arguments (setgroups' list and initgroups' name are the
+                // caller's to vouch for).
                 let r = unsafe { real::$name($($arg),*) };
                 if let Some(p) = active() {
                     // The call's errno, not the read-back's, is the caller's.
@@ -1622,6 +1623,9 @@ id_hook! {
     setgroups(n: usize, list: *const libc::gid_t) -> c_int;
     setfsuid(uid: libc::uid_t) -> c_int;
     setfsgid(gid: libc::gid_t) -> c_int;
+    // The C library sets the groups inside initgroups itself, not through
+    // its exported setgroups.
+    initgroups(user: *const c_char, group: libc::gid_t) -> c_int;
 }
 
 /// Put the process's current file-system ids and groups into the session,

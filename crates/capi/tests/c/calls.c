@@ -938,6 +938,15 @@ int main(int argc, char **argv) {
         say("u setgroups back", setgroups(nsaved > 0 ? nsaved : 0, saved));
         printf("u setfsuid to nobody: %d\n", setfsuid(65534));
         say("u open 0600 with fsuid nobody", ({ int q = open(P("u/secret"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        /* initgroups (root may: the effective uid is still 0) gives the
+           group 4242 alone, with no other identity call after it. */
+        printf("u setfsgid to nobody: %d\n", setfsgid(65533));
+        say("u setgroups to none", setgroups(0, NULL));
+        say("u open group file with no group", ({ int q = open(P("u/grp"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        say("u initgroups", initgroups("nobody", 4242));
+        say("u open group file after initgroups", ({ int q = open(P("u/grp"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
+        say("u setgroups back after initgroups", setgroups(nsaved > 0 ? nsaved : 0, saved));
+        printf("u setfsgid back: %d\n", setfsgid(0));
         printf("u setfsuid back: %d\n", setfsuid(0));
         say("u open 0600 with fsuid root", ({ int q = open(P("u/secret"), O_RDONLY); if (q >= 0) close(q); q >= 0 ? 0 : -1; }));
         say("u setresuid keeps saved root", setresuid(-1, 65534, 0));
