@@ -189,7 +189,8 @@ pub fn peek(p: &Preload, n: c_int, off: u64, len: u64) -> FsResult<*const u8> {
 pub fn map(p: &Preload, n: c_int, off: u64, len: usize, kind: MapKind, shared: bool) -> FsResult<*mut c_void> {
     let (v, ino) = inside(|| {
         super::mmap::before_io(p, n);
-        Ok((p.session.map_view(fd(n), off, len as u64, kind)?, p.session.fd_inode(fd(n))?))
+        let ino = p.session.fd_inode(fd(n))?;
+        Ok((p.session.map_view(fd(n), off, len as u64, kind)?, ino))
     })?;
     let origin = match kind {
         MapKind::ReadOnly => Origin::ReadOnlyMap,
