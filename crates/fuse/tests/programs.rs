@@ -298,14 +298,23 @@ fn lmdb_matches_tmpfs() {
         assert!(out.status.success(), "lmdb in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let reference = TempDir(Path::new("/dev/shm").join(format!("ferrite-fuse-lmdb-{}", std::process::id())));
-    fs::create_dir_all(&reference.0).unwrap();
-    let expect = run(&reference.0);
-    let pool = Pool::new("lmdb");
-    let m = Mount::new(&pool, "");
-    assert_eq!(run(&m.dir), expect, "lmdb on the mount against tmpfs");
+    let (expect, got, pool, m) = on_tmpfs_and_mount("lmdb", run);
+    assert_eq!(got, expect, "lmdb on the mount against tmpfs");
     m.unmount();
     pool.fsck_clean();
+}
+
+/// `run` in a fresh directory of tmpfs, then in directory `t` of a fresh
+/// mount: both outputs, and the pool and its mount (still mounted).
+fn on_tmpfs_and_mount(label: &str, run: impl Fn(&Path) -> String) -> (String, String, Pool, Mount) {
+    let reference = TempDir(Path::new("/dev/shm").join(format!("ferrite-fuse-{label}-{}", std::process::id())));
+    fs::create_dir_all(&reference.0).unwrap();
+    let expect = run(&reference.0);
+    let pool = Pool::new(label);
+    let m = Mount::new(&pool, "");
+    fs::create_dir(m.path("t")).unwrap();
+    let got = run(&m.path("t"));
+    (expect, got, pool, m)
 }
 
 /// The C program of the preload library's tests (`crates/capi/tests/c/
@@ -340,13 +349,7 @@ fn calls_c_matches_tmpfs() {
         assert!(out.status.success(), "calls in {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let reference = TempDir(Path::new("/dev/shm").join(format!("ferrite-fuse-calls-{}", std::process::id())));
-    fs::create_dir_all(&reference.0).unwrap();
-    let expect = run(&reference.0);
-    let pool = Pool::new("calls");
-    let m = Mount::new(&pool, "");
-    fs::create_dir(m.path("t")).unwrap();
-    let got = run(&m.path("t"));
+    let (expect, got, pool, m) = on_tmpfs_and_mount("calls", run);
     for (i, (e, g)) in expect.lines().zip(got.lines()).enumerate() {
         assert_eq!(g, e, "line {} of calls.c's output: the mount against tmpfs", i + 1);
     }
