@@ -30,6 +30,11 @@
 //! program did after its last fsync comes back as a prefix, which SQLite's
 //! recovery turns into that state.
 //!
+//! And LMDB (Python's binding) killed in the middle of a stream of write
+//! transactions, in its default mode and with MDB_WRITEMAP: the
+//! environment holds exactly the transactions whose commit had returned,
+//! plus, or not, the one in flight.
+//!
 //! The kill times come from one seed, printed; FERRITE_KILL_SEED=N replays
 //! a run.
 
@@ -372,6 +377,90 @@ fn run_then_kill(c: &mut Command, delay: Duration) -> (i64, Option<i64>) {
         .last();
     (ready, committed)
 }
+
+/// LMDB killed in the middle of a stream of write transactions
+/// (`tests/py/lmdb_kill.py`), alternating its default mode (pwrite, and
+/// reads through a read-only shared mapping that must follow them) and
+/// MDB_WRITEMAP (stores through a writable shared mapping, which the
+/// library's shadow writes back at LMDB's msync): after every kill the
+/// pool passes fsck and the environment holds exactly the transactions
+/// whose commit had returned, plus, or not, the one in flight. Half of
+/// FERRITE_KILL_ROUNDS.
+#[test]
+fn lmdb_killed_mid_transaction() {
+    let python = if Path::new("/usr/bin/python3").is_file() { "/usr/bin/python3" } else { "python3" };
+    let has_lmdb = Command::new(python).args(["-c", "import lmdb"]).status().is_ok_and(|s| s.success());
+    if !has_lmdb {
+        if common::ci() {
+            panic!("Python's lmdb module is required by this test in CI (.ci/run installs python3-lmdb)");
+        }
+        common::skip("Python's lmdb module is not installed (apt-get install python3-lmdb)");
+        return;
+    }
+    if !common::fuse_usable() {
+        return;
+    }
+    let (rounds, seed) = plan();
+    let rounds = rounds.div_ceil(2);
+    let mut rng = seed.rotate_left(17) | 1;
+    let env = Env::new("kill-lmdb", false);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/lmdb_kill.py");
+    let data_seed = (seed % 1_000_000).to_string();
+    // One environment per mode (MDB_WRITEMAP sizes its file to the whole
+    // map), each with the last transaction its previous check found.
+    let mut last = [-1i64; 2];
+    let mut commits = [0u64; 2];
+    for round in 0..rounds {
+        let mode = round % 2;
+        let writemap = if mode == 1 { "1" } else { "0" };
+        let dir = env.root.join(if mode == 1 { "writemap" } else { "default" });
+        if round < 2 || last[mode] >= LMDB_TRANSACTIONS_MAX {
+            // Start over before the environment fills its map.
+            run(env.preloaded("rm").arg("-rf").arg(&dir));
+            run(env.preloaded("mkdir").arg(&dir));
+            last[mode] = -1;
+        }
+        let mut c = env.preloaded_with(python, mount_in(round));
+        c.arg(&script).arg("run").arg(&dir).arg(&data_seed).arg(writemap);
+        // A commit with MDB_WRITEMAP compares the map with the file (tens
+        // of ms in a debug build); one without takes tens of µs.
+        let delay_ms = if mode == 1 { 20 + next(&mut rng) % 150 } else { 1 + next(&mut rng) % 12 };
+        let (ready, committed) = run_then_kill(&mut c, Duration::from_millis(delay_ms));
+        let context =
+            format!("round {round} (FERRITE_KILL_SEED={seed}, mount {}, writemap {writemap})", mount_in(round));
+        assert_eq!(
+            ready, last[mode],
+            "{context}: the driver started from another transaction than the last check found"
+        );
+        let returned = committed.unwrap_or(ready);
+        commits[mode] += (returned - ready) as u64;
+        env.fsck_if_made();
+        let out = env.preloaded(python).arg(&script).arg("check").arg(&dir).arg(&data_seed).arg(writemap).output();
+        let out = out.expect("start the checker");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let found: i64 = text.lines().find_map(|l| l.strip_prefix("last ")).and_then(|n| n.parse().ok()).unwrap_or(-2);
+        assert!(
+            out.status.success() && text.contains("content ok") && (found == returned || found == returned + 1),
+            "{context}: the commit had returned for transactions up to {returned}; the checker says:\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last[mode] = found;
+    }
+    assert!(
+        commits.iter().all(|&c| c > 0),
+        "no transaction committed in any round of a mode ({commits:?}): the kills came too early to test anything"
+    );
+    eprintln!(
+        "lmdb: {rounds} kills, every environment exact ({} commits in the default mode, {} with MDB_WRITEMAP)",
+        commits[0], commits[1]
+    );
+    assert!(env.fsck(), "the last program left the pool dirty");
+}
+
+/// The most transactions an LMDB kill round starts from before the
+/// environment starts over: with a round's 1,000 at most, about half of
+/// its 32 MiB map (a transaction adds about 7 KiB of values).
+const LMDB_TRANSACTIONS_MAX: i64 = 1000;
 
 #[test]
 fn sqlite3_journal_off_on_fsync_atomic_file_killed_mid_transaction() {
