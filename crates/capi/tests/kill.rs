@@ -310,7 +310,7 @@ fn kill_rounds(
         let out = env.preloaded("python3").arg(&script).arg("check").arg(&db).arg(&data_seed).arg(journal).output();
         let out = out.expect("start the checker");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let found: i64 = text.lines().find_map(|l| l.strip_prefix("last ")).and_then(|n| n.parse().ok()).unwrap_or(-2);
+        let found = last_found(&text);
         let mode_ok =
             if buffered { text.contains("mode buffered") } else { !atomic || text.contains("mode fsync-atomic") };
         let ok = out.status.success()
@@ -338,6 +338,12 @@ fn kill_rounds(
     }
     assert!(base.fsck(), "the last program left the pool dirty");
     seen
+}
+
+/// The last transaction a kill test's checker found ("last N"), or -2
+/// when it printed none.
+fn last_found(checker_output: &str) -> i64 {
+    checker_output.lines().find_map(|l| l.strip_prefix("last ")).and_then(|n| n.parse().ok()).unwrap_or(-2)
 }
 
 /// Start the driver, wait for its "ready N", let it run for `delay`, kill
@@ -388,15 +394,7 @@ fn run_then_kill(c: &mut Command, delay: Duration) -> (i64, Option<i64>) {
 /// FERRITE_KILL_ROUNDS.
 #[test]
 fn lmdb_killed_mid_transaction() {
-    let python = if Path::new("/usr/bin/python3").is_file() { "/usr/bin/python3" } else { "python3" };
-    let has_lmdb = Command::new(python).args(["-c", "import lmdb"]).status().is_ok_and(|s| s.success());
-    if !has_lmdb {
-        if common::ci() {
-            panic!("Python's lmdb module is required by this test in CI (.ci/run installs python3-lmdb)");
-        }
-        common::skip("Python's lmdb module is not installed (apt-get install python3-lmdb)");
-        return;
-    }
+    let Some(python) = common::python_with_lmdb() else { return };
     if !common::fuse_usable() {
         return;
     }
@@ -438,7 +436,7 @@ fn lmdb_killed_mid_transaction() {
         let out = env.preloaded(python).arg(&script).arg("check").arg(&dir).arg(&data_seed).arg(writemap).output();
         let out = out.expect("start the checker");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let found: i64 = text.lines().find_map(|l| l.strip_prefix("last ")).and_then(|n| n.parse().ok()).unwrap_or(-2);
+        let found = last_found(&text);
         assert!(
             out.status.success() && text.contains("content ok") && (found == returned || found == returned + 1),
             "{context}: the commit had returned for transactions up to {returned}; the checker says:\n{text}{}",

@@ -33,7 +33,7 @@
 
 mod common;
 
-use common::{ci, relative, run, same, skip, tool, Env};
+use common::{relative, run, same, tool, Env};
 use std::path::Path;
 use std::process::Command;
 
@@ -324,16 +324,7 @@ for mode in ('wal', 'delete'):
 /// mappings followed writes).
 #[test]
 fn lmdb_matches_tmpfs() {
-    // Debian's python3-lmdb is for the system's interpreter.
-    let python = if Path::new("/usr/bin/python3").is_file() { "/usr/bin/python3" } else { "python3" };
-    let has_lmdb = Command::new(python).args(["-c", "import lmdb"]).status().is_ok_and(|s| s.success());
-    if !has_lmdb {
-        if ci() {
-            panic!("Python's lmdb module is required by this test in CI (.ci/run installs python3-lmdb)");
-        }
-        skip("Python's lmdb module is not installed (apt-get install python3-lmdb)");
-        return;
-    }
+    let Some(python) = common::python_with_lmdb() else { return };
     // A forked child reads through the owner's mount, where there is one.
     let mount = common::fuse_usable();
     let child = if mount { "child" } else { "nochild" };

@@ -571,11 +571,9 @@ pub fn written(p: &Preload, n: c_int, range: Option<(u64, u64)>) {
     }
 }
 
-/// `written` for a change made by path (truncate).
+/// `written` for a change made by path (truncate), or once `written`
+/// found the inode; the caller has seen `following_any`.
 pub fn written_ino(p: &Preload, ino: InodeNo, range: Option<(u64, u64)>) {
-    if !following_any() {
-        return;
-    }
     views::follow_writes(p, ino);
     with_table(|t| {
         if let Some(s) = t.shadows.get(&ino) {

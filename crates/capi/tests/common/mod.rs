@@ -17,7 +17,7 @@ pub fn ci() -> bool {
     std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
 }
 
-pub fn skip(msg: &str) {
+fn skip(msg: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIP: {msg}");
 }
@@ -52,6 +52,21 @@ pub fn tool(tool: &str) -> bool {
     }
     skip(&format!("`{tool}` is not installed"));
     false
+}
+
+/// The Python interpreter with the lmdb module (Debian's python3-lmdb is
+/// for the system's interpreter), or None after saying why (a failure
+/// under CI=true: .ci/run installs it).
+pub fn python_with_lmdb() -> Option<&'static str> {
+    let python = if Path::new("/usr/bin/python3").is_file() { "/usr/bin/python3" } else { "python3" };
+    if Command::new(python).args(["-c", "import lmdb"]).status().is_ok_and(|s| s.success()) {
+        return Some(python);
+    }
+    if ci() {
+        panic!("Python's lmdb module is required by this test in CI (.ci/run installs python3-lmdb)");
+    }
+    skip("Python's lmdb module is not installed (apt-get install python3-lmdb)");
+    None
 }
 
 /// Can this process mount FUSE file systems (the owner's mount)?
