@@ -170,6 +170,20 @@ pub struct FerriteFuse {
     core: Arc<Core>,
 }
 
+/// The core goes when the last serving thread (the /dev/fuse session's and
+/// every io_uring queue's) has ended: only then is nothing left that could
+/// still release a handle, so what the kernel never released is released
+/// here, once. The kernel does not forget every inode at unmount (normal);
+/// open handles left mean the connection was aborted.
+impl Drop for Core {
+    fn drop(&mut self) {
+        let (h, _) = self.release_all();
+        if h > 0 {
+            log(format!("at unmount {h} file(s) were still open: released"));
+        }
+    }
+}
+
 fn err(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.0)
 }
@@ -1129,12 +1143,10 @@ impl Filesystem for FerriteFuse {
     }
 
     fn destroy(&mut self) {
-        // The kernel does not forget every inode at unmount: normal. Open
-        // handles left mean the connection was aborted.
-        let (h, _) = self.core.release_all();
-        if h > 0 {
-            log(format!("at unmount {h} file(s) were still open: released"));
-        }
+        // Nothing here: the io_uring threads may still be serving a
+        // RELEASE that the kernel sent, asynchronously, just before the
+        // DESTROY. What the kernel still holds is released when the last
+        // serving thread lets go of the core (`Drop for Core`).
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {

@@ -359,6 +359,28 @@ pub fn unmount_path(dir: &Path, lazy: bool) -> io::Result<()> {
     }
 }
 
+/// Unmount `dir`, trying again for a moment while the kernel answers
+/// EBUSY: a process that only passes through the mount (a `statfs` by a
+/// monitoring agent, a path lookup) holds it for a moment, one that works
+/// in it holds it longer. Returns the last answer.
+fn unmount_busy_retried(dir: &Path) -> io::Result<()> {
+    let mut wait_us = 500;
+    let mut waited_us = 0;
+    loop {
+        match unmount_path(dir, false) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && waited_us < UNMOUNT_BUSY_WAIT_US_MAX => {
+                std::thread::sleep(Duration::from_micros(wait_us));
+                waited_us += wait_us;
+                wait_us = (wait_us * 2).min(UNMOUNT_BUSY_WAIT_US_MAX - waited_us).max(1);
+            }
+            r => return r,
+        }
+    }
+}
+
+/// How long [`unmount_busy_retried`] waits for a busy mount in all.
+const UNMOUNT_BUSY_WAIT_US_MAX: u64 = 100_000;
+
 /// Is fusermount3 installed (for auto_unmount)?
 pub fn have_fusermount3() -> bool {
     let in_path = std::env::var_os("PATH")
@@ -993,7 +1015,28 @@ fn spawn_adapter(
         cfg.auto_unmount = Some(false);
     }
     let (session, uring, transport) = mount_session(fs, dir, &cfg, label).map_err(io::Error::other)?;
-    Ok((session.spawn()?, uring, transport))
+    let last_worker = format!("fuser-{}", cfg.threads.max(1) - 1);
+    let before = threads_named(&last_worker);
+    let background = session.spawn()?;
+    // The session's thread opens a /dev/fuse clone per worker, then starts
+    // the workers: wait for the last one, so that no descriptor of the
+    // mount's is still being opened when this returns (the preload
+    // library lists the descriptors a mount opened, and moves each out of
+    // the program's way as it is opened).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while threads_named(&last_worker) <= before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok((background, uring, transport))
+}
+
+/// How many threads of this process bear the name `name`.
+fn threads_named(name: &str) -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name))
+        .count()
 }
 
 impl Background {
@@ -1013,17 +1056,24 @@ impl Background {
     }
 
     /// Unmount and wait for the serving threads (true); or, when the mount
-    /// is busy (another process still uses it), detach it lazily and leave
+    /// stays busy (another process still uses it after a moment's wait:
+    /// [`unmount_busy_retried`]), detach it lazily and leave
     /// the threads serving until that process lets go or this one exits
     /// (false). The engine is not touched in either case.
     pub fn unmount_or_detach(mut self) -> io::Result<bool> {
         let Some(s) = self.session.take() else { return Ok(true) };
         let uring = self.uring.take();
-        match unmount_path(&self.dir, false) {
+        match unmount_busy_retried(&self.dir) {
             Ok(()) => {
-                s.join()?;
+                // Every serving thread is joined before the answer, even
+                // when the session's thread reports an error: the caller
+                // may then unmount the engine, which no thread uses.
+                let served = s.join();
                 if let Some(u) = uring {
                     u.join();
+                }
+                if let Err(e) = served {
+                    log(format!("the FUSE session of {} ended with an error: {e}", self.dir.display()));
                 }
                 Ok(true)
             }
@@ -1043,11 +1093,12 @@ impl Background {
 
     fn stop(&mut self) -> io::Result<()> {
         if let Some(s) = self.session.take() {
-            unmount_path(&self.dir, false)?;
-            s.join()?;
+            unmount_busy_retried(&self.dir)?;
+            let served = s.join();
             if let Some(u) = self.uring.take() {
                 u.join();
             }
+            served?;
         }
         if let Some(fs) = self.fs.take() {
             match Arc::try_unwrap(fs) {

@@ -79,10 +79,11 @@ pub struct Preload {
     /// The owner's process id: a child made by vfork or clone shares this
     /// memory, and must never shut the owner's engine down.
     pid: libc::pid_t,
-    /// Descriptors the library itself opened (the pool file, /dev/fuse): a
-    /// forked child closes them, so that it neither keeps the pool's lock
-    /// nor keeps the FUSE connection alive after the owner dies.
-    own_fds: Vec<c_int>,
+    /// Descriptors the library itself opened (the pool file, /dev/fuse),
+    /// each with the file it was open on: a forked child closes them, so
+    /// that it neither keeps the pool's lock nor keeps the FUSE connection
+    /// alive after the owner dies.
+    own_fds: Vec<OwnFd>,
     /// The pool file's inode number: a forked child unmaps the pool (a
     /// mapping keeps the open file, and so its lock, alive).
     pool_ino: u64,
@@ -96,6 +97,37 @@ pub struct Preload {
     /// Linux's `access` checks against: read at load and after each
     /// identity change (hooks.rs), so that `access` costs no system call.
     pub real_ids: std::sync::atomic::AtomicU64,
+}
+
+/// A descriptor the library opened at load, and the file it was open on.
+#[derive(Clone, Copy)]
+struct OwnFd {
+    fd: c_int,
+    dev: u64,
+    ino: u64,
+}
+
+impl OwnFd {
+    /// `fd` and the file it is open on now (None when it is not open).
+    fn of(fd: c_int) -> Option<OwnFd> {
+        // SAFETY: fstat into a local buffer; a raw system call, which a
+        // forked child of a multi-threaded parent may make.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::syscall(libc::SYS_fstat, fd, &mut st) != 0 {
+                return None;
+            }
+            Some(OwnFd { fd, dev: st.st_dev, ino: st.st_ino })
+        }
+    }
+
+    /// Whether the descriptor is still open on the same file: the list is
+    /// taken while the mount's threads may still open and close
+    /// descriptors of their own, and a number closed since may now be one
+    /// of the program's.
+    fn still_open(&self) -> bool {
+        OwnFd::of(self.fd).is_some_and(|now| now.dev == self.dev && now.ino == self.ino)
+    }
 }
 
 /// The descriptor numbers open in this process (without the one that
@@ -702,7 +734,12 @@ fn start() -> Option<Preload> {
         lock_fds: Mutex::new(HashMap::new()),
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
-        own_fds: open_fds().into_iter().filter(|n| !before.contains(n)).chain(OWN_FDS.lock().iter().copied()).collect(),
+        own_fds: open_fds()
+            .into_iter()
+            .filter(|n| !before.contains(n))
+            .chain(OWN_FDS.lock().iter().copied())
+            .filter_map(OwnFd::of)
+            .collect(),
         pool_ino: std::fs::metadata(&pool).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0),
         placeholder,
         atomic,
@@ -841,9 +878,18 @@ fn shutdown() {
     }
     let served_alone = inside(|| match p.mount.lock().take() {
         None => true,
-        Some(m) => match m.unmount_or_detach() {
-            Ok(joined) => joined,
-            Err(e) => {
+        Some(m) => match (m.mountpoint().to_path_buf(), m.unmount_or_detach()) {
+            (m_dir, Ok(joined)) => {
+                if !joined {
+                    warn(&format!(
+                        "{} is still in use by another process: this process serves it until that one lets go \
+                         or this one ends, and the next mount recovers the pool",
+                        m_dir.display()
+                    ));
+                }
+                joined
+            }
+            (_, Err(e)) => {
                 warn(&format!("unmount of the root failed: {e}"));
                 false
             }
@@ -1012,7 +1058,8 @@ extern "C" fn after_fork_child() {
     };
     STATE.store(OFF, Ordering::Release);
     let parked: Vec<c_int> = OWN_FDS.try_lock().map(|v| v.clone()).unwrap_or_default();
-    for &n in p.own_fds.iter().chain(parked.iter()) {
+    let opened_at_load = p.own_fds.iter().filter(|o| o.still_open()).map(|o| o.fd);
+    for n in opened_at_load.chain(parked.iter().copied()) {
         // SAFETY: closing this child's copies of the library's descriptors.
         unsafe { libc::syscall(libc::SYS_close, n) };
     }
@@ -1123,4 +1170,32 @@ pub fn fd(n: c_int) -> Fd {
 #[inline]
 pub fn bad_buffer(p: *const u8, len: usize) -> bool {
     len > 0 && ((p as usize) < 4096 || (p as usize).checked_add(len).is_none_or(|end| end > 0x7fff_ffff_f000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OwnFd;
+    use std::os::fd::AsRawFd;
+
+    /// A descriptor number the library listed, closed since and reused for
+    /// another file, is no longer the library's: a forked child must not
+    /// close it.
+    #[test]
+    fn a_listed_number_reused_for_another_file_is_not_own() {
+        let dir = std::env::temp_dir().join(format!("ferrite-ownfd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = std::fs::File::create(dir.join("first")).unwrap();
+        let n = first.as_raw_fd();
+        let listed = OwnFd::of(n).expect("open");
+        assert!(listed.still_open());
+        // The number now stands for another file (dup2 replaces it in one
+        // step, so no other test's descriptor can take it in between).
+        let second = std::fs::File::create(dir.join("second")).unwrap();
+        // SAFETY: both descriptors are this test's own.
+        assert_eq!(unsafe { libc::dup2(second.as_raw_fd(), n) }, n);
+        assert!(!listed.still_open(), "the number is another file's now");
+        drop(first);
+        assert!(!listed.still_open(), "closed");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
