@@ -7,7 +7,9 @@
 //! children reach the owner through its mount, and exec handing the pool
 //! (and an inherited descriptor) to the next program, and flock, OFD and
 //! POSIX locks between the owner and its children, and LMDB (Python's
-//! binding) with its read-only and writable shared mappings. Each program's
+//! binding) with its read-only and writable shared mappings, and shared
+//! mappings between the owner and a child (LMDB environments opened by
+//! both among them). Each program's
 //! output is diffed against the same steps on tmpfs, and the pool is
 //! checked with fsck afterwards (and is clean: every program unmounted it).
 //!
@@ -343,6 +345,33 @@ fn lmdb_matches_tmpfs() {
     assert!(t.contains("plain 5990 ") && t.contains("writemap 5990 "), "unexpected tmpfs run:\n{t}");
     same("lmdb", &t, &f);
     assert!(env.fsck());
+}
+
+/// Shared mappings between the owner and a forked child that reaches the
+/// pool through the owner's mount (`tests/py/shared_maps.py`): each side's
+/// mapping shows what the other wrote, the child reads the owner's stores,
+/// a truncate by the child reaches the owner's mappings, and LMDB
+/// environments opened by both (one at a time) hold every commit of each.
+/// The library warns that the two do not share a writable mapping's
+/// memory. Every part failed before the mount told the owner about the
+/// child's reads and writes (LMDB's child found "not an LMDB file").
+#[test]
+fn shared_mappings_between_the_owner_and_a_child_match_tmpfs() {
+    if !common::fuse_usable() {
+        return;
+    }
+    let python = common::python_with_lmdb().unwrap_or("python3");
+    let env = Env::new("shared-maps", true);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/shared_maps.py");
+    let t = run(env.plain(python).arg(&script).arg(&env.tmpfs));
+    let mut c = env.preloaded(python);
+    let out = c.arg(&script).arg(&env.root).stdin(std::process::Stdio::null()).output().expect("start python");
+    common::check(&c, &out);
+    assert!(t.contains("1 owner's mapping b'child'"), "unexpected tmpfs run:\n{t}");
+    same("shared_maps.py", &t, &String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is mapped shared and writable by process"), "no warning about the writable mapping: {err}");
+    assert!(env.fsck(), "the program's exit left the pool dirty; its stderr:\n{err}");
 }
 
 fn fio_job(env: &Env, dir: &Path, engine: &str, thread: bool, preload: bool) -> String {

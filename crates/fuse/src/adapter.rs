@@ -47,7 +47,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -90,6 +90,90 @@ struct Lookups {
 /// An open file or directory.
 struct Handle {
     release: Release,
+    /// The regular file it opened (None for a directory), counted in
+    /// [`KernelFiles`] while open.
+    file: Option<InodeNo>,
+}
+
+/// Which regular files the kernel holds open through this mount (an open
+/// descriptor, or a mapping, which keeps its file open), and a way to have
+/// the kernel drop what it caches of one. Another front end of the same
+/// engine in this process (the preload library's owner) reads and writes
+/// the pool directly: after it changes a file the kernel may cache, it
+/// has the kernel drop the changed pages, so that the kernel's mappings
+/// and reads see the change. It holds no reference to the engine.
+pub struct KernelFiles {
+    open: Mutex<HashMap<u64, u32>>,
+    /// How many files are open in `open`: the common answer, none, costs
+    /// one load.
+    files: AtomicUsize,
+    notifier: std::sync::OnceLock<fuser::Notifier>,
+}
+
+impl KernelFiles {
+    fn new() -> KernelFiles {
+        KernelFiles { open: Mutex::new(HashMap::new()), files: AtomicUsize::new(0), notifier: Default::default() }
+    }
+
+    /// Whether the kernel holds `ino` open (and so may cache its pages).
+    pub fn is_open(&self, ino: InodeNo) -> bool {
+        self.files.load(Ordering::Acquire) > 0 && self.open.lock().contains_key(&ino.0)
+    }
+
+    /// Whether the kernel holds any file open.
+    pub fn any_open(&self) -> bool {
+        self.files.load(Ordering::Acquire) > 0
+    }
+
+    /// Have the kernel drop its cached pages of `ino` in [offset,
+    /// offset+len) (`len` 0: to the end), unmapping them from every
+    /// mapping, after writing back the dirty ones: the next access reads
+    /// the pool. Call it holding none of the engine's locks: the write-back
+    /// is served by the mount's threads.
+    pub fn invalidate(&self, ino: InodeNo, offset: u64, len: u64) -> std::io::Result<()> {
+        match self.notifier.get() {
+            Some(n) => n.inval_inode(INodeNo(ino.0), offset as i64, len as i64),
+            None => Ok(()),
+        }
+    }
+
+    fn opened(&self, ino: InodeNo) {
+        let mut m = self.open.lock();
+        let c = m.entry(ino.0).or_insert(0);
+        if *c == 0 {
+            self.files.fetch_add(1, Ordering::AcqRel);
+        }
+        *c += 1;
+    }
+
+    fn closed(&self, ino: InodeNo) {
+        let mut m = self.open.lock();
+        if let Some(c) = m.get_mut(&ino.0) {
+            *c -= 1;
+            if *c == 0 {
+                m.remove(&ino.0);
+                self.files.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// Another front end of the same engine in this process (the preload
+/// library's owner), which keeps DRAM copies of some files (its programs'
+/// shared mappings) and writes them back itself. The adapter tells it
+/// around each request of the kernel's that reads or changes a file's
+/// bytes, so that another process reaching the pool through the mount
+/// reads what the owner's mappings hold and the mappings follow what that
+/// process writes.
+pub trait Neighbour: Send + Sync {
+    /// Before the kernel reads, changes or syncs `ino`: write the copies'
+    /// changes back to the pool.
+    fn before_io(&self, ino: InodeNo);
+    /// After the kernel changed `ino` (the byte range written, or None for
+    /// a size change or an allocation): reload the copies.
+    fn after_write(&self, ino: InodeNo, range: Option<(u64, u64)>);
+    /// The kernel opened the regular file `ino` for another process.
+    fn opened(&self, ino: InodeNo);
 }
 
 /// What the adapter needs from the mount options.
@@ -163,6 +247,10 @@ pub(crate) struct Core {
     pub(crate) uring_granted: AtomicBool,
     /// Notifications to the kernel (set once the session exists).
     pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
+    /// The regular files the kernel holds open.
+    pub(crate) kernel_files: Arc<KernelFiles>,
+    /// The other front end in this process, if any.
+    pub(crate) neighbour: std::sync::OnceLock<Arc<dyn Neighbour>>,
 }
 
 /// The FUSE file system as `fuser` serves it over /dev/fuse.
@@ -304,6 +392,11 @@ impl FerriteFuse {
     pub(crate) fn core(&self) -> Arc<Core> {
         self.core.clone()
     }
+
+    /// The record of the files the kernel holds open.
+    pub fn kernel_files(&self) -> Arc<KernelFiles> {
+        self.core.kernel_files.clone()
+    }
 }
 
 impl Core {
@@ -332,7 +425,28 @@ impl Core {
             trace: std::env::var_os("FERRITE_FUSE_TRACE").is_some_and(|v| v == "1"),
             uring_granted: AtomicBool::new(false),
             notifier: std::sync::OnceLock::new(),
+            kernel_files: Arc::new(KernelFiles::new()),
+            neighbour: std::sync::OnceLock::new(),
         }
+    }
+
+    fn before_io(&self, ino: InodeNo) {
+        if let Some(n) = self.neighbour.get() {
+            n.before_io(ino);
+        }
+    }
+
+    fn after_write(&self, ino: InodeNo, range: Option<(u64, u64)>) {
+        if let Some(n) = self.neighbour.get() {
+            n.after_write(ino, range);
+        }
+    }
+
+    /// Give the kernel's notification channel to the handlers and to
+    /// [`KernelFiles`].
+    pub(crate) fn set_notifier(&self, n: fuser::Notifier) {
+        let _ = self.kernel_files.notifier.set(n.clone());
+        let _ = self.notifier.set(n);
     }
 
     /// Run one handler; a panic inside it is logged and becomes EIO.
@@ -464,17 +578,26 @@ impl Core {
 
     // ---- handles ----------------------------------------------------------
 
-    fn new_handle(&self, ino: InodeNo) -> FsResult<u64> {
+    fn new_handle(&self, ino: InodeNo, file: bool) -> FsResult<u64> {
         let release = pin(&self.fs, ino)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.shard(fh).lock().insert(fh, Handle { release });
+        let file = file.then_some(ino);
+        if let Some(ino) = file {
+            self.kernel_files.opened(ino);
+        }
+        self.handles.shard(fh).lock().insert(fh, Handle { release, file });
         Ok(fh)
     }
 
     fn drop_handle(&self, fh: u64) {
         let h = self.handles.shard(fh).lock().remove(&fh);
         match h {
-            Some(h) => (h.release)(&self.fs),
+            Some(h) => {
+                if let Some(ino) = h.file {
+                    self.kernel_files.closed(ino);
+                }
+                (h.release)(&self.fs)
+            }
             None => log(format!("release of unknown file handle {fh}")),
         }
     }
@@ -539,6 +662,9 @@ impl Core {
         let handles = self.handles.drain_all();
         let nh = handles.len();
         for h in handles {
+            if let Some(ino) = h.file {
+                self.kernel_files.closed(ino);
+            }
             (h.release)(&self.fs);
         }
         let lookups = self.lookups.drain_all();
@@ -629,7 +755,13 @@ impl Core {
                 set.perm = killed_perm(&st, who, chown);
             }
         }
-        self.fs.setattr(ino, &set)
+        if set.size.is_none() {
+            return self.fs.setattr(ino, &set);
+        }
+        self.before_io(ino);
+        let st = self.fs.setattr(ino, &set)?;
+        self.after_write(ino, None);
+        Ok(st)
     }
 
     /// Drop the set-ID bits as Linux does when a caller without
@@ -729,12 +861,16 @@ impl Core {
             self.writable()?;
             self.kill_suidgid(st.ino, who)?;
         }
-        self.new_handle(st.ino)
+        if let Some(n) = self.neighbour.get() {
+            n.opened(st.ino);
+        }
+        self.new_handle(st.ino, true)
     }
 
     /// Read into `buf` (the reply's own buffer where the transport has
     /// one): the bytes read.
     pub(crate) fn read(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        self.before_io(ino);
         self.fs.read_ino(ino, offset, buf)
     }
 
@@ -760,7 +896,10 @@ impl Core {
         if write_flags & WRITE_KILL_SUIDGID != 0 && !data.is_empty() {
             self.kill_suidgid(ino, who)?;
         }
-        self.fs.write_ino(ino, offset, data)
+        self.before_io(ino);
+        let put = self.fs.write_ino(ino, offset, data)?;
+        self.after_write(ino, Some((offset, put as u64)));
+        Ok(put)
     }
 
     /// COPY_FILE_RANGE: the copy made inside the pool, one request in
@@ -782,7 +921,12 @@ impl Core {
         if len > 0 {
             self.kill_suidgid(dst, who)?;
         }
+        self.before_io(src);
+        self.before_io(dst);
         let copied = self.fs.copy_range_ino(src, src_offset, dst, dst_offset, len);
+        if let Ok(n) = copied {
+            self.after_write(dst, Some((dst_offset, n as u64)));
+        }
         if self.trace {
             log(format!(
                 "copy_file_range ino {} off {src_offset:#x} -> ino {} off {dst_offset:#x} len {len:#x}: {copied:?}",
@@ -805,6 +949,7 @@ impl Core {
         if self.trace {
             log(format!("fsync ino {} datasync {datasync}", ino.0));
         }
+        self.before_io(ino);
         self.fs.fsync_ino(ino, datasync)
     }
 
@@ -813,7 +958,7 @@ impl Core {
         if st.kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
-        self.new_handle(st.ino)
+        self.new_handle(st.ino, false)
     }
 
     /// readdirplus: `add(stat, offset, name)` appends one entry and says
@@ -989,7 +1134,7 @@ impl Core {
             }
             Err(e) => return Err(e),
         };
-        match self.new_handle(st.ino) {
+        match self.new_handle(st.ino, true) {
             Ok(fh) => Ok((st, fh)),
             Err(e) => {
                 self.drop_refs(st.ino.0, 1);
@@ -1018,6 +1163,15 @@ impl Core {
             _ => return Err(Errno::EOPNOTSUPP),
         };
         self.writable()?;
+        self.before_io(ino);
+        let done = self.fallocate_as(who, ino, how, offset, length);
+        if done.is_ok() {
+            self.after_write(ino, None);
+        }
+        done
+    }
+
+    fn fallocate_as(&self, who: Caller, ino: InodeNo, how: FallocateMode, offset: u64, length: u64) -> FsResult<()> {
         if who.uid != 0 {
             let st = self.fs.getattr(ino)?;
             if st.perm & 0o6000 != 0 {

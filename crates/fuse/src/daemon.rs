@@ -21,7 +21,7 @@
 //!    marked clean. A SIGKILL leaves a dirty pool that the next mount
 //!    recovers (and, with auto_unmount, fusermount3 removes the dead mount).
 
-use crate::adapter::{log, Core, FerriteFuse};
+use crate::adapter::{log, Core, FerriteFuse, KernelFiles, Neighbour};
 use crate::options::{MountConfig, Transport};
 use crate::uring::{self, UringServer};
 use ferrite::{Ferrite, FormatOptions, InodeNo, MountOptions, PoolError, SetAttr};
@@ -631,7 +631,7 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     }
     let recovered = fs.mount_report().recovered;
     let fs = Arc::new(fs);
-    let (session, uring, transport) = match mount_session(fs.clone(), &dir, cfg, &pool) {
+    let MountedSession { session, uring, transport, .. } = match mount_session(fs.clone(), &dir, cfg, &pool, None) {
         Ok(t) => t,
         Err(msg) => {
             finish(fs, cfg.read_only);
@@ -670,6 +670,16 @@ pub fn mount(req: &MountRequest) -> Result<(), String> {
     Ok(())
 }
 
+/// What [`mount_session`] made: the session (to be served), the io_uring
+/// threads when granted, how the mount line describes the transport, and
+/// the record of the files the kernel holds open.
+struct MountedSession {
+    session: fuser::Session<FerriteFuse>,
+    uring: Option<UringServer>,
+    transport: String,
+    kernel_files: Arc<KernelFiles>,
+}
+
 /// Mount FUSE at `dir` for `fs` and start its transport: the session (to
 /// be served by the caller), the io_uring threads when granted, and how the
 /// mount line describes the transport. `label` names the mount's source.
@@ -680,14 +690,19 @@ fn mount_session(
     dir: &Path,
     cfg: &MountConfig,
     label: &Path,
-) -> Result<(fuser::Session<FerriteFuse>, Option<UringServer>, String), String> {
+    neighbour: Option<Arc<dyn Neighbour>>,
+) -> Result<MountedSession, String> {
     let (cfg, settled) = settle_transport(cfg);
     let adapter = FerriteFuse::new(fs, &cfg);
     let core = adapter.core();
+    if let Some(n) = neighbour {
+        let _ = core.neighbour.set(n);
+    }
+    let kernel_files = adapter.kernel_files();
     let fcfg = fuser_config(&cfg, label);
     let mut session = fuser::Session::new(adapter, dir, &fcfg).map_err(|e| format!("cannot mount: {}", io_msg(&e)))?;
     match start_transport(core, &session, &cfg, fcfg.acl, settled) {
-        Ok((uring, transport)) => Ok((session, uring, transport)),
+        Ok((uring, transport)) => Ok(MountedSession { session, uring, transport, kernel_files }),
         Err(msg) => {
             let _ = session.unmount();
             Err(msg)
@@ -707,7 +722,7 @@ fn start_transport<FS: fuser::Filesystem>(
     acl: SessionACL,
     settled: Option<&str>,
 ) -> Result<(Option<UringServer>, String), String> {
-    let _ = core.notifier.set(session.notifier());
+    core.set_notifier(session.notifier());
     let dev = format!("transport /dev/fuse ({} thread(s))", cfg.threads);
     let why = if let Some(why) = settled {
         why.to_string()
@@ -970,6 +985,7 @@ pub struct Background {
     transport: String,
     fs: Option<Arc<Ferrite>>,
     dir: PathBuf,
+    kernel_files: Arc<KernelFiles>,
 }
 
 /// Mount `fs` at `dir` and serve it from background threads of this
@@ -986,20 +1002,27 @@ pub fn spawn(fs: Ferrite, dir: &Path, cfg: &MountConfig, label: &Path) -> io::Re
         fs.set_default_mode(mode);
     }
     let fs = Arc::new(fs);
-    let (session, uring, transport) = spawn_adapter(fs.clone(), &dir, cfg, label)?;
-    Ok(Background { session: Some(session), uring, transport, fs: Some(fs), dir })
+    let (session, uring, transport, kernel_files) = spawn_adapter(fs.clone(), &dir, cfg, label, None)?;
+    Ok(Background { session: Some(session), uring, transport, fs: Some(fs), dir, kernel_files })
 }
 
 /// Mount an engine that this process also uses itself (the preload
 /// library's owner process) and serve it from background threads.
 /// Unmounting stops the serving threads and leaves the engine mounted.
-pub fn spawn_shared(fs: Arc<Ferrite>, dir: &Path, cfg: &MountConfig, label: &Path) -> io::Result<Background> {
+/// `neighbour`: that front end, told around the kernel's reads and writes.
+pub fn spawn_shared(
+    fs: Arc<Ferrite>,
+    dir: &Path,
+    cfg: &MountConfig,
+    label: &Path,
+    neighbour: Arc<dyn Neighbour>,
+) -> io::Result<Background> {
     let dir = absolute(dir).map_err(io::Error::other)?;
     if let Some(mode) = cfg.default_file_mode {
         fs.set_default_mode(mode);
     }
-    let (session, uring, transport) = spawn_adapter(fs, &dir, cfg, label)?;
-    Ok(Background { session: Some(session), uring, transport, fs: None, dir })
+    let (session, uring, transport, kernel_files) = spawn_adapter(fs, &dir, cfg, label, Some(neighbour))?;
+    Ok(Background { session: Some(session), uring, transport, fs: None, dir, kernel_files })
 }
 
 /// Mount and serve from background threads: the /dev/fuse session and,
@@ -1009,12 +1032,14 @@ fn spawn_adapter(
     dir: &Path,
     cfg: &MountConfig,
     label: &Path,
-) -> io::Result<(fuser::BackgroundSession, Option<UringServer>, String)> {
+    neighbour: Option<Arc<dyn Neighbour>>,
+) -> io::Result<(fuser::BackgroundSession, Option<UringServer>, String, Arc<KernelFiles>)> {
     let mut cfg = cfg.clone();
     if cfg.auto_unmount.is_none() {
         cfg.auto_unmount = Some(false);
     }
-    let (session, uring, transport) = mount_session(fs, dir, &cfg, label).map_err(io::Error::other)?;
+    let MountedSession { session, uring, transport, kernel_files } =
+        mount_session(fs, dir, &cfg, label, neighbour).map_err(io::Error::other)?;
     let last_worker = format!("fuser-{}", cfg.threads.max(1) - 1);
     let before = threads_named(&last_worker);
     let background = session.spawn()?;
@@ -1027,7 +1052,7 @@ fn spawn_adapter(
     while threads_named(&last_worker) <= before && Instant::now() < deadline {
         std::thread::sleep(Duration::from_micros(200));
     }
-    Ok((background, uring, transport))
+    Ok((background, uring, transport, kernel_files))
 }
 
 /// How many threads of this process bear the name `name`.
@@ -1042,6 +1067,12 @@ fn threads_named(name: &str) -> usize {
 impl Background {
     pub fn mountpoint(&self) -> &Path {
         &self.dir
+    }
+
+    /// Which regular files the kernel holds open through the mount, and
+    /// how to have it drop its cached pages of one.
+    pub fn kernel_files(&self) -> Arc<KernelFiles> {
+        self.kernel_files.clone()
     }
 
     /// Which transport serves the mount, as `ferrite mount` says it.

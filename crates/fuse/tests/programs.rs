@@ -5,9 +5,10 @@
 //! commit, log, gc and `fsck --full`; sqlite3 with WAL and DELETE journals
 //! ending in `PRAGMA integrity_check` = ok; `make` of a small C program that
 //! then runs; a Python script that walks, renames and deletes; the
-//! preload library's C program of calls and edge cases, and LMDB with its
-//! shared mappings, with the same output as on tmpfs. Every test ends with a clean unmount and an
-//! fsck-clean pool.
+//! preload library's C program of calls and edge cases, LMDB with its
+//! shared mappings, and shared mappings between two processes (LMDB
+//! environments opened by both among them), with the same output as on
+//! tmpfs. Every test ends with a clean unmount and an fsck-clean pool.
 //!
 //! The `*_buffered` tests run the copy and tar (on a third of the tree),
 //! git and sqlite3 on a `-o mode=buffered` mount, where every operation
@@ -300,6 +301,30 @@ fn lmdb_matches_tmpfs() {
     };
     let (expect, got, pool, m) = on_tmpfs_and_mount("lmdb", run);
     assert_eq!(got, expect, "lmdb on the mount against tmpfs");
+    m.unmount();
+    pool.fsck_clean();
+}
+
+/// Shared mappings between two processes on the mount
+/// (`crates/capi/tests/py/shared_maps.py`: each one's mapping shows what
+/// the other wrote, stores reach the other's reads, a truncate reaches the
+/// mappings, LMDB environments opened by both): the same output as on
+/// tmpfs. Here the kernel's page cache is the one both share.
+#[test]
+fn shared_mappings_between_processes_match_tmpfs() {
+    if !fuse_usable() {
+        return;
+    }
+    let python = if Path::new("/usr/bin/python3").is_file() { "/usr/bin/python3" } else { "python3" };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/tests/py/shared_maps.py");
+    let run = |dir: &Path| {
+        let out = std::process::Command::new(python).arg(&script).arg(dir).output().expect("run python");
+        assert!(out.status.success(), "shared_maps.py in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (expect, got, pool, m) = on_tmpfs_and_mount("shared-maps", run);
+    assert!(expect.contains("1 owner's mapping b'child'"), "unexpected tmpfs run:\n{expect}");
+    assert_eq!(got, expect, "shared_maps.py on the mount against tmpfs");
     m.unmount();
     pool.fsck_clean();
 }

@@ -37,6 +37,15 @@
 //!   every write, and written back before every read (and before a view of
 //!   the file is made, so the view holds the stores made so far). A
 //!   shadow only read-only mappings use has nothing to write back.
+//! - Other processes reach the pool through the owner's mount, whose
+//!   threads call `OwnerMappings` around the kernel's requests: shadows
+//!   are written back before the kernel reads, writes or syncs a file and
+//!   follow after it changed one. A change the owner makes to a file the
+//!   kernel holds open has the kernel drop the changed pages
+//!   (`written_ino`). The memory of a writable shared mapping is still not
+//!   shared between the owner and another process (docs/PRELOAD.md,
+//!   "Mappings and other processes", says why a mapping through the
+//!   owner's own mount is no way out).
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -78,6 +87,62 @@ struct Table {
 }
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+/// The files the kernel holds open through this process's mount, when it
+/// serves one: a change this process makes directly to such a file has the
+/// kernel drop the changed pages (`written_ino`), which other processes
+/// may have cached or mapped.
+static KERNEL_FILES: std::sync::OnceLock<Arc<ferrite_fuse::KernelFiles>> = std::sync::OnceLock::new();
+
+/// This process serves a mount.
+pub fn serve_through(files: Arc<ferrite_fuse::KernelFiles>) {
+    let _ = KERNEL_FILES.set(files);
+}
+
+/// The owner's side of its mount's requests (another process's reads and
+/// writes of the pool): shadows are written back before them and follow
+/// the changes after, as around this process's own reads and writes.
+pub struct OwnerMappings;
+
+impl ferrite_fuse::Neighbour for OwnerMappings {
+    fn before_io(&self, ino: InodeNo) {
+        if SHADOWS.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        if let Some(p) = active() {
+            let _ = inside(|| write_back_ino(p, ino));
+        }
+    }
+
+    fn after_write(&self, ino: InodeNo, range: Option<(u64, u64)>) {
+        if SHADOWS.load(Ordering::Relaxed) == 0 && !views::following() {
+            return;
+        }
+        if let Some(p) = active() {
+            inside(|| follow_change(p, ino, range));
+        }
+    }
+
+    fn opened(&self, ino: InodeNo) {
+        if SHADOWS.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mapped_writable = with_table(|t| t.shadows.get(&ino).is_some_and(|s| s.writable > 0));
+        if mapped_writable && WARNED_SHARED.lock().insert(ino) {
+            super::warn(&format!(
+                "inode {} is mapped shared and writable by process {} (the pool's owner) and now opened by another \
+                 process through the mount: the two do not share the mapping's memory, only what the owner writes \
+                 back (msync, fsync, munmap), and programs that coordinate processes through a shared mapping of a \
+                 file (LMDB's lock file, SQLite's -shm) cannot do so between the owner and other processes",
+                ino.0,
+                std::process::id()
+            ));
+        }
+    }
+}
+
+/// The inodes `OwnerMappings::opened` warned about (once each).
+static WARNED_SHARED: Mutex<std::collections::BTreeSet<InodeNo>> = Mutex::new(std::collections::BTreeSet::new());
 /// How many shadows exist: read and write look at the table only when
 /// there is one.
 static SHADOWS: AtomicUsize = AtomicUsize::new(0);
@@ -574,6 +639,21 @@ pub fn written(p: &Preload, n: c_int, range: Option<(u64, u64)>) {
 /// `written` for a change made by path (truncate), or once `written`
 /// found the inode; the caller has seen `following_any`.
 pub fn written_ino(p: &Preload, ino: InodeNo, range: Option<(u64, u64)>) {
+    if let Some(kf) = KERNEL_FILES.get().filter(|kf| kf.is_open(ino)) {
+        // Another process holds the file open through the mount: the
+        // kernel drops the pages that changed, which that process may have
+        // cached or mapped, and reads them again from the pool.
+        let (off, len) = range.unwrap_or((0, 0));
+        if range.is_none_or(|(_, l)| l > 0) {
+            let _ = kf.invalidate(ino, off, len);
+        }
+    }
+    follow_change(p, ino, range);
+}
+
+/// Read-only shared views of `ino` move onto its shadow, and the shadow
+/// reloads what changed (the byte range, or None: everything).
+fn follow_change(p: &Preload, ino: InodeNo, range: Option<(u64, u64)>) {
     views::follow_writes(p, ino);
     with_table(|t| {
         if let Some(s) = t.shadows.get(&ino) {
@@ -594,7 +674,7 @@ pub fn written_ino(p: &Preload, ino: InodeNo, range: Option<(u64, u64)>) {
 
 /// Whether `written` has anything to do for a change of a file.
 pub fn following_any() -> bool {
-    SHADOWS.load(Ordering::Relaxed) > 0 || views::following()
+    SHADOWS.load(Ordering::Relaxed) > 0 || views::following() || KERNEL_FILES.get().is_some_and(|kf| kf.any_open())
 }
 
 /// A Ferrite descriptor is being closed or replaced: its mappings stay

@@ -577,7 +577,7 @@ fn env(name: &str) -> Option<Vec<u8>> {
     std::env::var_os(name).map(|v| v.into_vec()).filter(|v| !v.is_empty())
 }
 
-fn warn(msg: &str) {
+pub(crate) fn warn(msg: &str) {
     if env("FERRITE_QUIET").is_none() {
         let line = format!("libferrite: {msg}\n");
         // SAFETY: writing a buffer we own to standard error.
@@ -719,6 +719,9 @@ fn start() -> Option<Preload> {
         MOUNT_ACTIVE.store(true, Ordering::Relaxed);
         let m = start_mount(&fs, &root_path, &pool);
         MOUNT_ACTIVE.store(m.is_some(), Ordering::Relaxed);
+        if let Some(m) = &m {
+            mmap::serve_through(m.kernel_files());
+        }
         m
     };
     let kernel_cwd =
@@ -790,7 +793,7 @@ fn start_mount(
         threads: 2,
         ..Default::default()
     };
-    match ferrite_fuse::daemon::spawn_shared(fs.clone(), root, &cfg, pool) {
+    match ferrite_fuse::daemon::spawn_shared(fs.clone(), root, &cfg, pool, Arc::new(mmap::OwnerMappings)) {
         Ok(b) => Some(b),
         Err(e) => {
             warn(&format!("no FUSE mount at {} ({e}): child processes will not see the pool", root.display()));

@@ -1,0 +1,141 @@
+# Shared mappings of a file between the pool's owner and a forked child,
+# which reaches the pool through the owner's mount (under the preload
+# library). On the directory argv[1]; prints what each side saw, for a
+# diff against the same run on tmpfs.
+#  1. The owner maps a file read-only and shared; the child writes it with
+#     pwrite: the owner's mapping shows the child's bytes.
+#  2. The child maps the file read-only and shared; the owner writes it:
+#     the child's mapping shows the owner's bytes.
+#  3. The owner stores through a writable shared mapping, without msync;
+#     the child reads the file: it reads the stores.
+#  4. The child truncates the file the owner maps: the owner's mapping
+#     shows the new bytes after it grows back.
+#  5. LMDB: the owner keeps its environment open while a child opens the
+#     same environment, commits, and closes; the owner then reads the
+#     child's rows and commits on top, five times; in the default mode
+#     and with MDB_WRITEMAP (when the lmdb module is there).
+import mmap
+import os
+import sys
+
+root = sys.argv[1]
+path = os.path.join(root, "shared")
+with open(path, "wb") as f:
+    f.write(b"." * 8192)
+
+
+def child(fn):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fn()
+            os._exit(0)
+        except BaseException as e:
+            print("child failed:", repr(e), flush=True)
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.WEXITSTATUS(status)
+
+
+# 1
+fd = os.open(path, os.O_RDONLY)
+m = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ)
+print("1 before", m[100:105])
+
+
+def write_child():
+    k = os.open(path, os.O_WRONLY)
+    os.pwrite(k, b"child", 100)
+    os.close(k)
+
+
+print("1 child", child(write_child))
+print("1 owner's mapping", m[100:105])
+m.close()
+os.close(fd)
+
+# 2
+r1, w1 = os.pipe()
+r2, w2 = os.pipe()
+pid = os.fork()
+if pid == 0:
+    k = os.open(path, os.O_RDONLY)
+    cm = mmap.mmap(k, 8192, mmap.MAP_SHARED, mmap.PROT_READ)
+    before = cm[200:205]
+    os.write(w1, b"mapped")
+    os.read(r2, 1)
+    after = cm[200:205]
+    os._exit(0 if (before, after) == (b".....", b"owner") else 1)
+os.read(r1, 6)
+k = os.open(path, os.O_WRONLY)
+os.pwrite(k, b"owner", 200)
+os.close(k)
+os.write(w2, b"x")
+_, status = os.waitpid(pid, 0)
+print("2 child's mapping followed", os.WEXITSTATUS(status) == 0)
+
+# 3
+fd = os.open(path, os.O_RDWR)
+m = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[300:305] = b"store"
+
+
+def read_child():
+    k = os.open(path, os.O_RDONLY)
+    got = os.pread(k, 5, 300)
+    os.close(k)
+    if got != b"store":
+        raise AssertionError(got)
+
+
+print("3 child read the stores", child(read_child) == 0)
+
+# 4
+m2 = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ)
+
+
+def truncate_child():
+    os.truncate(path, 0)
+    k = os.open(path, os.O_WRONLY)
+    os.pwrite(k, b"#" * 8192, 0)
+    os.close(k)
+
+
+print("4 child", child(truncate_child))
+print("4 owner's mappings", m2[0:5], m2[300:305], m[0:5])
+m2.close()
+m.close()
+os.close(fd)
+
+# 5
+try:
+    import lmdb
+except ImportError:
+    lmdb = None
+for name, writemap in (("plain", False), ("writemap", True)) if lmdb else ():
+    d = os.path.join(root, "env-" + name)
+    os.mkdir(d)
+    env = lmdb.open(d, map_size=16 << 20, writemap=writemap)
+    with env.begin(write=True) as txn:
+        for i in range(100):
+            txn.put(b"p%04d" % i, b"parent" * 10)
+    for round in range(5):
+
+        def commit_child():
+            e2 = lmdb.open(d, map_size=16 << 20, writemap=writemap)
+            with e2.begin(write=True) as txn:
+                for i in range(100):
+                    txn.put(b"c%d-%04d" % (round, i), b"child" * 20)
+            e2.close()
+
+        status = child(commit_child)
+        with env.begin() as txn:
+            n = txn.stat()["entries"]
+            v = txn.get(b"c%d-%04d" % (round, 50))
+        print("5", name, round, "child", status, "owner sees", n, v == b"child" * 20)
+        with env.begin(write=True) as txn:
+            for i in range(100):
+                txn.put(b"q%d-%04d" % (round, i), b"again" * 10)
+    with env.begin() as txn:
+        print("5", name, "final", txn.stat()["entries"], sum(1 for _ in txn.cursor()))
+    env.close()
