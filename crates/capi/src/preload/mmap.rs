@@ -128,16 +128,24 @@ impl ferrite_fuse::Neighbour for OwnerMappings {
             return;
         }
         let mapped_writable = with_table(|t| t.shadows.get(&ino).is_some_and(|s| s.writable > 0));
-        if mapped_writable && WARNED_SHARED.lock().insert(ino) {
-            super::warn(&format!(
-                "inode {} is mapped shared and writable by process {} (the pool's owner) and now opened by another \
-                 process through the mount: the two do not share the mapping's memory, only what the owner writes \
-                 back (msync, fsync, munmap), and programs that coordinate processes through a shared mapping of a \
-                 file (LMDB's lock file, SQLite's -shm) cannot do so between the owner and other processes",
-                ino.0,
-                std::process::id()
-            ));
+        if mapped_writable {
+            warn_not_shared(ino, "now opened by another process through the mount");
         }
+    }
+}
+
+/// Say once per file that a writable shared mapping of the owner's and
+/// another process's use of the file (`how`) do not share memory.
+fn warn_not_shared(ino: InodeNo, how: &str) {
+    if WARNED_SHARED.lock().insert(ino) {
+        super::warn(&format!(
+            "inode {} is mapped shared and writable by process {} (the pool's owner) and {how}: the two do not \
+             share the mapping's memory, only what the owner writes back (msync, fsync, munmap), and programs \
+             that coordinate processes through a shared mapping of a file (LMDB's lock file, SQLite's -shm) \
+             cannot do so between the owner and other processes",
+            ino.0,
+            std::process::id()
+        ));
     }
 }
 
@@ -412,6 +420,9 @@ unsafe fn map_shadow(
             s.writable += 1;
         }
         t.regions.insert(m as usize, Region { ino, len, writable });
+        if writable && KERNEL_FILES.get().is_some_and(|kf| kf.is_open(ino)) {
+            warn_not_shared(ino, "held open by another process through the mount");
+        }
         Ok(m)
     })
 }

@@ -10,7 +10,9 @@
 #     the child reads the file: it reads the stores.
 #  4. The child truncates the file the owner maps: the owner's mapping
 #     shows the new bytes after it grows back.
-#  5. LMDB: the owner keeps its environment open while a child opens the
+#  5. A child holds a file open while the owner maps it writable and
+#     shared, stores and calls msync: the child reads the stores.
+#  6. LMDB: the owner keeps its environment open while a child opens the
 #     same environment, commits, and closes; the owner then reads the
 #     child's rows and commits on top, five times; in the default mode
 #     and with MDB_WRITEMAP (when the lmdb module is there).
@@ -108,6 +110,30 @@ m.close()
 os.close(fd)
 
 # 5
+held = os.path.join(root, "held")
+with open(held, "wb") as f:
+    f.write(b"." * 4096)
+r1, w1 = os.pipe()
+r2, w2 = os.pipe()
+pid = os.fork()
+if pid == 0:
+    k = os.open(held, os.O_RDONLY)
+    os.write(w1, b"open")
+    os.read(r2, 1)
+    got = os.pread(k, 6, 10)
+    os._exit(0 if got == b"stored" else 1)
+os.read(r1, 4)
+fd = os.open(held, os.O_RDWR)
+m = mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[10:16] = b"stored"
+m.flush()
+os.write(w2, b"x")
+_, status = os.waitpid(pid, 0)
+print("5 child read the owner's synced stores", os.WEXITSTATUS(status) == 0)
+m.close()
+os.close(fd)
+
+# 6
 try:
     import lmdb
 except ImportError:
@@ -132,10 +158,10 @@ for name, writemap in (("plain", False), ("writemap", True)) if lmdb else ():
         with env.begin() as txn:
             n = txn.stat()["entries"]
             v = txn.get(b"c%d-%04d" % (round, 50))
-        print("5", name, round, "child", status, "owner sees", n, v == b"child" * 20)
+        print("6", name, round, "child", status, "owner sees", n, v == b"child" * 20)
         with env.begin(write=True) as txn:
             for i in range(100):
                 txn.put(b"q%d-%04d" % (round, i), b"again" * 10)
     with env.begin() as txn:
-        print("5", name, "final", txn.stat()["entries"], sum(1 for _ in txn.cursor()))
+        print("6", name, "final", txn.stat()["entries"], sum(1 for _ in txn.cursor()))
     env.close()
