@@ -73,18 +73,11 @@ fn calls_diff_in(env: Env, name: &str) {
         c
     };
     let expect = run(special(env.plain(calls.to_str().unwrap())).arg(&env.tmpfs));
-    let mut c = special(env.preloaded(calls.to_str().unwrap()));
-    let out = c.arg(&env.root).stdin(std::process::Stdio::null()).output().expect("start calls.c");
-    common::check(&c, &out);
-    let got = String::from_utf8_lossy(&out.stdout);
+    let (got, err) = common::run_with_stderr(special(env.preloaded(calls.to_str().unwrap())).arg(&env.root));
     let _ = std::fs::remove_file(&calls);
     same("calls.c", &expect, &got);
     // The library says on stderr why it left the pool to recovery.
-    assert!(
-        env.fsck(),
-        "the program's exit left the pool dirty; its stderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(env.fsck(), "the program's exit left the pool dirty; its stderr:\n{err}");
 }
 
 #[test]
@@ -365,12 +358,9 @@ fn shared_mappings_between_the_owner_and_a_child_match_tmpfs() {
     let env = Env::new("shared-maps", true);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/shared_maps.py");
     let t = run(env.plain(python).arg(&script).arg(&env.tmpfs));
-    let mut c = env.preloaded(python);
-    let out = c.arg(&script).arg(&env.root).stdin(std::process::Stdio::null()).output().expect("start python");
-    common::check(&c, &out);
+    let (f, err) = common::run_with_stderr(env.preloaded(python).arg(&script).arg(&env.root));
     assert!(t.contains("1 owner's mapping b'child'"), "unexpected tmpfs run:\n{t}");
-    same("shared_maps.py", &t, &String::from_utf8_lossy(&out.stdout));
-    let err = String::from_utf8_lossy(&out.stderr);
+    same("shared_maps.py", &t, &f);
     for when in ["now opened by another process", "held open by another process"] {
         assert!(err.contains(when), "no warning that a writable mapping is not shared memory ({when}): {err}");
     }

@@ -283,7 +283,7 @@ EOF"#,
 #[test]
 fn lmdb_matches_tmpfs() {
     // Debian's python3-lmdb is for the system's interpreter.
-    let python = if Path::new("/usr/bin/python3").is_file() { "/usr/bin/python3" } else { "python3" };
+    let python = system_python();
     let has_lmdb = std::process::Command::new(python).args(["-c", "import lmdb"]).status().is_ok_and(|s| s.success());
     if !fuse_usable() {
         return;
@@ -293,13 +293,7 @@ fn lmdb_matches_tmpfs() {
         let _ = tool("python3 with the lmdb module", "apt-get install -y python3-lmdb");
         return;
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/tests/py/lmdb_env.py");
-    let run = |dir: &Path| {
-        let out = std::process::Command::new(python).arg(&script).arg(dir).arg("child").output().expect("run python");
-        assert!(out.status.success(), "lmdb in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let (expect, got, pool, m) = on_tmpfs_and_mount("lmdb", run);
+    let (expect, got, pool, m) = on_tmpfs_and_mount("lmdb", python_script(python, "lmdb_env.py", &["child"]));
     assert_eq!(got, expect, "lmdb on the mount against tmpfs");
     m.unmount();
     pool.fsck_clean();
@@ -315,18 +309,33 @@ fn shared_mappings_between_processes_match_tmpfs() {
     if !fuse_usable() {
         return;
     }
-    let python = if Path::new("/usr/bin/python3").is_file() { "/usr/bin/python3" } else { "python3" };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/tests/py/shared_maps.py");
-    let run = |dir: &Path| {
-        let out = std::process::Command::new(python).arg(&script).arg(dir).output().expect("run python");
-        assert!(out.status.success(), "shared_maps.py in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let run = python_script(system_python(), "shared_maps.py", &[]);
     let (expect, got, pool, m) = on_tmpfs_and_mount("shared-maps", run);
     assert!(expect.contains("1 owner's mapping b'child'"), "unexpected tmpfs run:\n{expect}");
     assert_eq!(got, expect, "shared_maps.py on the mount against tmpfs");
     m.unmount();
     pool.fsck_clean();
+}
+
+/// The system's Python (where Debian's modules are), else the one in PATH.
+fn system_python() -> &'static str {
+    if Path::new("/usr/bin/python3").is_file() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+/// A run of the preload library's test script `name`
+/// (`crates/capi/tests/py`) in a directory, with `args` after it: its
+/// output; it must succeed.
+fn python_script<'a>(python: &'a str, name: &'a str, args: &'a [&'a str]) -> impl Fn(&Path) -> String + 'a {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/tests/py").join(name);
+    move |dir: &Path| {
+        let out = std::process::Command::new(python).arg(&script).arg(dir).args(args).output().expect("run python");
+        assert!(out.status.success(), "{name} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
 }
 
 /// `run` in a fresh directory of tmpfs, then in directory `t` of a fresh

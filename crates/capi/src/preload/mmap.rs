@@ -149,7 +149,7 @@ fn warn_not_shared(ino: InodeNo, how: &str) {
     }
 }
 
-/// The inodes `OwnerMappings::opened` warned about (once each).
+/// The inodes `warn_not_shared` warned about (once each).
 static WARNED_SHARED: Mutex<std::collections::BTreeSet<InodeNo>> = Mutex::new(std::collections::BTreeSet::new());
 /// How many shadows exist: read and write look at the table only when
 /// there is one.
@@ -566,17 +566,10 @@ pub unsafe extern "C" fn mremap(
         // must cover the new length first.
         let p = active();
         let grown = with_table(|t| -> FsResult<()> {
-            let r = t.regions.get(&(addr as usize)).ok_or(Errno::EINVAL)?;
-            let s = t.shadows.get_mut(&r.ino).ok_or(Errno::EINVAL)?;
-            if new > s.loaded {
+            let ino = t.regions.get(&(addr as usize)).ok_or(Errno::EINVAL)?.ino;
+            if new > t.shadows.get(&ino).ok_or(Errno::EINVAL)?.loaded {
                 let p = p.ok_or(Errno::EINVAL)?;
-                // SAFETY: growing our memfd.
-                if unsafe { libc::ftruncate(s.memfd, new.next_multiple_of(PAGE_BYTES) as i64) } != 0 {
-                    return Err(Errno(crate::conv::errno()));
-                }
-                let from = s.loaded;
-                inside(|| load(p, s, from, new.next_multiple_of(PAGE_BYTES)))?;
-                s.loaded = new.next_multiple_of(PAGE_BYTES);
+                inside(|| ensure_shadow(t, p, ino, new.next_multiple_of(PAGE_BYTES)).map(|_| ()))?;
             }
             Ok(())
         });

@@ -204,6 +204,13 @@ pub fn run(c: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// As `run`, with the program's standard error too: (stdout, stderr).
+pub fn run_with_stderr(c: &mut Command) -> (String, String) {
+    let out = c.stdin(Stdio::null()).output().expect("start the program");
+    check(c, &out);
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 pub fn check(c: &Command, out: &Output) {
     assert!(
         out.status.success(),
