@@ -77,6 +77,9 @@ struct Shadow {
 /// One shared mapping of a shadow made by `mmap`.
 struct Region {
     ino: InodeNo,
+    /// Where the mapping starts in the file: a grown mapping needs the
+    /// shadow to reach this plus its new length.
+    offset: usize,
     len: usize,
     writable: bool,
 }
@@ -419,7 +422,7 @@ unsafe fn map_shadow(
         if writable {
             s.writable += 1;
         }
-        t.regions.insert(m as usize, Region { ino, len, writable });
+        t.regions.insert(m as usize, Region { ino, offset: off, len, writable });
         if writable && KERNEL_FILES.get().is_some_and(|kf| kf.is_open(ino)) {
             warn_not_shared(ino, "held open by another process through the mount");
         }
@@ -563,13 +566,16 @@ pub unsafe extern "C" fn mremap(
     }
     if SHADOWS.load(Ordering::Relaxed) > 0 && with_table(|t| t.regions.contains_key(&(addr as usize))) {
         // A shadow mapping may be resized in place or moved; the memfd
-        // must cover the new length first.
+        // must first cover the mapping's offset in the file plus its new
+        // length (a mapping that starts inside the file and grows past
+        // what the shadow holds would otherwise raise SIGBUS).
         let p = active();
         let grown = with_table(|t| -> FsResult<()> {
-            let ino = t.regions.get(&(addr as usize)).ok_or(Errno::EINVAL)?.ino;
-            if new > t.shadows.get(&ino).ok_or(Errno::EINVAL)?.loaded {
+            let r = t.regions.get(&(addr as usize)).ok_or(Errno::EINVAL)?;
+            let (ino, need) = (r.ino, r.offset.checked_add(new).ok_or(Errno::EINVAL)?.next_multiple_of(PAGE_BYTES));
+            if need > t.shadows.get(&ino).ok_or(Errno::EINVAL)?.loaded {
                 let p = p.ok_or(Errno::EINVAL)?;
-                inside(|| ensure_shadow(t, p, ino, new.next_multiple_of(PAGE_BYTES)).map(|_| ()))?;
+                inside(|| ensure_shadow(t, p, ino, need).map(|_| ()))?;
             }
             Ok(())
         });

@@ -337,6 +337,34 @@ int main(int argc, char **argv) {
     }
     cat("after munmap", P("a"));
 
+    /* A shared mapping that starts inside the file and grows with mremap
+       reaches the file's bytes after its old end (the library's shadow
+       must cover the mapping's offset plus its new length). */
+    int fr = open(P("grown"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    char three[3 * 4096];
+    memset(three, 'x', 4096);
+    memset(three + 4096, 'y', 4096);
+    memset(three + 8192, 'z', 4096);
+    say("grown pwrite", pwrite(fr, three, sizeof three, 0));
+    char *g1 = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fr, 4096);
+    printf("grown mmap: %s\n", g1 == MAP_FAILED ? "failed" : "ok");
+    if (g1 != MAP_FAILED) {
+        char *g2 = mremap(g1, 4096, 8192, MREMAP_MAYMOVE);
+        printf("grown mremap: %s\n", g2 == MAP_FAILED ? "failed" : "ok");
+        if (g2 != MAP_FAILED) {
+            printf("grown bytes: [%c] [%c]\n", g2[0], g2[4096]);
+            g2[4097] = '!';
+            say("grown msync", msync(g2, 8192, MS_SYNC));
+            say("grown munmap", munmap(g2, 8192));
+        } else {
+            munmap(g1, 4096);
+        }
+        memset(b, 0, sizeof b);
+        say("grown pread", pread(fr, b, 3, 8192));
+        printf("grown after: [%.3s]\n", b);
+    }
+    close(fr);
+
     /* A read-only MAP_SHARED mapping follows the file's later changes
        (LMDB reads its pages through one and writes them with pwrite), as
        a writable one does; a private one may or may not (POSIX leaves it
