@@ -137,6 +137,20 @@ impl KernelFiles {
         }
     }
 
+    /// Tell the kernel that `ino` now holds `last` at `offset`, its last
+    /// bytes. The kernel keeps the size it last heard of, and a process
+    /// mapping the file past that size gets SIGBUS there even after the
+    /// file has grown; a store that ends past the size it knows is what
+    /// makes it take the new one (`fuse_notify_store`). Call it after
+    /// `invalidate` of the changed range, holding none of the engine's
+    /// locks, as `invalidate`.
+    pub fn grown(&self, ino: InodeNo, offset: u64, last: &[u8]) -> std::io::Result<()> {
+        match self.notifier.get() {
+            Some(n) => n.store(INodeNo(ino.0), offset, last),
+            None => Ok(()),
+        }
+    }
+
     fn opened(&self, ino: InodeNo) {
         let mut m = self.open.lock();
         let c = m.entry(ino.0).or_insert(0);

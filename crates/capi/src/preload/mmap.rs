@@ -656,9 +656,27 @@ pub fn written_ino(p: &Preload, ino: InodeNo, range: Option<(u64, u64)>) {
         let (off, len) = range.unwrap_or((0, 0));
         if range.is_none_or(|(_, l)| l > 0) {
             let _ = kf.invalidate(ino, off, len);
+            tell_size(p, kf, ino, range);
         }
     }
     follow_change(p, ino, range);
+}
+
+/// A change that reached the end of a file the kernel holds open (or one
+/// of unknown extent: a truncate, an allocation) may have grown it: the
+/// kernel is told the size through the file's last byte, so that another
+/// process's mapping past the old end reads the new bytes instead of
+/// raising SIGBUS. A file that shrank keeps the kernel's larger size until
+/// its attributes are next read (bytes past the end read as zeros there).
+fn tell_size(p: &Preload, kf: &ferrite_fuse::KernelFiles, ino: InodeNo, range: Option<(u64, u64)>) {
+    let Ok(size) = p.session.getattr(ino).map(|a| a.size) else { return };
+    if size == 0 || range.is_some_and(|(off, len)| off.saturating_add(len) < size) {
+        return;
+    }
+    let mut last = [0u8; 1];
+    if p.session.read_ino(ino, size - 1, &mut last) == Ok(1) {
+        let _ = kf.grown(ino, size - 1, &last);
+    }
 }
 
 /// Read-only shared views of `ino` move onto its shadow, and the shadow

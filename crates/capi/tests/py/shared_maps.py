@@ -12,6 +12,10 @@
 #     shows the new bytes after it grows back.
 #  5. A child holds a file open while the owner maps it writable and
 #     shared, stores and calls msync: the child reads the stores.
+#  7. A child maps a file past its end, read-only and shared; the owner
+#     grows the file with pwrite: the child's mapping shows the new bytes
+#     (the kernel's idea of the size must follow, or the child's access
+#     past the old end raises SIGBUS).
 #  6. LMDB: the owner keeps its environment open while a child opens the
 #     same environment, commits, and closes; the owner then reads the
 #     child's rows and commits on top, five times; in the default mode
@@ -132,6 +136,45 @@ _, status = os.waitpid(pid, 0)
 print("5 child read the owner's synced stores", os.WEXITSTATUS(status) == 0)
 m.close()
 os.close(fd)
+
+# 7
+grow = os.path.join(root, "grow")
+with open(grow, "wb") as f:
+    f.write(b"." * 4096)
+r1, w1 = os.pipe()
+r2, w2 = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        # Python's mmap refuses a length past the end of the file; libc's
+        # does not (through the library's hook, in the library's runs).
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        k = os.open(grow, os.O_RDONLY)
+        at = libc.mmap(None, 3 * 4096, mmap.PROT_READ, mmap.MAP_SHARED, k, 0)
+        before = ctypes.string_at(at, 5)
+        os.write(w1, b"mapped")
+        os.read(r2, 1)
+        after = (ctypes.string_at(at + 4096, 5), ctypes.string_at(at + 8192, 5))
+        os._exit(0 if (before, after) == (b".....", (b"grown", b"grown")) else 1)
+    finally:
+        os._exit(2)
+os.close(w1)
+os.read(r1, 6)
+k = os.open(grow, os.O_WRONLY)
+more = bytearray(b"." * 8192)
+more[0:5] = more[4096:4101] = b"grown"
+os.pwrite(k, bytes(more), 4096)
+os.close(k)
+os.write(w2, b"x")
+_, status = os.waitpid(pid, 0)
+if os.WIFSIGNALED(status):
+    print("7 child's mapping of the grown file: signal", os.WTERMSIG(status))
+else:
+    print("7 child's mapping of the grown file followed", os.WEXITSTATUS(status) == 0)
 
 # 6
 try:
