@@ -43,6 +43,13 @@ def child(fn):
     return os.WEXITSTATUS(status)
 
 
+def one_page_file(name):
+    p = os.path.join(root, name)
+    with open(p, "wb") as f:
+        f.write(b"." * 4096)
+    return p
+
+
 # 1
 fd = os.open(path, os.O_RDONLY)
 m = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ)
@@ -114,9 +121,7 @@ m.close()
 os.close(fd)
 
 # 5
-held = os.path.join(root, "held")
-with open(held, "wb") as f:
-    f.write(b"." * 4096)
+held = one_page_file("held")
 r1, w1 = os.pipe()
 r2, w2 = os.pipe()
 pid = os.fork()
@@ -138,9 +143,7 @@ m.close()
 os.close(fd)
 
 # 7
-grow = os.path.join(root, "grow")
-with open(grow, "wb") as f:
-    f.write(b"." * 4096)
+grow = one_page_file("grow")
 r1, w1 = os.pipe()
 r2, w2 = os.pipe()
 pid = os.fork()
