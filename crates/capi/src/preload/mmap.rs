@@ -666,8 +666,9 @@ pub fn written_ino(p: &Preload, ino: InodeNo, range: Option<(u64, u64)>) {
 /// of unknown extent: a truncate, an allocation) may have grown it: the
 /// kernel is told the size through the file's last byte, so that another
 /// process's mapping past the old end reads the new bytes instead of
-/// raising SIGBUS. A file that shrank keeps the kernel's larger size until
-/// its attributes are next read (bytes past the end read as zeros there).
+/// raising SIGBUS. A file that shrank needs nothing more: its pages were
+/// dropped, and the short read of the next access tells the kernel the
+/// smaller size (an access past the new end raises SIGBUS, as on Linux).
 fn tell_size(p: &Preload, kf: &ferrite_fuse::KernelFiles, ino: InodeNo, range: Option<(u64, u64)>) {
     let Ok(size) = p.session.getattr(ino).map(|a| a.size) else { return };
     if size == 0 || range.is_some_and(|(off, len)| off.saturating_add(len) < size) {

@@ -16,6 +16,8 @@
 #     grows the file with pwrite: the child's mapping shows the new bytes
 #     (the kernel's idea of the size must follow, or the child's access
 #     past the old end raises SIGBUS).
+#  8. A child maps a two-page file; the owner truncates it to one page:
+#     the child's access past the new end raises SIGBUS, as on Linux.
 #  6. LMDB: the owner keeps its environment open while a child opens the
 #     same environment, commits, and closes; the owner then reads the
 #     child's rows and commits on top, five times; in the default mode
@@ -178,6 +180,34 @@ if os.WIFSIGNALED(status):
     print("7 child's mapping of the grown file: signal", os.WTERMSIG(status))
 else:
     print("7 child's mapping of the grown file followed", os.WEXITSTATUS(status) == 0)
+
+# 8
+shrink = os.path.join(root, "shrink")
+with open(shrink, "wb") as f:
+    f.write(b"." * 8192)
+r1, w1 = os.pipe()
+r2, w2 = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        k = os.open(shrink, os.O_RDONLY)
+        cm = mmap.mmap(k, 8192, mmap.MAP_SHARED, mmap.PROT_READ)
+        before = cm[4096:4101]
+        os.write(w1, b"mapped")
+        os.read(r2, 1)
+        after = cm[4096:4101]
+        os._exit(0 if (before, after) == (b".....", b"\0" * 5) else 1)
+    finally:
+        os._exit(2)
+os.close(w1)
+os.read(r1, 6)
+os.truncate(shrink, 4096)
+os.write(w2, b"x")
+_, status = os.waitpid(pid, 0)
+if os.WIFSIGNALED(status):
+    print("8 child's mapping past the new end: signal", os.WTERMSIG(status))
+else:
+    print("8 child's mapping past the new end read zeros", os.WEXITSTATUS(status) == 0)
 
 # 6
 try:
