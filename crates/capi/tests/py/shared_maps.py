@@ -144,40 +144,68 @@ print("5 child read the owner's synced stores", os.WEXITSTATUS(status) == 0)
 m.close()
 os.close(fd)
 
+def child_maps_owner_changes(child_reads, owner_changes):
+    """Fork a child that maps a file and reads it before and after the
+    owner changes the file (`child_reads` gets the function that waits for
+    the change and returns whether what it read was right); returns the
+    child's wait status."""
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+
+            def handshake():
+                os.write(w1, b"mapped")
+                os.read(r2, 1)
+
+            os._exit(0 if child_reads(handshake) else 1)
+        finally:
+            os._exit(2)
+    os.close(w1)
+    os.read(r1, 6)
+    owner_changes()
+    os.write(w2, b"x")
+    _, status = os.waitpid(pid, 0)
+    return status
+
+
+def signal_or(status):
+    """The child's fate: the signal that killed it, or None."""
+    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+
+
 # 7
 grow = one_page_file("grow")
-r1, w1 = os.pipe()
-r2, w2 = os.pipe()
-pid = os.fork()
-if pid == 0:
-    try:
-        # Python's mmap refuses a length past the end of the file; libc's
-        # does not (through the library's hook, in the library's runs).
-        import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-        k = os.open(grow, os.O_RDONLY)
-        at = libc.mmap(None, 3 * 4096, mmap.PROT_READ, mmap.MAP_SHARED, k, 0)
-        before = ctypes.string_at(at, 5)
-        os.write(w1, b"mapped")
-        os.read(r2, 1)
-        after = (ctypes.string_at(at + 4096, 5), ctypes.string_at(at + 8192, 5))
-        os._exit(0 if (before, after) == (b".....", (b"grown", b"grown")) else 1)
-    finally:
-        os._exit(2)
-os.close(w1)
-os.read(r1, 6)
-k = os.open(grow, os.O_WRONLY)
-more = bytearray(b"." * 8192)
-more[0:5] = more[4096:4101] = b"grown"
-os.pwrite(k, bytes(more), 4096)
-os.close(k)
-os.write(w2, b"x")
-_, status = os.waitpid(pid, 0)
-if os.WIFSIGNALED(status):
-    print("7 child's mapping of the grown file: signal", os.WTERMSIG(status))
+
+def read_grown(handshake):
+    # Python's mmap refuses a length past the end of the file; libc's
+    # does not (through the library's hook, in the library's runs).
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    k = os.open(grow, os.O_RDONLY)
+    at = libc.mmap(None, 3 * 4096, mmap.PROT_READ, mmap.MAP_SHARED, k, 0)
+    before = ctypes.string_at(at, 5)
+    handshake()
+    after = (ctypes.string_at(at + 4096, 5), ctypes.string_at(at + 8192, 5))
+    return (before, after) == (b".....", (b"grown", b"grown"))
+
+
+def grow_it():
+    k = os.open(grow, os.O_WRONLY)
+    more = bytearray(b"." * 8192)
+    more[0:5] = more[4096:4101] = b"grown"
+    os.pwrite(k, bytes(more), 4096)
+    os.close(k)
+
+
+status = child_maps_owner_changes(read_grown, grow_it)
+if signal_or(status) is not None:
+    print("7 child's mapping of the grown file: signal", signal_or(status))
 else:
     print("7 child's mapping of the grown file followed", os.WEXITSTATUS(status) == 0)
 
@@ -185,27 +213,19 @@ else:
 shrink = os.path.join(root, "shrink")
 with open(shrink, "wb") as f:
     f.write(b"." * 8192)
-r1, w1 = os.pipe()
-r2, w2 = os.pipe()
-pid = os.fork()
-if pid == 0:
-    try:
-        k = os.open(shrink, os.O_RDONLY)
-        cm = mmap.mmap(k, 8192, mmap.MAP_SHARED, mmap.PROT_READ)
-        before = cm[4096:4101]
-        os.write(w1, b"mapped")
-        os.read(r2, 1)
-        after = cm[4096:4101]
-        os._exit(0 if (before, after) == (b".....", b"\0" * 5) else 1)
-    finally:
-        os._exit(2)
-os.close(w1)
-os.read(r1, 6)
-os.truncate(shrink, 4096)
-os.write(w2, b"x")
-_, status = os.waitpid(pid, 0)
-if os.WIFSIGNALED(status):
-    print("8 child's mapping past the new end: signal", os.WTERMSIG(status))
+
+
+def read_shrunk(handshake):
+    k = os.open(shrink, os.O_RDONLY)
+    cm = mmap.mmap(k, 8192, mmap.MAP_SHARED, mmap.PROT_READ)
+    before = cm[4096:4101]
+    handshake()
+    return (before, cm[4096:4101]) == (b".....", b"\0" * 5)
+
+
+status = child_maps_owner_changes(read_shrunk, lambda: os.truncate(shrink, 4096))
+if signal_or(status) is not None:
+    print("8 child's mapping past the new end: signal", signal_or(status))
 else:
     print("8 child's mapping past the new end read zeros", os.WEXITSTATUS(status) == 0)
 
