@@ -120,7 +120,7 @@ pub fn fill_statvfs(s: &StatFs, out: &mut libc::statvfs64) {
     out.f_frsize = s.block_size as _;
     out.f_blocks = s.blocks;
     out.f_bfree = s.blocks_free;
-    out.f_bavail = s.blocks_free;
+    out.f_bavail = s.blocks_avail;
     out.f_files = s.files;
     out.f_ffree = s.files_free;
     out.f_favail = s.files_free;
@@ -140,7 +140,7 @@ pub fn fill_statfs(s: &StatFs, out: &mut libc::statfs64) {
     out.f_frsize = s.block_size as _;
     out.f_blocks = s.blocks;
     out.f_bfree = s.blocks_free;
-    out.f_bavail = s.blocks_free;
+    out.f_bavail = s.blocks_avail;
     out.f_files = s.files;
     out.f_ffree = s.files_free;
     out.f_namelen = s.name_max as _;

@@ -193,12 +193,14 @@ pub fn build_start(kind: StartKind, geo: Geometry) -> Result<Start, String> {
     Ok(Start { kind, geometry: geo, image: Arc::new(image), model: pair.model.snapshot(), layout })
 }
 
-/// Pages left free in the nearly-full image, and the fewest inodes the
-/// fill leaves (it stops on whichever runs out first; pages do here).
+/// Pages left available to ordinary changes in the nearly-full image
+/// (besides the removal reserve, which only removals may take), and the
+/// fewest inodes the fill leaves (it stops on whichever runs out first;
+/// pages do here).
 pub const FULL_FREE_PAGES: u64 = 2;
 pub const FULL_FREE_INODES: u64 = 3;
 
-/// Fill the pool under /F until FULL_FREE_PAGES pages are left (or no more
+/// Fill the pool under /F until FULL_FREE_PAGES pages are available (or no more
 /// than FULL_FREE_INODES inodes), both sides getting exactly the same
 /// calls: files of ten pages while there is room, then of one, then one
 /// last file sized to leave exactly FULL_FREE_PAGES. (Empty files would
@@ -220,7 +222,7 @@ fn fill(pair: &mut Pair) -> Result<(), String> {
     run(pair, Call::Mkdir { path: b"/F".to_vec(), perm: 0o755 }, &mut slots)?;
     let mut n = 0;
     loop {
-        let free = pair.engine.free_pages();
+        let free = pair.engine.available_pages();
         // Each file costs its data pages and one log page; /F's log may
         // need one more.
         let chunk = if free > 24 { 10 } else { 1 };
@@ -238,7 +240,7 @@ fn fill(pair: &mut Pair) -> Result<(), String> {
     }
     // Trim pages down to the target with one last file: its data pages
     // and its one log page (/F's log has room: its names are one unit).
-    let free = pair.engine.free_pages();
+    let free = pair.engine.available_pages();
     if free > FULL_FREE_PAGES + 1 && pair.engine.free_inodes() > 1 {
         let pages = free - FULL_FREE_PAGES - 1;
         run(

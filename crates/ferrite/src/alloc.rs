@@ -46,6 +46,49 @@ thread_local! {
 }
 static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
 
+thread_local! {
+    /// Set while the calling thread runs an operation that releases space
+    /// (`removal_scope`): its allocations may take the removal reserve.
+    static MAY_TAKE_RESERVE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Pages each lane keeps back from ordinary allocations, at most: a full
+/// pool must still give an unlink, rmdir or shrinking truncate the log page
+/// its entry may need, or nothing could ever be deleted from it (each such
+/// operation needs one page at most, and gives back at least as many as it
+/// took once it has freed what it removed, except the removal of a name
+/// whose inode stays: another link, or an open descriptor).
+const REMOVAL_RESERVE_PER_LANE_MAX: u64 = 16;
+
+/// The removal reserve of one lane for a data region of `data_pages` pages
+/// in `lanes` lanes: 1/64 of the lane's pages, at least one page and at
+/// most `REMOVAL_RESERVE_PER_LANE_MAX` (a 2 GiB pool with 8 lanes keeps
+/// 512 KiB back in all; a test pool of 512 pages, 8 pages).
+pub fn removal_reserve_per_lane(data_pages: u64, lanes: usize) -> u64 {
+    (data_pages / (64 * lanes as u64)).clamp(1, REMOVAL_RESERVE_PER_LANE_MAX)
+}
+
+/// While alive, the calling thread's page allocations may take the removal
+/// reserve (see `REMOVAL_RESERVE_PER_LANE_MAX`). Held by the operations
+/// that release space, for their whole commit: the allocation happens deep
+/// in log staging, where which operation asked is not known. Scopes nest;
+/// dropping one restores what it found.
+pub struct RemovalScope {
+    outer: bool,
+}
+
+/// Let the calling thread's allocations take the removal reserve until the
+/// returned scope is dropped.
+pub fn removal_scope() -> RemovalScope {
+    RemovalScope { outer: MAY_TAKE_RESERVE.with(|m| m.replace(true)) }
+}
+
+impl Drop for RemovalScope {
+    fn drop(&mut self) {
+        MAY_TAKE_RESERVE.with(|m| m.set(self.outer));
+    }
+}
+
 /// The lane of the calling thread, assigned round-robin at its first use.
 pub fn thread_lane(lanes: usize) -> usize {
     LANE.with(|l| match l.get() {
@@ -221,6 +264,9 @@ pub struct PageAllocator {
     /// buffered mount's queue holds pages that become free when it is
     /// persisted. Returns whether trying again may succeed.
     reclaim: std::sync::OnceLock<Reclaim>,
+    /// Pages of each lane that only a thread inside a `removal_scope` may
+    /// take (`removal_reserve_per_lane`).
+    reserve_per_lane: u64,
 }
 
 /// The pin word of one page: how many views hold it (low 31 bits), and
@@ -274,7 +320,19 @@ impl PageAllocator {
             span,
             pins: PinTable::new(data),
             reclaim: std::sync::OnceLock::new(),
+            reserve_per_lane: removal_reserve_per_lane(data, lane_count),
         }
+    }
+
+    /// Pages kept back for removals in all lanes together.
+    pub fn removal_reserve(&self) -> u64 {
+        self.reserve_per_lane * self.lanes.len() as u64
+    }
+
+    /// Free pages an ordinary allocation may take (statfs's available
+    /// blocks): each lane's free pages beyond its removal reserve.
+    pub fn available_pages(&self) -> u64 {
+        self.lanes.iter().map(|l| l.lock().free_pages.saturating_sub(self.reserve_per_lane)).sum()
     }
 
     fn lane_of(&self, page: u64) -> usize {
@@ -510,11 +568,14 @@ impl PageAllocator {
         assert!(count > 0);
         let mut out = Runs::new();
         let home = thread_lane(self.lanes.len());
+        // What each lane keeps back from this allocation: its removal
+        // reserve, unless the thread is removing something.
+        let keep = if MAY_TAKE_RESERVE.with(Cell::get) { 0 } else { self.reserve_per_lane };
         {
             // The common case: the calling thread's own lane has room.
             // Only its lock is taken, nothing shared with other lanes.
             let mut lane = self.lanes[home].lock();
-            if lane.free_pages >= count {
+            if lane.free_pages >= count + keep {
                 let got = lane.take(count, &mut out);
                 assert_eq!(got, count, "lane {home} lost pages");
             }
@@ -526,13 +587,16 @@ impl PageAllocator {
             // All or nothing: ENOSPC leaves every list unchanged.
             let mut lanes: SmallVec<[parking_lot::MutexGuard<'_, FreeList>; 8]> =
                 self.lanes.iter().map(|l| l.lock()).collect();
-            if lanes.iter().map(|l| l.free_pages).sum::<u64>() < count {
+            let available = |l: &FreeList| l.free_pages.saturating_sub(keep);
+            if lanes.iter().map(|l| available(l)).sum::<u64>() < count {
                 return Err(Errno::ENOSPC);
             }
-            let mut got = lanes[home].take(count, &mut out);
+            let home_available = available(&lanes[home]);
+            let mut got = lanes[home].take(count.min(home_available), &mut out);
             while got < count {
-                let fullest = (0..lanes.len()).max_by_key(|&i| lanes[i].free_pages).expect("at least one lane");
-                let took = lanes[fullest].take(count - got, &mut out);
+                let fullest = (0..lanes.len()).max_by_key(|&i| available(&lanes[i])).expect("at least one lane");
+                let fullest_available = available(&lanes[fullest]);
+                let took = lanes[fullest].take((count - got).min(fullest_available), &mut out);
                 assert!(took > 0, "allocator accounting lost pages");
                 got += took;
             }
@@ -543,9 +607,11 @@ impl PageAllocator {
             // allocation: 8 locks, 15 % of a 4 KiB append (BENCHMARKS.md,
             // issue 14, "Seventh pass"). Pages keep their partition: the
             // free path returns each to the lane that owns its address.
-            let donor = (0..lanes.len()).filter(|&i| i != home).max_by_key(|&i| lanes[i].free_pages);
+            // The donor keeps its removal reserve whoever allocates.
+            let spare_of = |l: &FreeList| l.free_pages.saturating_sub(self.reserve_per_lane) / 2;
+            let donor = (0..lanes.len()).filter(|&i| i != home).max_by_key(|&i| spare_of(&lanes[i]));
             if let Some(donor) = donor {
-                let spare = (lanes[donor].free_pages / 2).min(REFILL_PAGES_MAX);
+                let spare = spare_of(&lanes[donor]).min(REFILL_PAGES_MAX);
                 if spare > 0 {
                     let mut moved = Runs::new();
                     let took = lanes[donor].take(spare, &mut moved);
@@ -671,6 +737,7 @@ mod tests {
         let a = PageAllocator::new(3, PageNo(10), 110);
         a.init_free(PageNo(10), 100);
         assert_eq!(a.free_pages(), 100);
+        let _removal = removal_scope();
         let runs = a.alloc(100).unwrap();
         assert_eq!(runs.iter().map(|r| r.1 as u64).sum::<u64>(), 100);
         assert_eq!(a.alloc(1), Err(Errno::ENOSPC));
@@ -679,6 +746,52 @@ mod tests {
         }
         assert_eq!(a.free_extents().iter().map(|e| e.1).sum::<u64>(), 100);
         assert!(a.free_extents().len() <= 3, "extents merge within each lane");
+    }
+
+    /// Ordinary allocations leave each lane's removal reserve alone, in
+    /// the one-lane path and in the all-lanes path alike; a thread inside a
+    /// removal scope takes it, from any lane; scopes nest; and a lane
+    /// refilled from another never takes the donor's reserve.
+    #[test]
+    fn the_removal_reserve_is_for_removals_only() {
+        let total = 4096u64;
+        let a = PageAllocator::new(4, PageNo(8), 8 + total);
+        a.init_free(PageNo(8), total);
+        let keep = a.reserve_per_lane;
+        assert_eq!(keep, 16);
+        assert_eq!(a.removal_reserve(), 64);
+        let mut held: Vec<(PageNo, u32)> = Vec::new();
+        // Page by page, crossing lanes through the refill path.
+        while let Ok(runs) = a.alloc(1) {
+            held.extend(runs);
+        }
+        assert_eq!(a.free_pages(), a.removal_reserve(), "ordinary allocations stop at the reserve");
+        assert_eq!(a.available_pages(), 0);
+        for lane in &a.lanes {
+            assert_eq!(lane.lock().free_pages, keep, "every lane keeps its own reserve");
+        }
+        assert_eq!(a.alloc(1), Err(Errno::ENOSPC));
+        {
+            let _outer = removal_scope();
+            {
+                let _inner = removal_scope();
+                held.extend(a.alloc(keep + 1).unwrap());
+            }
+            // The inner scope's end left the outer one in force.
+            held.extend(a.alloc(2 * keep).unwrap());
+        }
+        assert_eq!(a.alloc(1), Err(Errno::ENOSPC), "the scope's end ends the permission");
+        assert_eq!(a.free_pages(), keep - 1);
+        {
+            let _removal = removal_scope();
+            held.extend(a.alloc(keep - 1).unwrap());
+            assert_eq!(a.alloc(1), Err(Errno::ENOSPC), "a removal still fails on an empty pool");
+        }
+        assert_eq!(held.iter().map(|r| r.1 as u64).sum::<u64>(), total);
+        for (p, n) in held {
+            a.free(p, n as u64);
+        }
+        assert_eq!(a.free_pages(), total);
     }
 
     /// Threads on their own lanes (and, once those run dry, stealing from
@@ -749,13 +862,15 @@ mod tests {
         let home = thread_lane(4);
         let own = a.lanes[home].lock().free_pages;
         assert_eq!(own, 1024);
+        // Inside a removal scope, so that the home lane can be emptied.
+        let _removal = removal_scope();
         let mut held: Vec<(PageNo, u32)> = a.alloc(own).unwrap().into_vec();
         assert_eq!(a.lanes[home].lock().free_pages, 0);
         held.extend(a.alloc(1).unwrap());
         let refilled = a.lanes[home].lock().free_pages;
         // The page asked for came from one full lane; half of another
-        // full lane (now the fullest) moved home.
-        assert_eq!(refilled, 1024 / 2, "half the fullest lane moved");
+        // full lane (now the fullest) moved home, less its reserve.
+        assert_eq!(refilled, (1024 - a.reserve_per_lane) / 2, "half the fullest lane moved");
         held.extend(a.alloc(refilled).unwrap());
         assert_eq!(a.lanes[home].lock().free_pages, 0, "served by the refilled home lane");
         assert_eq!(a.free_pages() + held.iter().map(|r| r.1 as u64).sum::<u64>(), total);
@@ -778,6 +893,7 @@ mod tests {
     fn free_many_frees_runs() {
         let a = PageAllocator::new(1, PageNo(10), 1010);
         a.init_free(PageNo(10), 1000);
+        let _removal = removal_scope();
         let got: Vec<u64> = a.alloc(1000).unwrap().iter().flat_map(|&(s, n)| s.0..s.0 + n as u64).collect();
         assert_eq!(got.len(), 1000);
         // Two runs, 100..=199 and 500..=509, given back shuffled.

@@ -114,6 +114,10 @@ impl Ferrite {
     /// The one setattr commit: `set`, and the removal of the file's
     /// capabilities when `remove_capability`.
     fn setattr_commit(&self, inode: &Inode, d: &mut InodeData, set: &SetAttr, remove_capability: bool) -> FsResult<()> {
+        // A truncate that does not grow the file releases its pages, so it
+        // may take the removal reserve (docs/DESIGN.md, "Space for
+        // removals"): `> file` frees space on a full pool.
+        let _removal = set.size.is_some_and(|s| s <= d.attrs.size).then(crate::alloc::removal_scope);
         if set.perm.is_some_and(|p| p & 0o6000 != 0) {
             inode.nosec.store(false, Ordering::Release);
         }

@@ -266,6 +266,9 @@ impl Ferrite {
         if is_dot(name) {
             return Err(Errno::EISDIR);
         }
+        // A removal may take the last pages of a full pool for the
+        // parent's log (docs/DESIGN.md, "Space for removals").
+        let _removal = crate::alloc::removal_scope();
         let mut known = known;
         loop {
             let child: std::borrow::Cow<'_, Arc<Inode>> = match known.take() {

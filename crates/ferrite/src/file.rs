@@ -272,7 +272,16 @@ impl Ferrite {
             let mut d = inode.write_contended();
             return self.write_locked(inode, &mut d, offset, data);
         }
-        let runs = self.pages.alloc(data.len() as u64 / PAGE_SIZE)?;
+        let runs = match self.pages.alloc(data.len() as u64 / PAGE_SIZE) {
+            Ok(runs) => runs,
+            // Whether the write may borrow the removal reserve (it only
+            // replaces pages) is known under the lock only.
+            Err(Errno::ENOSPC) => {
+                let mut d = inode.write_contended();
+                return self.write_locked(inode, &mut d, offset, data);
+            }
+            Err(e) => return Err(e),
+        };
         WRITE_PRECOPIES.fetch_add(1, Ordering::Relaxed);
         let fresh = flatten(&runs);
         if forced {
@@ -338,11 +347,14 @@ impl Ferrite {
         let (fold_bytes, fold_count) = Self::fold_limits(inode);
         // Plan each page.
         let mut plan: SmallVec<[(u64, usize, usize, PieceAction); 4]> = SmallVec::new();
+        // Does every piece copy a page the file has (see below)?
+        let mut copies_mapped_only = true;
         for p in first..=last {
             let page_start = p << PAGE_SHIFT;
             let lo = (offset.max(page_start) - page_start) as usize;
             let hi = (end.min(page_start + PAGE_SIZE) - page_start) as usize;
-            let action = match d.pages().get(&p) {
+            let mapped = d.pages().get(&p);
+            let action = match mapped {
                 // A page a view holds is never changed in place: the view
                 // must keep showing the bytes of its moment.
                 Some(r)
@@ -365,10 +377,22 @@ impl Ferrite {
                 }
                 _ => PieceAction::Cow,
             };
+            copies_mapped_only &= mapped.is_some() && action == PieceAction::Cow;
             plan.push((p, lo, hi, action));
         }
         let cow_count = plan.iter().filter(|x| x.3 == PieceAction::Cow).count() as u64;
         let in_place = plan.iter().any(|x| matches!(x.3, PieceAction::InPlace(_)));
+        // A strict or buffered write that only copies pages the file has
+        // gives as many pages back as it takes once it commits, so it may
+        // borrow the removal reserve: a program can then still roll back
+        // on a full pool (SQLite writes its journal's pages back over the
+        // database), as it can where writes overwrite in place. An
+        // fsync-atomic file keeps its epoch's pages until its next commit
+        // point, so it may not (docs/DESIGN.md, "Space for removals").
+        let replaces_only = copies_mapped_only
+            && d.pending.is_none()
+            && (d.attrs.mode != crate::types::FileMode::FsyncAtomic || self.buffered.is_some());
+        let _removal = replaces_only.then(crate::alloc::removal_scope);
         let runs = if cow_count > 0 { self.pages.alloc(cow_count)? } else { crate::alloc::Runs::new() };
         if in_place {
             // Writes in place log nothing, so the commit point will append
@@ -569,6 +593,10 @@ impl Ferrite {
         if offset >= size {
             return Ok(());
         }
+        // Punching releases pages: it may take the removal reserve for its
+        // edge pages and its log entries (docs/DESIGN.md, "Space for
+        // removals").
+        let _removal = crate::alloc::removal_scope();
         let end = end.min(size);
         let now = self.now_ns();
         // Whole pages: [full_first, full_end). Edge pages are partly inside.

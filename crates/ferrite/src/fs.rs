@@ -334,6 +334,18 @@ impl Ferrite {
         self.pages.free_pages()
     }
 
+    /// Pages kept back for operations that release space (docs/DESIGN.md,
+    /// "Space for removals").
+    pub fn removal_reserve_pages(&self) -> u64 {
+        self.pages.removal_reserve()
+    }
+
+    /// Free pages beyond the removal reserve: what ordinary changes may
+    /// take (statfs's available blocks).
+    pub fn available_pages(&self) -> u64 {
+        self.pages.available_pages()
+    }
+
     pub fn free_inodes(&self) -> u64 {
         self.inodes_free.free_count()
     }
@@ -471,10 +483,12 @@ impl Ferrite {
 
     pub fn fs_stats(&self) -> StatFs {
         let l = self.media.layout;
+        let free = self.pages.free_pages();
         StatFs {
             block_size: PAGE_SIZE as u32,
             blocks: l.total_pages,
-            blocks_free: self.pages.free_pages(),
+            blocks_free: free,
+            blocks_avail: self.pages.available_pages(),
             files: l.inode_count - 1,
             files_free: self.inodes_free.free_count(),
             name_max: limits::NAME_MAX as u32,

@@ -357,6 +357,10 @@ pub struct StatFs {
     pub block_size: u32,
     pub blocks: u64,
     pub blocks_free: u64,
+    /// Free blocks an ordinary change may take: the free blocks less the
+    /// reserve kept for removals (docs/DESIGN.md, "Space for removals"),
+    /// as ext4 reports its root-reserved blocks free but not available.
+    pub blocks_avail: u64,
     pub files: u64,
     pub files_free: u64,
     pub name_max: u32,

@@ -88,6 +88,9 @@ impl Ferrite {
             // A file always has a mode; set "strict" instead.
             return Err(Errno::EINVAL);
         }
+        // Removing releases log space once compacted; its own entry may
+        // take the removal reserve (docs/DESIGN.md, "Space for removals").
+        let _removal = crate::alloc::removal_scope();
         self.change_xattr(ino, name, None, XattrSetMode::Replace)
     }
 

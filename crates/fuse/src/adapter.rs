@@ -1566,7 +1566,7 @@ impl Filesystem for FerriteFuse {
             reply.statfs(
                 s.blocks,
                 s.blocks_free,
-                s.blocks_free,
+                s.blocks_avail,
                 s.files,
                 s.files_free,
                 s.block_size,

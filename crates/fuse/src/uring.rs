@@ -495,7 +495,7 @@ impl Server<'_> {
             op::STATFS => {
                 let s = c.statfs();
                 let mut o = Out::new(payload);
-                for v in [s.blocks, s.blocks_free, s.blocks_free, s.files, s.files_free] {
+                for v in [s.blocks, s.blocks_free, s.blocks_avail, s.files, s.files_free] {
                     o.u64(v);
                 }
                 for v in [s.block_size, s.name_max, s.block_size, 0, 0, 0, 0, 0, 0, 0] {

@@ -619,3 +619,100 @@ fn copy_file_range_inside_the_pool() {
     m.unmount();
     pool.fsck_clean();
 }
+
+/// A mount filled until nothing more fits shows no space available, and
+/// the programs a user reaches for then free it: `truncate` of a file and
+/// `rm -rf` of the whole tree succeed, though each removal may need a log
+/// page (the engine's removal reserve, docs/DESIGN.md, "Space for
+/// removals"). Before the reserve, every unlink on a full pool failed with
+/// ENOSPC, and nothing could ever be deleted from it.
+#[test]
+fn a_full_mount_is_emptied_by_truncate_and_rm_rf() {
+    if !fuse_usable() {
+        return;
+    }
+    let pool = Pool::new("full");
+    let m = Mount::new(&pool, "size=8M");
+    let top = m.path("tree");
+    fs::create_dir(&top).unwrap();
+    let empty = top.join("empty");
+    fs::File::create(&empty).unwrap();
+    let chunk = vec![0xa5u8; 64 * 1024];
+    let mut written = 0;
+    'fill: for d in 0.. {
+        let dir = top.join(format!("d{d}"));
+        if let Err(e) = fs::create_dir(&dir) {
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "mkdir: {e}");
+            break;
+        }
+        for f in 0..16 {
+            match fs::write(dir.join(format!("f{f}")), &chunk) {
+                Ok(()) => written += 1,
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "write: {e}");
+                    break 'fill;
+                }
+            }
+        }
+    }
+    assert!(written > 20, "only {written} files fitted");
+    // Then empty files, until not even a name fits (or the inodes run
+    // out), and pages appended to the last, until not one more fits.
+    let mut last = top.join("d0/f0");
+    for i in 0.. {
+        let name = top.join(format!("e{i}"));
+        if let Err(e) = fs::File::create(&name) {
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "create: {e}");
+            break;
+        }
+        last = name;
+    }
+    let mut f = fs::OpenOptions::new().append(true).open(&last).unwrap();
+    let err = loop {
+        if let Err(e) = f.write_all(&chunk[..4096]) {
+            break e;
+        }
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "append: {err}");
+    drop(f);
+    // A new file's first page needs a log page too: fill the last pages
+    // through the files that have a log already, a page at a time.
+    for d in 0.. {
+        let dir = top.join(format!("d{d}"));
+        if !dir.exists() {
+            break;
+        }
+        for entry in fs::read_dir(&dir).unwrap() {
+            let mut f = fs::OpenOptions::new().append(true).open(entry.unwrap().path()).unwrap();
+            while f.write_all(&chunk[..4096]).is_ok() {}
+        }
+    }
+    assert_eq!(nix_statvfs(&m.dir).f_bavail, 0, "statvfs shows the mount full");
+    // Attributes with empty values on `tree` until not one more fits in its
+    // log's tail page: removing a name from it then needs a fresh page.
+    // (Each name its own, so that none is dead and collected meanwhile.)
+    let mut set = 0;
+    loop {
+        let name = CString::new(format!("user.a{set}")).unwrap();
+        // SAFETY: both strings are NUL-terminated; an empty value with size 0.
+        let r = unsafe { libc::setxattr(c(&top).as_ptr(), name.as_ptr(), std::ptr::null(), 0, 0) };
+        if r != 0 {
+            assert_eq!(errno(), libc::ENOSPC);
+            break;
+        }
+        set += 1;
+    }
+    assert!(set > 0);
+    fs::remove_file(&empty).expect("unlink on a full mount");
+    let victim = top.join("d0/f0");
+    let out = std::process::Command::new("truncate").arg("-s").arg("100").arg(&victim).output().unwrap();
+    assert!(out.status.success(), "truncate on a full mount: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fs::metadata(&victim).unwrap().len(), 100);
+    let out = std::process::Command::new("rm").arg("-rf").arg(&top).output().unwrap();
+    assert!(out.status.success(), "rm -rf on a full mount: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(!top.exists());
+    let st = nix_statvfs(&m.dir);
+    assert!(st.f_bavail * 2 > st.f_blocks, "space came back: {} of {} blocks available", st.f_bavail, st.f_blocks);
+    m.unmount();
+    pool.fsck_clean();
+}

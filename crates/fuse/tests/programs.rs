@@ -391,3 +391,41 @@ fn calls_c_matches_tmpfs() {
     m.unmount();
     pool.fsck_clean();
 }
+
+/// SQLite filling the file system, on a 16 MiB mount and on a 16 MiB
+/// tmpfs: a database grown to half the space, then a VACUUM that cannot
+/// fit fails with "database or disk is full" and rolls back (SQLite writes
+/// its journal's pages back over the database, then deletes the journal),
+/// so the database is intact, usable and alone in its directory, as on
+/// tmpfs. On a pool that copies on write the rollback's overwrites need
+/// pages: they borrow the removal reserve, and the journal's deletion takes
+/// it (docs/DESIGN.md, "Space for removals"); before that, the failed
+/// VACUUM left a 7 MB hot journal that every later statement had to roll
+/// back first, and failed to: "database or disk is full" forever.
+#[test]
+fn sqlite_rolls_back_on_a_full_mount_as_on_tmpfs() {
+    if !fuse_usable() || !tool("sqlite3", "apt-get install -y sqlite3") {
+        return;
+    }
+    let script = r#"
+        sqlite3 t.db "CREATE TABLE t(x); INSERT INTO t VALUES (randomblob(1000));"
+        for i in $(seq 1 13); do sqlite3 t.db "INSERT INTO t SELECT randomblob(1000) FROM t;"; done
+        echo "vacuum: $(sqlite3 t.db 'VACUUM;' 2>&1 | sed 's/^Error: [a-z]*, //')"
+        sqlite3 t.db "PRAGMA integrity_check; SELECT count(*) FROM t;"
+        sqlite3 t.db "DELETE FROM t WHERE rowid > 6144; PRAGMA integrity_check; SELECT count(*) FROM t;"
+        ls
+    "#;
+    let reference = TempDir::new("sqlite-full-tmpfs");
+    let target = reference.0.to_str().unwrap();
+    sh(Path::new("/"), &format!("mount -t tmpfs -o size=16M ferrite-test-tmpfs {target}"));
+    let expect = std::panic::catch_unwind(|| sh(&reference.0, script));
+    sh(Path::new("/"), &format!("umount {target}"));
+    let expect = expect.expect("the script on tmpfs");
+    assert!(expect.contains("vacuum: database or disk is full"), "tmpfs had room for the VACUUM:\n{expect}");
+    let pool = Pool::new("sqlite-full");
+    let m = Mount::new(&pool, "size=16M");
+    let got = sh(&m.dir, script);
+    assert_eq!(got, expect, "sqlite3 on a full mount against a full tmpfs");
+    m.unmount();
+    pool.fsck_clean();
+}

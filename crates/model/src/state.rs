@@ -1925,6 +1925,7 @@ impl ModelState {
             block_size: PAGE as u32,
             blocks: self.total_pages,
             blocks_free: self.free_pages(),
+            blocks_avail: self.free_pages(),
             files: self.total_inodes,
             files_free: self.free_inodes(),
             name_max: NAME_MAX as u32,

@@ -1,8 +1,12 @@
 //! Proves that running out of space is an orderly error: ENOSPC leaves the
 //! file system consistent (fsck clean, every earlier byte intact), and
-//! freeing space makes it writable again — for data pages and for inodes.
+//! freeing space makes it writable again — for data pages and for inodes;
+//! and that a pool filled until nothing more fits can always be emptied:
+//! every unlink, rmdir, shrinking truncate, hole punch and xattr removal
+//! succeeds, though each may need a log page (the removal reserve), in
+//! strict and buffered mounts.
 
-use ferrite::{Errno, FormatOptions, MountOptions, OpenFlags, PathFs, Session};
+use ferrite::{BufferedOptions, Errno, FallocateMode, FormatOptions, MountOptions, OpenFlags, PathFs, Session};
 use ferrite_pmem::Pmem;
 
 fn fsck_clean(fs: &Session) {
@@ -78,4 +82,186 @@ fn inodes_run_out_and_come_back() {
     fs.mkdir(b"/again", 0o755).unwrap();
     assert_eq!(fs.open(b"/nope", OpenFlags::WRONLY.create(), 0o644), Err(Errno::ENOSPC));
     fsck_clean(&fs);
+}
+
+/// Fill `fs` until nothing more fits: files of whole pages, then single
+/// bytes, empty files and directories, until a one-page write, a byte, a
+/// create in the root and a mkdir in `/d` all fail with ENOSPC (so the
+/// root's log and `/d`'s have no room left in their tail pages). `round`
+/// keeps the names of each fill apart. Adds the files and directories made
+/// to `files` and `dirs`.
+fn fill_to_the_brim(fs: &Session, round: usize, files: &mut Vec<String>, dirs: &mut Vec<String>) {
+    let page = vec![0x5au8; 4096];
+    if round == 0 {
+        for d in ["/d", "/d/e"] {
+            fs.mkdir(d.as_bytes(), 0o755).unwrap();
+            dirs.push(d.to_string());
+        }
+    }
+    // Data files of up to eight pages.
+    for i in 0.. {
+        let name = format!("/d/e/data{round}.{i}");
+        let Ok(fd) = fs.open(name.as_bytes(), OpenFlags::WRONLY.create(), 0o644) else { break };
+        files.push(name);
+        let mut full = false;
+        for k in 0..8 {
+            if let Err(e) = fs.pwrite(fd, &page, k * 4096) {
+                assert_eq!(e, Errno::ENOSPC);
+                full = true;
+                break;
+            }
+        }
+        fs.close(fd).unwrap();
+        if full {
+            break;
+        }
+    }
+    // Then whatever still fits: bytes, empty files, directories.
+    for i in 0.. {
+        let mut progress = false;
+        let name = format!("/small{round}.{i}");
+        if let Ok(fd) = fs.open(name.as_bytes(), OpenFlags::WRONLY.create(), 0o644) {
+            files.push(name);
+            progress = true;
+            let _ = fs.pwrite(fd, b"x", 0);
+            fs.close(fd).unwrap();
+        }
+        let dir = format!("/d/sub{round}.{i}");
+        if fs.mkdir(dir.as_bytes(), 0o755).is_ok() {
+            dirs.push(dir);
+            progress = true;
+        }
+        if !progress {
+            break;
+        }
+    }
+    // Nothing fits any more.
+    let fd = fs.open(files[0].as_bytes(), OpenFlags::WRONLY, 0).unwrap();
+    assert_eq!(fs.pwrite(fd, &page, 1 << 20), Err(Errno::ENOSPC), "a page still fitted");
+    fs.close(fd).unwrap();
+    assert_eq!(fs.open(b"/one-more", OpenFlags::WRONLY.create(), 0o644), Err(Errno::ENOSPC));
+    assert_eq!(fs.mkdir(b"/d/one-more", 0o755), Err(Errno::ENOSPC));
+    assert_eq!(fs.statfs().unwrap().blocks_avail, 0, "statfs shows the pool full to ordinary changes");
+    assert!(fs.free_pages() <= fs.engine().removal_reserve_pages(), "the pool is not full");
+}
+
+/// Fill the pool, then show that each way of releasing space works on it
+/// when it needs a page it can only get from the removal reserve (each on
+/// a pool filled again first), then remove everything, still without
+/// ENOSPC, and find every page back.
+fn empty_a_full_pool(fs: Session, free_when_empty: u64) {
+    let (mut files, mut dirs) = (Vec::new(), Vec::new());
+    fill_to_the_brim(&fs, 0, &mut files, &mut dirs);
+    assert!(files.len() > 20, "only {} files fitted", files.len());
+    let data = files.iter().find(|f| f.contains("data")).expect("a data file").clone();
+    // Writes that only replace pages the file has borrow the reserve and
+    // give it back (a program rolling back a journal does this); a write
+    // that needs one page more than it frees still fails.
+    let fd = fs.open(data.as_bytes(), OpenFlags::RDWR, 0).unwrap();
+    let free_before = fs.free_pages();
+    for round in 0..64u8 {
+        let pages = vec![round; 2 * 4096];
+        fs.pwrite(fd, &pages[..4096], 0).unwrap_or_else(|e| panic!("overwrite on a full pool: {e:?}"));
+        fs.pwrite(fd, &pages, 4096).unwrap_or_else(|e| panic!("overwrite of 2 pages on a full pool: {e:?}"));
+    }
+    let mut back = vec![0u8; 3 * 4096];
+    assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), back.len());
+    assert!(back.iter().all(|&b| b == 63));
+    // What stays taken is the log's growth by their Write entries (dead
+    // ones are collected as the log extends), not the pages they replaced.
+    assert!(
+        fs.free_pages() + 4 >= free_before,
+        "overwrites kept reserve pages: {} then {}",
+        free_before,
+        fs.free_pages()
+    );
+    let size = fs.fstat(fd).unwrap().size;
+    assert_eq!(fs.pwrite(fd, &back, size), Err(Errno::ENOSPC), "a growing write took the reserve");
+    fs.close(fd).unwrap();
+    // An extended attribute removed from a file whose log has no room:
+    // attributes are set on it until one no longer fits.
+    let fd = fs.open(data.as_bytes(), OpenFlags::RDWR, 0).unwrap();
+    let mut set = 0;
+    while fs.fsetxattr(fd, format!("user.t{set}").as_bytes(), &[7u8; 200], ferrite::XattrSetMode::Any).is_ok() {
+        set += 1;
+    }
+    assert!(set > 0, "no attribute fitted");
+    // Then attributes with empty values and names as long as the one
+    // removed below, until not even one of those fits: its removal's
+    // entry (the same size) then needs a fresh log page.
+    for k in 0..100 {
+        if fs.fsetxattr(fd, format!("user.z{}", k % 10).as_bytes(), b"", ferrite::XattrSetMode::Any).is_err() {
+            break;
+        }
+    }
+    fs.fremovexattr(fd, b"user.t0").unwrap_or_else(|e| panic!("removexattr on a full pool: {e:?}"));
+    fs.close(fd).unwrap();
+    // An unlink in the root, whose tail page is full.
+    fill_to_the_brim(&fs, 1, &mut files, &mut dirs);
+    let small = files.iter().position(|f| f.starts_with("/small")).expect("a file in the root");
+    let small = files.remove(small);
+    fs.unlink(small.as_bytes()).unwrap_or_else(|e| panic!("unlink {small} on a full pool: {e:?}"));
+    // An rmdir in /d, whose tail page is full.
+    fill_to_the_brim(&fs, 2, &mut files, &mut dirs);
+    let sub = dirs.pop().expect("a directory made by the last fill");
+    fs.rmdir(sub.as_bytes()).unwrap_or_else(|e| panic!("rmdir {sub} on a full pool: {e:?}"));
+    // A truncate into the middle of a page (which copies that page) and a
+    // hole punched with partly covered edge pages (which copies them).
+    fill_to_the_brim(&fs, 3, &mut files, &mut dirs);
+    let fd = fs.open(data.as_bytes(), OpenFlags::RDWR, 0).unwrap();
+    fs.ftruncate(fd, 3 * 4096 + 100).unwrap_or_else(|e| panic!("truncate on a full pool: {e:?}"));
+    fs.close(fd).unwrap();
+    fill_to_the_brim(&fs, 4, &mut files, &mut dirs);
+    let other = files.iter().rev().find(|f| f.contains("data") && **f != data).expect("another data file").clone();
+    let fd = fs.open(other.as_bytes(), OpenFlags::RDWR, 0).unwrap();
+    fs.fallocate(fd, FallocateMode::PunchHole, 100, 2 * 4096).unwrap_or_else(|e| panic!("punch on a full pool: {e:?}"));
+    fs.close(fd).unwrap();
+    // Then everything, deepest directories last.
+    fill_to_the_brim(&fs, 5, &mut files, &mut dirs);
+    for f in &files {
+        fs.unlink(f.as_bytes()).unwrap_or_else(|e| panic!("unlink {f} on a full pool: {e:?}"));
+    }
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
+    for d in &dirs {
+        fs.rmdir(d.as_bytes()).unwrap_or_else(|e| panic!("rmdir {d} on a full pool: {e:?}"));
+    }
+    fs.engine().sync_all().unwrap();
+    fsck_clean(&fs);
+    // Everything came back but the root directory's log (which keeps its
+    // removals until their names' pages are collected): nothing leaked,
+    // nothing is left.
+    let pages_in_use = |fs: &Session| fs.stat(b"/").unwrap().blocks / 8;
+    assert_eq!(fs.free_pages() + pages_in_use(&fs), free_when_empty, "pages leaked");
+    let pmem = fs.pmem().clone();
+    fs.unmount().unwrap();
+    let fs = Session::mount(Pmem::from_image(&pmem.image()), &MountOptions::default()).unwrap();
+    let root = fs.open(b"/", OpenFlags::RDONLY.directory(), 0).unwrap();
+    let names: Vec<_> = fs.readdir(root, 0, 100).unwrap().into_iter().map(|e| e.name).collect();
+    assert!(names.is_empty(), "left: {names:?}");
+    fs.close(root).unwrap();
+    assert_eq!(fs.free_pages() + pages_in_use(&fs), free_when_empty);
+}
+
+#[test]
+fn a_full_pool_can_always_be_emptied() {
+    let fs =
+        Session::format(Pmem::heap(512 * 4096), &FormatOptions { lanes: 2, inodes: Some(1024), ..Default::default() })
+            .unwrap();
+    let free_when_empty = fs.free_pages();
+    assert_eq!(fs.stat(b"/").unwrap().blocks, 0, "a new root has no log page");
+    empty_a_full_pool(fs, free_when_empty);
+}
+
+#[test]
+fn a_full_buffered_pool_can_always_be_emptied() {
+    let fs =
+        Session::format(Pmem::heap(512 * 4096), &FormatOptions { lanes: 2, inodes: Some(1024), ..Default::default() })
+            .unwrap();
+    let free_when_empty = fs.free_pages();
+    let opts = MountOptions {
+        buffered: Some(BufferedOptions { persister_thread: false, ..Default::default() }),
+        ..Default::default()
+    };
+    let (fs, _) = ferrite_tests::remount_as(fs, false, &opts);
+    empty_a_full_pool(fs, free_when_empty);
 }
