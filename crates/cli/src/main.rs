@@ -337,6 +337,12 @@ fn info(path: &Path, usage: bool) -> CliResult<u8> {
         human_bytes(st.blocks_free * st.block_size as u64),
         st.blocks
     );
+    outln!(
+        "available      {} pages ({}) to ordinary changes; {} more kept for removals (docs/DESIGN.md, \"Space for removals\")",
+        st.blocks_avail,
+        human_bytes(st.blocks_avail * st.block_size as u64),
+        st.blocks_free - st.blocks_avail
+    );
     outln!("inodes         {} used, {} free, {} total", used_inodes, st.files_free, st.files);
     fs.unmount().map_err(|e| CliError::pool(path, format!("unmount failed: {e}")))?;
     Ok(EXIT_OK)

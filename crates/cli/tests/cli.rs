@@ -120,6 +120,7 @@ fn mkfs_then_info_shows_a_clean_pool() {
     let o = run(&["info", p, "--usage"]);
     expect_code(&o, 0, "info --usage");
     assert!(stdout(&o).contains("inodes         1 used"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("more kept for removals"), "{}", stdout(&o));
     assert!(!stdout(&o).contains("recovery"), "{}", stdout(&o));
     assert!(stdout(&run(&["info", p])).contains("state          clean"));
     // dump decodes the root.

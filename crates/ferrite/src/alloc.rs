@@ -63,7 +63,7 @@ const REMOVAL_RESERVE_PER_LANE_MAX: u64 = 16;
 /// The removal reserve of one lane for a data region of `data_pages` pages
 /// in `lanes` lanes: 1/64 of the lane's pages, at least one page and at
 /// most `REMOVAL_RESERVE_PER_LANE_MAX` (a 2 GiB pool with 8 lanes keeps
-/// 512 KiB back in all; a test pool of 512 pages, 8 pages).
+/// 512 KiB back in all; a test pool of 512 pages in 2 lanes, 6 pages).
 pub fn removal_reserve_per_lane(data_pages: u64, lanes: usize) -> u64 {
     (data_pages / (64 * lanes as u64)).clamp(1, REMOVAL_RESERVE_PER_LANE_MAX)
 }

@@ -242,22 +242,27 @@ fn empty_a_full_pool(fs: Session, free_when_empty: u64) {
     assert_eq!(fs.free_pages() + pages_in_use(&fs), free_when_empty);
 }
 
-#[test]
-fn a_full_pool_can_always_be_emptied() {
+/// A pool of 512 pages in 2 lanes (6 pages of removal reserve) with
+/// inodes to spare, and its free pages when empty.
+fn small_pool() -> (Session, u64) {
     let fs =
         Session::format(Pmem::heap(512 * 4096), &FormatOptions { lanes: 2, inodes: Some(1024), ..Default::default() })
             .unwrap();
-    let free_when_empty = fs.free_pages();
     assert_eq!(fs.stat(b"/").unwrap().blocks, 0, "a new root has no log page");
+    assert_eq!(fs.engine().removal_reserve_pages(), 6);
+    let free_when_empty = fs.free_pages();
+    (fs, free_when_empty)
+}
+
+#[test]
+fn a_full_pool_can_always_be_emptied() {
+    let (fs, free_when_empty) = small_pool();
     empty_a_full_pool(fs, free_when_empty);
 }
 
 #[test]
 fn a_full_buffered_pool_can_always_be_emptied() {
-    let fs =
-        Session::format(Pmem::heap(512 * 4096), &FormatOptions { lanes: 2, inodes: Some(1024), ..Default::default() })
-            .unwrap();
-    let free_when_empty = fs.free_pages();
+    let (fs, free_when_empty) = small_pool();
     let opts = MountOptions {
         buffered: Some(BufferedOptions { persister_thread: false, ..Default::default() }),
         ..Default::default()
