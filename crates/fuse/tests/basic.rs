@@ -2,7 +2,8 @@
 //! system calls behave as POSIX and Linux say — data, metadata, renames with
 //! RENAME_NOREPLACE / RENAME_EXCHANGE, links, symlinks, big directories,
 //! unlinked-but-open files that live until closed (and then give their space
-//! back), shared mmap, fallocate (hole punching included), SEEK_DATA/SEEK_HOLE, statfs, clean errors
+//! back), shared mmap, fallocate (hole punching included), SEEK_DATA/SEEK_HOLE, statfs (a full mount
+//! shows no space available, and `truncate` and `rm -rf` still empty it), clean errors
 //! for what the engine lacks, FIFOs, sockets and device nodes that work
 //! through the kernel and survive a remount, extended attributes (ACLs read
 //! as unsupported), `ls -l` quiet — and that the life cycle is right: SIGTERM and SIGINT

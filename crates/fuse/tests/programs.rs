@@ -3,7 +3,8 @@
 //! (with symlinks, hard links, modes, times) compared by `diff -r` and by a
 //! metadata + checksum manifest; `tar` create and extract; `git` init, add,
 //! commit, log, gc and `fsck --full`; sqlite3 with WAL and DELETE journals
-//! ending in `PRAGMA integrity_check` = ok; `make` of a small C program that
+//! ending in `PRAGMA integrity_check` = ok, and its rollback of a VACUUM
+//! that filled a 16 MiB mount, as on a 16 MiB tmpfs; `make` of a small C program that
 //! then runs; a Python script that walks, renames and deletes; the
 //! preload library's C program of calls and edge cases, LMDB with its
 //! shared mappings, and shared mappings between two processes (LMDB
