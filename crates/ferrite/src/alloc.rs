@@ -329,10 +329,15 @@ impl PageAllocator {
         self.reserve_per_lane * self.lanes.len() as u64
     }
 
-    /// Free pages an ordinary allocation may take (statfs's available
-    /// blocks): each lane's free pages beyond its removal reserve.
-    pub fn available_pages(&self) -> u64 {
-        self.lanes.iter().map(|l| l.lock().free_pages.saturating_sub(self.reserve_per_lane)).sum()
+    /// Free pages, and those of them an ordinary allocation may take
+    /// (statfs's free and available blocks: each lane's free pages beyond
+    /// its removal reserve), read in one pass under each lane's lock, so
+    /// that the second never exceeds the first.
+    pub fn free_and_available(&self) -> (u64, u64) {
+        self.lanes.iter().fold((0, 0), |(free, available), l| {
+            let n = l.lock().free_pages;
+            (free + n, available + n.saturating_sub(self.reserve_per_lane))
+        })
     }
 
     fn lane_of(&self, page: u64) -> usize {
@@ -766,7 +771,7 @@ mod tests {
             held.extend(runs);
         }
         assert_eq!(a.free_pages(), a.removal_reserve(), "ordinary allocations stop at the reserve");
-        assert_eq!(a.available_pages(), 0);
+        assert_eq!(a.free_and_available().1, 0);
         for lane in &a.lanes {
             assert_eq!(lane.lock().free_pages, keep, "every lane keeps its own reserve");
         }

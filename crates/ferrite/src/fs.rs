@@ -343,7 +343,7 @@ impl Ferrite {
     /// Free pages beyond the removal reserve: what ordinary changes may
     /// take (statfs's available blocks).
     pub fn available_pages(&self) -> u64 {
-        self.pages.available_pages()
+        self.pages.free_and_available().1
     }
 
     pub fn free_inodes(&self) -> u64 {
@@ -483,12 +483,12 @@ impl Ferrite {
 
     pub fn fs_stats(&self) -> StatFs {
         let l = self.media.layout;
-        let free = self.pages.free_pages();
+        let (free, available) = self.pages.free_and_available();
         StatFs {
             block_size: PAGE_SIZE as u32,
             blocks: l.total_pages,
             blocks_free: free,
-            blocks_avail: self.pages.available_pages(),
+            blocks_avail: available,
             files: l.inode_count - 1,
             files_free: self.inodes_free.free_count(),
             name_max: limits::NAME_MAX as u32,
