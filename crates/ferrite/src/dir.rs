@@ -461,6 +461,11 @@ impl Ferrite {
         loop {
             let src = self.lookup_dentry(sdir, sname)?.ok_or(Errno::ENOENT)?;
             let dst = self.lookup_dentry(ddir, dname)?;
+            // A rename over another name removes that name, so it may take
+            // the removal reserve for its log room: `mv a b` must work on a
+            // full file system, as `rm b` does. A rename to a new name or an
+            // exchange removes nothing, and gets ENOSPC there.
+            let _removal = (dst.is_some() && flags != RenameFlags::Exchange).then(crate::alloc::removal_scope);
             if self.rename_is_noop(&src, dst.as_ref(), (sp, sslash), (dp, dslash), flags)? {
                 return Ok(());
             }

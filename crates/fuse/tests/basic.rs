@@ -622,13 +622,14 @@ fn copy_file_range_inside_the_pool() {
 }
 
 /// A mount filled until nothing more fits shows no space available, and
-/// the programs a user reaches for then free it: `truncate` of a file and
-/// `rm -rf` of the whole tree succeed, though each removal may need a log
+/// the programs a user reaches for then free it: `mv` over another name,
+/// `truncate` of a file and `rm -rf` of the whole tree succeed, though
+/// each removal may need a log
 /// page (the engine's removal reserve, docs/DESIGN.md, "Space for
 /// removals"). Before the reserve, every unlink on a full pool failed with
 /// ENOSPC, and nothing could ever be deleted from it.
 #[test]
-fn a_full_mount_is_emptied_by_truncate_and_rm_rf() {
+fn a_full_mount_is_emptied_by_mv_truncate_and_rm_rf() {
     if !fuse_usable() {
         return;
     }
@@ -693,17 +694,27 @@ fn a_full_mount_is_emptied_by_truncate_and_rm_rf() {
     // log's tail page: removing a name from it then needs a fresh page.
     // (Each name its own, so that none is dead and collected meanwhile.)
     let mut set = 0;
-    loop {
-        let name = CString::new(format!("user.a{set}")).unwrap();
-        // SAFETY: both strings are NUL-terminated; an empty value with size 0.
-        let r = unsafe { libc::setxattr(c(&top).as_ptr(), name.as_ptr(), std::ptr::null(), 0, 0) };
-        if r != 0 {
-            assert_eq!(errno(), libc::ENOSPC);
-            break;
+    let mut fill_log = || {
+        let before = set;
+        loop {
+            let name = CString::new(format!("user.a{set}")).unwrap();
+            // SAFETY: both strings are NUL-terminated; an empty value with size 0.
+            let r = unsafe { libc::setxattr(c(&top).as_ptr(), name.as_ptr(), std::ptr::null(), 0, 0) };
+            if r != 0 {
+                assert_eq!(errno(), libc::ENOSPC);
+                break;
+            }
+            set += 1;
         }
-        set += 1;
-    }
-    assert!(set > 0);
+        assert!(set > before, "no attribute fitted");
+    };
+    fill_log();
+    // `mv` over another name removes that name, as `rm` does.
+    assert!(top.join("e1").exists());
+    let out = std::process::Command::new("mv").arg(top.join("e0")).arg(top.join("e1")).output().unwrap();
+    assert!(out.status.success(), "mv on a full mount: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(!top.join("e0").exists());
+    fill_log();
     fs::remove_file(&empty).expect("unlink on a full mount");
     let victim = top.join("d0/f0");
     let out = std::process::Command::new("truncate").arg("-s").arg("100").arg(&victim).output().unwrap();

@@ -2,11 +2,14 @@
 //! file system consistent (fsck clean, every earlier byte intact), and
 //! freeing space makes it writable again — for data pages and for inodes;
 //! and that a pool filled until nothing more fits can always be emptied:
-//! every unlink, rmdir, shrinking truncate, hole punch and xattr removal
-//! succeeds, though each may need a log page (the removal reserve), in
-//! strict and buffered mounts.
+//! every unlink, rmdir, shrinking truncate, hole punch, xattr removal and
+//! rename over a name succeeds, though each may need a log page (the
+//! removal reserve), in strict and buffered mounts; a rename that removes
+//! no name gets ENOSPC there and changes nothing.
 
-use ferrite::{BufferedOptions, Errno, FallocateMode, FormatOptions, MountOptions, OpenFlags, PathFs, Session};
+use ferrite::{
+    BufferedOptions, Errno, FallocateMode, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session,
+};
 use ferrite_pmem::Pmem;
 
 fn fsck_clean(fs: &Session) {
@@ -242,6 +245,65 @@ fn empty_a_full_pool(fs: Session, free_when_empty: u64) {
     assert_eq!(fs.free_pages() + pages_in_use(&fs), free_when_empty);
 }
 
+/// A rename over another name removes that name, so it works on a full
+/// pool as an unlink does (`mv a b` on a full file system frees b), though
+/// it needs log room in full directories and a first log page for a moved
+/// inode that has none (for its new ctime): in one directory and across
+/// two, over a name whose inode frees nothing and over a file with pages.
+/// A rename to a new name or an exchange removes nothing: on a full pool it
+/// fails with ENOSPC and changes nothing, and works once space is freed.
+fn rename_on_a_full_pool(fs: Session) {
+    let (mut files, mut dirs) = (Vec::new(), Vec::new());
+    let root_files =
+        |files: &[String]| -> Vec<String> { files.iter().filter(|f| f.starts_with("/small")).cloned().collect() };
+    fill_to_the_brim(&fs, 0, &mut files, &mut dirs);
+    let smalls = root_files(&files);
+    let (from, over) = (smalls[0].clone(), smalls[1].clone());
+    let moved = fs.stat(from.as_bytes()).unwrap().ino;
+    fs.rename(from.as_bytes(), over.as_bytes(), RenameFlags::Replace)
+        .unwrap_or_else(|e| panic!("rename {from} over {over} on a full pool: {e:?}"));
+    assert_eq!(fs.stat(over.as_bytes()).unwrap().ino, moved);
+    assert_eq!(fs.stat(from.as_bytes()), Err(Errno::ENOENT));
+    files.retain(|f| *f != from);
+    // Across directories, over a file with pages.
+    fill_to_the_brim(&fs, 1, &mut files, &mut dirs);
+    let from = root_files(&files).pop().expect("a file in the root");
+    let over = files.iter().find(|f| f.contains("data")).expect("a data file").clone();
+    let moved = fs.stat(from.as_bytes()).unwrap().ino;
+    fs.rename(from.as_bytes(), over.as_bytes(), RenameFlags::Replace)
+        .unwrap_or_else(|e| panic!("rename {from} over {over} on a full pool: {e:?}"));
+    assert_eq!(fs.stat(over.as_bytes()).unwrap().ino, moved);
+    files.retain(|f| *f != from);
+    // To a new name and as an exchange: ENOSPC, nothing changed.
+    fill_to_the_brim(&fs, 2, &mut files, &mut dirs);
+    let smalls = root_files(&files);
+    let (a, b) = (smalls[smalls.len() - 1].clone(), smalls[smalls.len() - 2].clone());
+    let (ia, ib) = (fs.stat(a.as_bytes()).unwrap().ino, fs.stat(b.as_bytes()).unwrap().ino);
+    assert_eq!(fs.rename(a.as_bytes(), b"/renamed", RenameFlags::Replace), Err(Errno::ENOSPC));
+    assert_eq!(fs.rename(a.as_bytes(), b.as_bytes(), RenameFlags::Exchange), Err(Errno::ENOSPC));
+    assert_eq!((fs.stat(a.as_bytes()).unwrap().ino, fs.stat(b.as_bytes()).unwrap().ino), (ia, ib));
+    assert_eq!(fs.stat(b"/renamed"), Err(Errno::ENOENT));
+    fsck_clean(&fs);
+    // Both work once a file with pages is gone.
+    let data = files.iter().position(|f| f.contains("data") && fs.stat(f.as_bytes()).unwrap().blocks > 0);
+    fs.unlink(files.remove(data.expect("a data file with pages")).as_bytes()).unwrap();
+    fs.rename(a.as_bytes(), b"/renamed", RenameFlags::Replace).unwrap();
+    fs.rename(b"/renamed", b.as_bytes(), RenameFlags::Exchange).unwrap();
+    assert_eq!((fs.stat(b"/renamed").unwrap().ino, fs.stat(b.as_bytes()).unwrap().ino), (ib, ia));
+    files.retain(|f| *f != a);
+    files.push("/renamed".to_string());
+    fsck_clean(&fs);
+    let pmem = fs.pmem().clone();
+    fs.unmount().unwrap();
+    let fs = Session::mount(Pmem::from_image(&pmem.image()), &MountOptions::default()).unwrap();
+    assert_eq!(fs.stat(b"/renamed").unwrap().ino, ib);
+    assert_eq!(fs.stat(over.as_bytes()).unwrap().ino, moved);
+    for f in &files {
+        fs.unlink(f.as_bytes()).unwrap_or_else(|e| panic!("unlink {f} after the renames: {e:?}"));
+    }
+    fsck_clean(&fs);
+}
+
 /// A pool of 512 pages in 2 lanes (6 pages of removal reserve) with
 /// inodes to spare, and its free pages when empty.
 fn small_pool() -> (Session, u64) {
@@ -269,4 +331,21 @@ fn a_full_buffered_pool_can_always_be_emptied() {
     };
     let (fs, _) = ferrite_tests::remount_as(fs, false, &opts);
     empty_a_full_pool(fs, free_when_empty);
+}
+
+#[test]
+fn a_rename_works_on_a_full_pool() {
+    let (fs, _) = small_pool();
+    rename_on_a_full_pool(fs);
+}
+
+#[test]
+fn a_rename_works_on_a_full_buffered_pool() {
+    let (fs, _) = small_pool();
+    let opts = MountOptions {
+        buffered: Some(BufferedOptions { persister_thread: false, ..Default::default() }),
+        ..Default::default()
+    };
+    let (fs, _) = ferrite_tests::remount_as(fs, false, &opts);
+    rename_on_a_full_pool(fs);
 }
