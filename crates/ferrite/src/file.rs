@@ -334,6 +334,28 @@ impl Ferrite {
     /// entries commit together, and nothing is written in place unless they
     /// did.
     pub(crate) fn write_locked(&self, inode: &Inode, d: &mut InodeData, offset: u64, data: &[u8]) -> FsResult<usize> {
+        match self.write_planned(inode, d, offset, data, true) {
+            // On a full pool a small overwrite copies its page instead: a
+            // delta grows the log and gives nothing back until collection,
+            // so it may not borrow the removal reserve, while a write that
+            // only copies pages the file has may (below). Overwrites in
+            // place then work on a full pool, as on a kernel file system.
+            // A failed attempt leaves no trace (all or nothing).
+            Err(Errno::ENOSPC) => self.write_planned(inode, d, offset, data, false),
+            r => r,
+        }
+    }
+
+    /// `write_locked`, with small pieces logged as deltas over their pages
+    /// when `deltas` allows it.
+    fn write_planned(
+        &self,
+        inode: &Inode,
+        d: &mut InodeData,
+        offset: u64,
+        data: &[u8],
+        deltas: bool,
+    ) -> FsResult<usize> {
         if data.is_empty() {
             return Ok(0);
         }
@@ -363,7 +385,7 @@ impl Ferrite {
                 {
                     PieceAction::InPlace(r.pool)
                 }
-                Some(_) if hi - lo <= INLINE_PIECE_MAX => {
+                Some(_) if deltas && hi - lo <= INLINE_PIECE_MAX => {
                     let deltas = d.pages().deltas(p);
                     let bytes: usize = deltas.iter().map(|x| x.len as usize).sum();
                     // Larger pieces fold sooner: their deltas would fill the

@@ -20,7 +20,7 @@ use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
@@ -622,7 +622,8 @@ fn copy_file_range_inside_the_pool() {
 }
 
 /// A mount filled until nothing more fits shows no space available, and
-/// the programs a user reaches for then free it: `mv` over another name,
+/// the programs a user reaches for then change and free it: `dd` over
+/// bytes of a file, `mv` over another name,
 /// `truncate` of a file and `rm -rf` of the whole tree succeed, though
 /// each removal may need a log
 /// page (the engine's removal reserve, docs/DESIGN.md, "Space for
@@ -690,6 +691,24 @@ fn a_full_mount_is_emptied_by_mv_truncate_and_rm_rf() {
         }
     }
     assert_eq!(nix_statvfs(&m.dir).f_bavail, 0, "statvfs shows the mount full");
+    // Bytes overwritten in place, as a kernel file system takes them when
+    // full (`dd conv=notrunc`, a database's header).
+    let out = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=100", "count=1", "seek=1", "conv=notrunc,fsync", "status=none"])
+        .arg(format!("of={}", top.join("d0/f1").display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "dd over a file on a full mount: {}", String::from_utf8_lossy(&out.stderr));
+    // And many more, which would have filled the file's log with deltas.
+    let f1 = fs::OpenOptions::new().write(true).open(top.join("d0/f1")).unwrap();
+    for k in 0..256u64 {
+        f1.write_at(&[k as u8; 100], 4096 + (k % 15) * 4096 + k % 7 * 300).expect("overwrite on a full mount");
+    }
+    f1.sync_all().unwrap();
+    drop(f1);
+    let back = fs::read(top.join("d0/f1")).unwrap();
+    assert!(back[100..200].iter().all(|&b| b == 0) && back[..100] == chunk[..100] && back[200..300] == chunk[200..300]);
+    assert_eq!(back[4096 + 255 % 7 * 300], 255, "the last overwrite of its bytes");
     // Attributes with empty values on `tree` until not one more fits in its
     // log's tail page: removing a name from it then needs a fresh page.
     // (Each name its own, so that none is dead and collected meanwhile.)
