@@ -3,8 +3,9 @@
 //! (with symlinks, hard links, modes, times) compared by `diff -r` and by a
 //! metadata + checksum manifest; `tar` create and extract; `git` init, add,
 //! commit, log, gc and `fsck --full`; sqlite3 with WAL and DELETE journals
-//! ending in `PRAGMA integrity_check` = ok, and its rollback of a VACUUM
-//! that filled a 16 MiB mount, as on a 16 MiB tmpfs; `make` of a small C program that
+//! ending in `PRAGMA integrity_check` = ok, its rollback of a VACUUM
+//! that filled a 16 MiB mount and its recovery from a WAL that filled
+//! one, as on a 16 MiB tmpfs; `make` of a small C program that
 //! then runs; a Python script that walks, renames and deletes; the
 //! preload library's C program of calls and edge cases, LMDB with its
 //! shared mappings, and shared mappings between two processes (LMDB
@@ -416,14 +417,51 @@ fn sqlite_rolls_back_on_a_full_mount_as_on_tmpfs() {
         sqlite3 t.db "DELETE FROM t WHERE rowid > 6144; PRAGMA integrity_check; SELECT count(*) FROM t;"
         ls
     "#;
-    let reference = TempDir::new("sqlite-full-tmpfs");
+    sqlite_on_a_full_mount_and_tmpfs("sqlite-full", script, "vacuum: database or disk is full");
+}
+
+/// SQLite in WAL mode filling the file system, on a 16 MiB mount and on a
+/// 16 MiB tmpfs: a table doubled until its WAL no longer fits ("database
+/// or disk is full"), then the next connection truncates the WAL index
+/// (`-shm`) and grows it again page by page, checks the database, deletes
+/// rows, checkpoints and inserts, as on tmpfs. Before the pool-wide
+/// reserve (docs/DESIGN.md, "Space for removals"), the WAL's appends,
+/// split by the kernel at page boundaries, borrowed the reserve of the
+/// daemon thread's lane for each page they copied and gave the old page
+/// back to another lane, where the next append took it: the reserve
+/// drained, the pages the `-shm` truncate freed went to refill it, its
+/// growth failed, and every later statement failed with "disk I/O error".
+#[test]
+fn sqlite_wal_recovers_on_a_full_mount_as_on_tmpfs() {
+    if !fuse_usable() || !tool("sqlite3", "apt-get install -y sqlite3") {
+        return;
+    }
+    let script = r#"
+        sqlite3 w.db "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (randomblob(1000));"
+        for i in $(seq 1 14); do
+            echo "double $i: $(sqlite3 w.db 'INSERT INTO t SELECT randomblob(1000) FROM t;' 2>&1 | sed 's/^Error: [a-z]*, //')"
+        done
+        sqlite3 w.db "PRAGMA integrity_check; SELECT count(*) FROM t;"
+        sqlite3 w.db "DELETE FROM t WHERE rowid > 6144; PRAGMA wal_checkpoint(TRUNCATE); PRAGMA integrity_check;
+                      SELECT count(*) FROM t;" | sed 's/^0|.*/checkpointed/'
+        sqlite3 w.db "INSERT INTO t SELECT randomblob(1000) FROM t WHERE rowid <= 1000; PRAGMA integrity_check;
+                      SELECT count(*) FROM t;"
+        ls
+    "#;
+    sqlite_on_a_full_mount_and_tmpfs("sqlite-wal-full", script, "double 14: database or disk is full");
+}
+
+/// Run `script` on a 16 MiB tmpfs, which must print `full` (the script
+/// filled it), then on a 16 MiB mount, and compare.
+fn sqlite_on_a_full_mount_and_tmpfs(name: &str, script: &str, full: &str) {
+    let reference = TempDir::new(&format!("{name}-tmpfs"));
     let target = reference.0.to_str().unwrap();
     sh(Path::new("/"), &format!("mount -t tmpfs -o size=16M ferrite-test-tmpfs {target}"));
     let expect = std::panic::catch_unwind(|| sh(&reference.0, script));
     sh(Path::new("/"), &format!("umount {target}"));
     let expect = expect.expect("the script on tmpfs");
-    assert!(expect.contains("vacuum: database or disk is full"), "tmpfs had room for the VACUUM:\n{expect}");
-    let pool = Pool::new("sqlite-full");
+    assert!(expect.contains(full), "tmpfs did not fill up:\n{expect}");
+    let pool = Pool::new(name);
     let m = Mount::new(&pool, "size=16M");
     let got = sh(&m.dir, script);
     assert_eq!(got, expect, "sqlite3 on a full mount against a full tmpfs");
