@@ -417,7 +417,7 @@ fn sqlite_rolls_back_on_a_full_mount_as_on_tmpfs() {
         sqlite3 t.db "DELETE FROM t WHERE rowid > 6144; PRAGMA integrity_check; SELECT count(*) FROM t;"
         ls
     "#;
-    sqlite_on_a_full_mount_and_tmpfs("sqlite-full", script, "vacuum: database or disk is full");
+    sqlite_on_a_full_mount_and_tmpfs("sqlite-full", "", script, "vacuum: database or disk is full");
 }
 
 /// SQLite in WAL mode filling the file system, on a 16 MiB mount and on a
@@ -433,6 +433,17 @@ fn sqlite_rolls_back_on_a_full_mount_as_on_tmpfs() {
 /// growth failed, and every later statement failed with "disk I/O error".
 #[test]
 fn sqlite_wal_recovers_on_a_full_mount_as_on_tmpfs() {
+    sqlite_wal_on_a_full_mount("");
+}
+
+/// The same on a buffered mount, whose pages come back when the persister
+/// has written what released them.
+#[test]
+fn sqlite_wal_recovers_on_a_full_buffered_mount_as_on_tmpfs() {
+    sqlite_wal_on_a_full_mount(",mode=buffered");
+}
+
+fn sqlite_wal_on_a_full_mount(opts: &str) {
     if !fuse_usable() || !tool("sqlite3", "apt-get install -y sqlite3") {
         return;
     }
@@ -448,12 +459,13 @@ fn sqlite_wal_recovers_on_a_full_mount_as_on_tmpfs() {
                       SELECT count(*) FROM t;"
         ls
     "#;
-    sqlite_on_a_full_mount_and_tmpfs("sqlite-wal-full", script, "double 14: database or disk is full");
+    sqlite_on_a_full_mount_and_tmpfs("sqlite-wal-full", opts, script, "double 14: database or disk is full");
 }
 
 /// Run `script` on a 16 MiB tmpfs, which must print `full` (the script
-/// filled it), then on a 16 MiB mount, and compare.
-fn sqlite_on_a_full_mount_and_tmpfs(name: &str, script: &str, full: &str) {
+/// filled it), then on a 16 MiB mount with options `opts` (after `size`),
+/// and compare.
+fn sqlite_on_a_full_mount_and_tmpfs(name: &str, opts: &str, script: &str, full: &str) {
     let reference = TempDir::new(&format!("{name}-tmpfs"));
     let target = reference.0.to_str().unwrap();
     sh(Path::new("/"), &format!("mount -t tmpfs -o size=16M ferrite-test-tmpfs {target}"));
@@ -462,9 +474,9 @@ fn sqlite_on_a_full_mount_and_tmpfs(name: &str, script: &str, full: &str) {
     let expect = expect.expect("the script on tmpfs");
     assert!(expect.contains(full), "tmpfs did not fill up:\n{expect}");
     let pool = Pool::new(name);
-    let m = Mount::new(&pool, "size=16M");
+    let m = Mount::new(&pool, &format!("size=16M{opts}"));
     let got = sh(&m.dir, script);
-    assert_eq!(got, expect, "sqlite3 on a full mount against a full tmpfs");
+    assert_eq!(got, expect, "sqlite3 on a full mount ({opts}) against a full tmpfs");
     m.unmount();
     pool.fsck_clean();
 }
