@@ -31,6 +31,17 @@
 //! fallocate over such pages, long fsync-atomic epochs and log compaction
 //! with Inline entries all run, with frequent crash and clean remounts.
 //!
+//! The `*_on_a_nearly_full_pool` tests run both kinds of sequences on a
+//! 1 MiB pool that a ballast file has filled to a few pages, beside a
+//! model with room for everything: a step the engine refuses with ENOSPC
+//! where the model succeeded must leave no trace on the engine (the model
+//! is put back to before the step and everything is compared again), so
+//! every operation is all or nothing when space runs out, at any of its
+//! allocations (data, log, inode, an epoch's page), crash recovery and
+//! remounts included. The one trace Linux leaves too is allowed: a write
+//! refused with ENOSPC has dropped the file's set-ID bits already.
+//! `FERRITE_FULL_FREE_PAGES` sets the pages left (default 12).
+//!
 //! A failure prints the seed and step; replay one seed with
 //! `FERRITE_SEED=<seed> cargo test -p ferrite-tests --test model_based <test name>`.
 //! `FERRITE_STEPS` sets the number of steps per seed (default 5000 for the
@@ -925,6 +936,11 @@ fn seed_mode(seed: u64) -> FileMode {
 /// A freshly formatted engine of `pool_pages` pages beside an empty model,
 /// both with default mode `mode`.
 fn new_pair(pool_pages: u64, mode: FileMode) -> Pair {
+    new_pair_sized(pool_pages, pool_pages, mode)
+}
+
+/// As `new_pair`, with a model of `model_pages` pages.
+fn new_pair_sized(pool_pages: u64, model_pages: u64, mode: FileMode) -> Pair {
     let clock = Arc::new(ManualClock::new(TimeSpec { sec: 1_700_000_000, nsec: 0 }));
     let engine = Session::format(
         Pmem::heap(pool_pages * 4096),
@@ -933,7 +949,7 @@ fn new_pair(pool_pages: u64, mode: FileMode) -> Pair {
     .expect("format");
     engine.set_default_mode(mode);
     let files = engine.statfs().expect("statfs").files;
-    let model = ModelFs::new(clock.clone(), pool_pages, files);
+    let model = ModelFs::new(clock.clone(), model_pages, files);
     model.set_default_mode(mode);
     Pair { engine: Some(engine), model, clock, fds: Vec::new(), dirs: Vec::new(), counters: Counters::default() }
 }
@@ -963,12 +979,30 @@ fn fail(test: &str, seed: u64, i: usize, desc: &str, why: &str, history: &[Strin
 }
 
 fn run_seed(seed: u64, steps: usize) -> Counters {
+    run_seed_in(seed, steps, None).0
+}
+
+/// A run of `run_seed`; with `free_pages`, on an engine filled by a
+/// ballast file until about that many pages are free, beside a model with
+/// room for everything (and the same ballast), where an ENOSPC of the
+/// engine's that the model did not get puts the model back to its state
+/// before the step (the test below). Returns the engine's counters and
+/// how many steps the engine refused with ENOSPC alone.
+fn run_seed_in(seed: u64, steps: usize, free_pages: Option<u64>) -> (Counters, u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut p = new_pair(POOL_PAGES, seed_mode(seed));
+    let mut p = match free_pages {
+        None => new_pair(POOL_PAGES, seed_mode(seed)),
+        Some(_) => new_pair_sized(FULL_POOL_PAGES, 1 << 30, seed_mode(seed)),
+    };
+    if let Some(free) = free_pages {
+        add_ballast(&p, free);
+    }
     // A world-writable sticky root, so that the other users can work.
     p.engine().chmod(b"/", 0o1777).expect("chmod /");
     p.model.chmod(b"/", 0o1777).expect("chmod /");
-    const TEST: &str = "model_based_random_sequences";
+    let full_pool_pages = free_pages;
+    let test = if full_pool_pages.is_some() { FULL_TEST } else { "model_based_random_sequences" };
+    let mut enospc = 0;
     let mut history: Vec<String> = Vec::new();
     for i in 0..steps {
         p.clock.advance_ns(1_000 + rng.gen_range(0..1000));
@@ -977,7 +1011,7 @@ fn run_seed(seed: u64, steps: usize) -> Counters {
             let desc = format!("remount crash={crash}");
             history.push(desc.clone());
             if let Err(why) = remount(&mut p, crash, false) {
-                fail(TEST, seed, i, &desc, &why, &history);
+                fail(test, seed, i, &desc, &why, &history);
             }
         }
         if rng.gen_range(0..500) == 0 {
@@ -988,16 +1022,18 @@ fn run_seed(seed: u64, steps: usize) -> Counters {
             p.model.set_default_mode(mode);
             history.push(format!("default mode {mode:?}"));
         }
+        let before = full_pool_pages.map(|_| Before::take(&p));
         let (desc, outcome) = step(&mut p, &mut rng);
+        let outcome = settle_enospc(&mut p, before, &desc, outcome, &mut enospc);
         history.push(desc.clone());
         if let Err(why) = outcome.and_then(|_| compare_all(&p)) {
-            fail(TEST, seed, i, &desc, &why, &history);
+            fail(test, seed, i, &desc, &why, &history);
         }
     }
     if let Err(why) = remount(&mut p, false, false) {
-        fail(TEST, seed, steps, "final clean remount", &why, &history);
+        fail(test, seed, steps, "final clean remount", &why, &history);
     }
-    p.counters
+    (p.counters, enospc)
 }
 
 /// The seeds a test runs: `FERRITE_SEED` alone, or 1..=`FERRITE_SEEDS`
@@ -1022,6 +1058,130 @@ fn model_based_random_sequences() {
         total.add(&c);
     }
     eprintln!("model_based_random_sequences: total {total:?}");
+}
+
+// ----- a nearly full pool ------------------------------------------------
+
+const FULL_TEST: &str = "model_based_on_a_nearly_full_pool";
+const FULL_SMALL_TEST: &str = "model_based_small_writes_on_a_nearly_full_pool";
+/// Its pool (1 MiB: the ballast is compared after every step, so small).
+const FULL_POOL_PAGES: u64 = 256;
+
+/// A file `/ballast` (a name the sequences never make), written and
+/// synced on both sides until the engine has about `free` pages available
+/// (beyond its removal reserve).
+fn add_ballast(p: &Pair, free: u64) {
+    let chunk = vec![0xb5u8; 64 * 1024];
+    let (e, m) = (p.engine(), &p.model);
+    let (x, y) = (
+        e.open(b"/ballast", OpenFlags::WRONLY.create(), 0o600).expect("ballast"),
+        m.open(b"/ballast", OpenFlags::WRONLY.create(), 0o600).expect("ballast"),
+    );
+    let available = || e.statfs().expect("statfs").blocks_avail;
+    let mut at = 0;
+    while available() > free + 16 + 4 {
+        e.pwrite(x, &chunk, at).expect("ballast write");
+        m.pwrite(y, &chunk, at).expect("ballast write");
+        at += chunk.len() as u64;
+    }
+    while available() > free + 1 {
+        e.pwrite(x, &chunk[..4096], at).expect("ballast page");
+        m.pwrite(y, &chunk[..4096], at).expect("ballast page");
+        at += 4096;
+    }
+    e.fsync(x).expect("ballast fsync");
+    m.fsync(y).expect("ballast fsync");
+    e.close(x).expect("ballast close");
+    m.close(y).expect("ballast close");
+}
+
+/// The model's state and the descriptor pairs before a step.
+struct Before(ferrite_model::ModelState, Vec<(Fd, Fd)>, Vec<(Fd, Fd)>);
+
+impl Before {
+    fn take(p: &Pair) -> Before {
+        Before(p.model.snapshot(), p.fds.clone(), p.dirs.clone())
+    }
+}
+
+/// A step's outcome on a nearly full pool: where the engine ran out of
+/// space and the model had room, the step must have changed nothing on
+/// the engine, so the model goes back to `before` (counted in `enospc`),
+/// and the comparison that follows checks that. Anything else stands.
+fn settle_enospc(
+    p: &mut Pair,
+    before: Option<Before>,
+    desc: &str,
+    outcome: Result<(), String>,
+    enospc: &mut u64,
+) -> Result<(), String> {
+    match (before, outcome) {
+        (Some(Before(model, fds, dirs)), Err(why)) if why.starts_with("engine Err(ENOSPC)") => {
+            p.model.restore(model);
+            (p.fds, p.dirs) = (fds, dirs);
+            *enospc += 1;
+            if compare_all(p).is_err() {
+                drop_privileges_as_the_engine(p, desc);
+            }
+            Ok(())
+        }
+        (_, outcome) => outcome,
+    }
+}
+
+/// A write through a descriptor refused with ENOSPC has taken the file's
+/// set-ID bits and capabilities away already, as Linux's does
+/// (`file_modified` comes before the data, so a write to a full ext4
+/// leaves the same): the model, put back to before the step, takes them
+/// away the same way, as root, at the same instant (the clock moves only
+/// between steps). The comparison that follows must then pass.
+fn drop_privileges_as_the_engine(p: &Pair, desc: &str) {
+    let Some(n) = desc.split("Fd(").nth(1).and_then(|r| r.split(')').next()).and_then(|n| n.parse().ok()) else {
+        return;
+    };
+    let Some(&(x, y)) = p.fds.iter().find(|(x, _)| *x == Fd(n)) else { return };
+    let (Ok(e), Ok(m)) = (p.engine().fstat(x), p.model.fstat(y)) else { return };
+    let creds = p.model.credentials();
+    p.model.set_credentials(Credentials::root());
+    // Only set-ID bits the model still has may be gone.
+    let set_id = 0o6000;
+    if e.perm != m.perm && e.perm & !set_id == m.perm & !set_id && e.perm & set_id & !m.perm == 0 {
+        p.model.fchmod(y, e.perm).expect("model fchmod");
+    }
+    let cap = b"security.capability";
+    if p.engine().fgetxattr(x, cap) == Err(Errno::ENODATA) && p.model.fgetxattr(y, cap).is_ok() {
+        p.model.fremovexattr(y, cap).expect("model fremovexattr");
+    }
+    p.model.set_credentials(creds);
+}
+
+/// The first test's sequences on an engine whose pages run out all the
+/// time (a 1 MiB pool, where a ballast file leaves
+/// `FERRITE_FULL_FREE_PAGES` available, default 12), beside a model with room for everything. Whenever the engine
+/// fails a step with ENOSPC where the model succeeded, the model is put
+/// back to its state before the step: the engine's refusal must have left
+/// no trace (every operation all or nothing: data, names, attributes,
+/// descriptors, an fsync-atomic file's pending changes), and every later
+/// step, remount and crash recovery must agree with the model as before.
+/// Any other disagreement fails, an ENOSPC where the model reports
+/// another error (EEXIST, ENOENT, ...) among them: the engine must check
+/// what the call asks before it allocates.
+#[test]
+fn model_based_on_a_nearly_full_pool() {
+    let (seeds, steps) = seeds_and_steps(4, 2000);
+    let pages = std::env::var("FERRITE_FULL_FREE_PAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    let (mut total, mut refused) = (Counters::default(), 0);
+    for seed in seeds {
+        let (c, enospc) = run_seed_in(seed, steps, Some(pages));
+        eprintln!(
+            "{FULL_TEST}: seed {seed} ({:?} by default): {enospc} steps refused with ENOSPC; {c:?}",
+            seed_mode(seed)
+        );
+        total.add(&c);
+        refused += enospc;
+    }
+    eprintln!("{FULL_TEST}: total {refused} refused; {total:?}");
+    assert!(refused > 0, "the pool never ran out of space: the test tested nothing");
 }
 
 // ----- small writes, modes and crashes -----------------------------------
@@ -1307,9 +1467,19 @@ fn step_small(p: &mut Pair, rng: &mut ChaCha8Rng, recent: &mut Vec<(u64, usize)>
 
 /// One seed of the small-writes test.
 fn run_small_seed(seed: u64, steps: usize) -> Counters {
-    const TEST: &str = "model_based_small_writes";
+    run_small_seed_in(seed, steps, None).0
+}
+
+/// `run_small_seed`; with `free_pages`, on a nearly full pool as
+/// `run_seed_in` (the ballast added after the files are made).
+fn run_small_seed_in(seed: u64, steps: usize, free_pages: Option<u64>) -> (Counters, u64) {
+    let test = if free_pages.is_some() { FULL_SMALL_TEST } else { "model_based_small_writes" };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut p = new_pair(SW_POOL_PAGES, seed_mode(seed));
+    let mut p = match free_pages {
+        None => new_pair(SW_POOL_PAGES, seed_mode(seed)),
+        Some(_) => new_pair_sized(FULL_POOL_PAGES, 1 << 30, seed_mode(seed)),
+    };
+    let mut enospc = 0;
     let mut history: Vec<String> = Vec::new();
     // Every file starts with three and a half pages, committed, so that
     // small writes find mapped pages.
@@ -1325,6 +1495,9 @@ fn run_small_seed(seed: u64, steps: usize) -> Counters {
     }
     p.engine().sync_all().expect("sync_all");
     p.model.sync_all();
+    if let Some(free) = free_pages {
+        add_ballast(&p, free);
+    }
     let mut recent = Vec::new();
     for i in 0..steps {
         p.clock.advance_ns(1_000 + rng.gen_range(0..1000));
@@ -1337,22 +1510,24 @@ fn run_small_seed(seed: u64, steps: usize) -> Counters {
             // (Counting Inline entries dumps every file: every 8th remount.)
             let count_inline = (p.counters.crash_remounts + p.counters.clean_remounts).is_multiple_of(8);
             if let Err(why) = remount(&mut p, crash, count_inline) {
-                fail(TEST, seed, i, &desc, &why, &history);
+                fail(test, seed, i, &desc, &why, &history);
             }
             continue;
         }
+        let before = free_pages.map(|_| Before::take(&p));
         let (desc, outcome) = step_small(&mut p, &mut rng, &mut recent);
+        let outcome = settle_enospc(&mut p, before, &desc, outcome, &mut enospc);
         history.push(desc.clone());
         if let Err(why) = outcome.and_then(|_| compare_all(&p)) {
-            fail(TEST, seed, i, &desc, &why, &history);
+            fail(test, seed, i, &desc, &why, &history);
         }
     }
     for crash in [true, false] {
         if let Err(why) = remount(&mut p, crash, true) {
-            fail(TEST, seed, steps, &format!("final remount crash={crash}"), &why, &history);
+            fail(test, seed, steps, &format!("final remount crash={crash}"), &why, &history);
         }
     }
-    p.counters
+    (p.counters, enospc)
 }
 
 #[test]
@@ -1372,4 +1547,26 @@ fn model_based_small_writes() {
         assert!(total.inline_entries_seen > 0, "no Inline entry in any log: {total:?}");
         assert!(total.compactions > 0, "no log compacted: {total:?}");
     }
+}
+
+/// The small-writes sequences on a nearly full pool, as
+/// `model_based_on_a_nearly_full_pool` runs the first test's: inline
+/// (delta) writes, folds, fsync-atomic epochs and compaction when the
+/// pages run out, each refusal leaving no trace.
+#[test]
+fn model_based_small_writes_on_a_nearly_full_pool() {
+    let (seeds, steps) = seeds_and_steps(4, 2000);
+    let pages = std::env::var("FERRITE_FULL_FREE_PAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    let (mut total, mut refused) = (Counters::default(), 0);
+    for seed in seeds {
+        let (c, enospc) = run_small_seed_in(seed, steps, Some(pages));
+        eprintln!(
+            "{FULL_SMALL_TEST}: seed {seed} ({:?} by default): {enospc} steps refused with ENOSPC; {c:?}",
+            seed_mode(seed)
+        );
+        total.add(&c);
+        refused += enospc;
+    }
+    eprintln!("{FULL_SMALL_TEST}: total {refused} refused; {total:?}");
+    assert!(refused > 0, "the pool never ran out of space: the test tested nothing");
 }
