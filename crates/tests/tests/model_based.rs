@@ -1168,19 +1168,22 @@ fn drop_privileges_as_the_engine(p: &Pair, desc: &str) {
 /// what the call asks before it allocates.
 #[test]
 fn model_based_on_a_nearly_full_pool() {
+    on_a_nearly_full_pool(FULL_TEST, run_seed_in);
+}
+
+/// Run `run` (a seed, its steps, the pages left free) over the seeds of
+/// `test`, 4 of 2,000 steps by default, and require refusals.
+fn on_a_nearly_full_pool(test: &str, run: fn(u64, usize, Option<u64>) -> (Counters, u64)) {
     let (seeds, steps) = seeds_and_steps(4, 2000);
     let pages = std::env::var("FERRITE_FULL_FREE_PAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
     let (mut total, mut refused) = (Counters::default(), 0);
     for seed in seeds {
-        let (c, enospc) = run_seed_in(seed, steps, Some(pages));
-        eprintln!(
-            "{FULL_TEST}: seed {seed} ({:?} by default): {enospc} steps refused with ENOSPC; {c:?}",
-            seed_mode(seed)
-        );
+        let (c, enospc) = run(seed, steps, Some(pages));
+        eprintln!("{test}: seed {seed} ({:?} by default): {enospc} steps refused with ENOSPC; {c:?}", seed_mode(seed));
         total.add(&c);
         refused += enospc;
     }
-    eprintln!("{FULL_TEST}: total {refused} refused; {total:?}");
+    eprintln!("{test}: total {refused} refused; {total:?}");
     assert!(refused > 0, "the pool never ran out of space: the test tested nothing");
 }
 
@@ -1555,18 +1558,5 @@ fn model_based_small_writes() {
 /// pages run out, each refusal leaving no trace.
 #[test]
 fn model_based_small_writes_on_a_nearly_full_pool() {
-    let (seeds, steps) = seeds_and_steps(4, 2000);
-    let pages = std::env::var("FERRITE_FULL_FREE_PAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
-    let (mut total, mut refused) = (Counters::default(), 0);
-    for seed in seeds {
-        let (c, enospc) = run_small_seed_in(seed, steps, Some(pages));
-        eprintln!(
-            "{FULL_SMALL_TEST}: seed {seed} ({:?} by default): {enospc} steps refused with ENOSPC; {c:?}",
-            seed_mode(seed)
-        );
-        total.add(&c);
-        refused += enospc;
-    }
-    eprintln!("{FULL_SMALL_TEST}: total {refused} refused; {total:?}");
-    assert!(refused > 0, "the pool never ran out of space: the test tested nothing");
+    on_a_nearly_full_pool(FULL_SMALL_TEST, run_small_seed_in);
 }
