@@ -47,9 +47,18 @@ thread_local! {
 static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    /// Set while the calling thread runs an operation that releases space
-    /// (`removal_scope`): its allocations may take the removal reserve.
-    static MAY_TAKE_RESERVE: Cell<bool> = const { Cell::new(false) };
+    /// How much of the removal reserve the calling thread's allocations may
+    /// take: all of it inside a `removal_scope`, half inside an
+    /// `attribute_scope`, none otherwise.
+    static RESERVE_ACCESS: Cell<ReserveAccess> = const { Cell::new(ReserveAccess::None) };
+}
+
+/// How much of the removal reserve an allocation may take, in order.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum ReserveAccess {
+    None,
+    Half,
+    Whole,
 }
 
 /// Pages each lane keeps back from ordinary allocations, at most (its share
@@ -70,23 +79,44 @@ pub fn removal_reserve_per_lane(data_pages: u64, lanes: usize) -> u64 {
 }
 
 /// While alive, the calling thread's page allocations may take the removal
-/// reserve (see `REMOVAL_RESERVE_PER_LANE_MAX`). Held by the operations
-/// that release space, for their whole commit: the allocation happens deep
-/// in log staging, where which operation asked is not known. Scopes nest;
-/// dropping one restores what it found.
+/// reserve (see `REMOVAL_RESERVE_PER_LANE_MAX`), or half of it. Held by the
+/// operations that release space, for their whole commit: the allocation
+/// happens deep in log staging, where which operation asked is not known.
+/// Scopes nest (the wider access wins); dropping one restores what it
+/// found.
 pub struct RemovalScope {
-    outer: bool,
+    outer: ReserveAccess,
 }
 
 /// Let the calling thread's allocations take the removal reserve until the
 /// returned scope is dropped.
 pub fn removal_scope() -> RemovalScope {
-    RemovalScope { outer: MAY_TAKE_RESERVE.with(|m| m.replace(true)) }
+    reserve_scope(ReserveAccess::Whole)
+}
+
+/// Let the calling thread's allocations take half of the removal reserve
+/// until the returned scope is dropped: for a change of attributes (chmod,
+/// chown, utimens, a truncate that grows), which frees nothing but needs a
+/// log page at most, and which kernel file systems make on a full disk
+/// (`touch` of a file there works). The other half stays for removals, so
+/// that no run of attribute changes can leave a pool nothing can be
+/// deleted from.
+pub fn attribute_scope() -> RemovalScope {
+    reserve_scope(ReserveAccess::Half)
+}
+
+fn reserve_scope(access: ReserveAccess) -> RemovalScope {
+    let outer = RESERVE_ACCESS.with(|m| {
+        let outer = m.get();
+        m.set(outer.max(access));
+        outer
+    });
+    RemovalScope { outer }
 }
 
 impl Drop for RemovalScope {
     fn drop(&mut self) {
-        MAY_TAKE_RESERVE.with(|m| m.set(self.outer));
+        RESERVE_ACCESS.with(|m| m.set(self.outer));
     }
 }
 
@@ -604,7 +634,11 @@ impl PageAllocator {
         let home = thread_lane(self.lanes.len());
         // What each lane keeps back from this allocation: its share of the
         // removal reserve, unless the thread is removing something.
-        let keep = if MAY_TAKE_RESERVE.with(Cell::get) { 0 } else { self.reserve_per_lane };
+        let keep = match RESERVE_ACCESS.with(Cell::get) {
+            ReserveAccess::None => self.reserve_per_lane,
+            ReserveAccess::Half => self.reserve_per_lane.div_ceil(2),
+            ReserveAccess::Whole => 0,
+        };
         {
             // The common case: the calling thread's own lane has room.
             // Only its lock is taken, nothing shared with other lanes.
@@ -870,6 +904,38 @@ mod tests {
             a.free(p, n as u64);
         }
         assert_eq!(a.free_pages(), total);
+    }
+
+    /// An attribute scope takes half of the reserve, never more, and a
+    /// removal scope inside it the rest: scopes nest, the wider one wins.
+    #[test]
+    fn attribute_changes_take_half_the_reserve() {
+        let total = 4096u64;
+        let a = PageAllocator::new(4, PageNo(8), 8 + total);
+        a.init_free(PageNo(8), total);
+        let mut held: Vec<(PageNo, u32)> = Vec::new();
+        while let Ok(runs) = a.alloc(1) {
+            held.extend(runs);
+        }
+        let half = a.removal_reserve() / 2;
+        {
+            let _attributes = attribute_scope();
+            for _ in 0..half {
+                held.extend(a.alloc(1).expect("half the reserve"));
+            }
+            assert_eq!(a.alloc(1), Err(Errno::ENOSPC), "an attribute change took more than half");
+            {
+                let _removal = removal_scope();
+                held.extend(a.alloc(1).expect("a removal inside an attribute change"));
+            }
+            assert_eq!(a.alloc(1), Err(Errno::ENOSPC), "the removal scope's end restored half");
+        }
+        assert_eq!(a.alloc(1), Err(Errno::ENOSPC));
+        assert_eq!(a.free_pages(), half - 1);
+        for (p, n) in held {
+            a.free(p, n as u64);
+        }
+        assert_eq!(a.free_and_available(), (total, total - a.removal_reserve()));
     }
 
     /// The reserve is one pool-wide amount, though each lane keeps its

@@ -116,8 +116,14 @@ impl Ferrite {
     fn setattr_commit(&self, inode: &Inode, d: &mut InodeData, set: &SetAttr, remove_capability: bool) -> FsResult<()> {
         // A truncate that does not grow the file releases its pages, so it
         // may take the removal reserve (docs/DESIGN.md, "Space for
-        // removals"): `> file` frees space on a full pool.
-        let _removal = set.size.is_some_and(|s| s <= d.attrs.size).then(crate::alloc::removal_scope);
+        // removals"): `> file` frees space on a full pool. Any other change
+        // of attributes may take half of it: `touch` and chmod work on a
+        // full pool, and half stays for removals.
+        let _reserve = if set.size.is_some_and(|s| s <= d.attrs.size) {
+            crate::alloc::removal_scope()
+        } else {
+            crate::alloc::attribute_scope()
+        };
         if set.perm.is_some_and(|p| p & 0o6000 != 0) {
             inode.nosec.store(false, Ordering::Release);
         }

@@ -623,7 +623,7 @@ fn copy_file_range_inside_the_pool() {
 
 /// A mount filled until nothing more fits shows no space available, and
 /// the programs a user reaches for then change and free it: `dd` over
-/// bytes of a file, `mv` over another name,
+/// bytes of a file, `touch` and chmod, `mv` over another name,
 /// `truncate` of a file and `rm -rf` of the whole tree succeed, though
 /// each removal may need a log
 /// page (the engine's removal reserve, docs/DESIGN.md, "Space for
@@ -699,6 +699,19 @@ fn a_full_mount_is_emptied_by_mv_truncate_and_rm_rf() {
         .output()
         .unwrap();
     assert!(out.status.success(), "dd over a file on a full mount: {}", String::from_utf8_lossy(&out.stderr));
+    // Times and modes changed again and again, as `touch` and chmod do.
+    let touched = top.join("d0/f2");
+    let out = std::process::Command::new("touch").arg(&touched).output().unwrap();
+    assert!(out.status.success(), "touch on a full mount: {}", String::from_utf8_lossy(&out.stderr));
+    for k in 0..200i64 {
+        let times = [libc::timespec { tv_sec: 1_700_000_000 + k, tv_nsec: 0 }; 2];
+        // SAFETY: a NUL-terminated path and an array of two timespecs.
+        let r = unsafe { libc::utimensat(libc::AT_FDCWD, c(&touched).as_ptr(), times.as_ptr(), 0) };
+        assert_eq!(r, 0, "utimensat {k} on a full mount: {}", std::io::Error::last_os_error());
+        let mode = 0o600 | (k as u32 & 1) * 0o44;
+        fs::set_permissions(&touched, fs::Permissions::from_mode(mode)).expect("chmod on a full mount");
+    }
+    assert_eq!(fs::metadata(&touched).unwrap().mtime(), 1_700_000_199);
     // And many more, which would have filled the file's log with deltas.
     let f1 = fs::OpenOptions::new().write(true).open(top.join("d0/f1")).unwrap();
     for k in 0..256u64 {

@@ -6,10 +6,13 @@
 //! rename over a name succeeds, though each may need a log page (the
 //! removal reserve), in strict and buffered mounts, and overwrites of
 //! bytes the file has, large or small, still work; a rename that removes
-//! no name gets ENOSPC there and changes nothing.
+//! no name gets ENOSPC there and changes nothing; and chmod, chown and
+//! utimens work there from half the reserve, never more, so removals can
+//! still empty the pool after them.
 
 use ferrite::{
     BufferedOptions, Errno, FallocateMode, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session,
+    TimeSet, TimeSpec, AT_FDCWD,
 };
 use ferrite_pmem::Pmem;
 
@@ -317,6 +320,82 @@ fn rename_on_a_full_pool(fs: Session) {
         fs.unlink(f.as_bytes()).unwrap_or_else(|e| panic!("unlink {f} after the renames: {e:?}"));
     }
     fsck_clean(&fs);
+}
+
+/// Attribute changes work on a full pool as on a kernel file system
+/// (`touch`, chmod, chown of files whose logs have no room), from half of
+/// the removal reserve; once that half is used they get ENOSPC, and the
+/// other half still lets removals empty the pool.
+fn attributes_on_a_full_pool(fs: Session) {
+    let (mut files, mut dirs) = (Vec::new(), Vec::new());
+    fill_to_the_brim(&fs, 0, &mut files, &mut dirs);
+    // One file changed again and again: its log grows a page now and then,
+    // and collection frees the pages whose Attr entries all died (on a
+    // buffered mount once their deaths are durable, which keeps a page more
+    // for a while).
+    let data = files.iter().find(|f| f.contains("data")).expect("a data file").clone();
+    let fd = fs.open(data.as_bytes(), OpenFlags::RDWR, 0).unwrap();
+    for round in 0..256u32 {
+        let at = TimeSet::At(TimeSpec { sec: 1_700_000_000 + i64::from(round), nsec: 0 });
+        fs.futimens(fd, at, at).unwrap_or_else(|e| panic!("utimens {round} on a full pool: {e:?}"));
+        fs.fchmod(fd, 0o600 | (round & 1) * 0o44).unwrap_or_else(|e| panic!("chmod {round} on a full pool: {e:?}"));
+        fs.fchown(fd, Some(round % 3), None).unwrap_or_else(|e| panic!("chown {round} on a full pool: {e:?}"));
+    }
+    let st = fs.fstat(fd).unwrap();
+    assert_eq!((st.mtime.sec, st.perm, st.uid), (1_700_000_255, 0o644, 255 % 3));
+    fs.close(fd).unwrap();
+    // Files with no log yet each need a first page for their new times:
+    // they get ENOSPC once half the reserve is used.
+    let mut changed = 0;
+    let refused = files.iter().filter(|f| f.starts_with("/small")).find(|f| {
+        let r = fs.utimensat(AT_FDCWD, f.as_bytes(), TimeSet::Now, TimeSet::Now, 0);
+        assert!(matches!(r, Ok(()) | Err(Errno::ENOSPC)), "touch {f}: {r:?}");
+        changed += usize::from(r.is_ok());
+        r.is_err()
+    });
+    assert!(changed > 0 && refused.is_some(), "{changed} files touched, refused: {refused:?}");
+    assert!(
+        fs.free_pages() * 2 >= fs.engine().removal_reserve_pages(),
+        "attribute changes took more than half the reserve: {} of {} pages left",
+        fs.free_pages(),
+        fs.engine().removal_reserve_pages()
+    );
+    // Removals still work, and empty the pool.
+    for f in &files {
+        fs.unlink(f.as_bytes()).unwrap_or_else(|e| panic!("unlink {f} after attribute changes: {e:?}"));
+    }
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
+    for d in &dirs {
+        fs.rmdir(d.as_bytes()).unwrap_or_else(|e| panic!("rmdir {d} after attribute changes: {e:?}"));
+    }
+    fsck_clean(&fs);
+}
+
+/// A pool of 2,048 pages in 2 lanes: 30 pages of removal reserve, half of
+/// them for attribute changes (the small pool's 3 would not hold a
+/// buffered log's page kept until its deaths are durable).
+fn attribute_pool() -> Session {
+    let fs =
+        Session::format(Pmem::heap(2048 * 4096), &FormatOptions { lanes: 2, inodes: Some(1024), ..Default::default() })
+            .unwrap();
+    assert_eq!(fs.engine().removal_reserve_pages(), 30);
+    fs
+}
+
+#[test]
+fn attributes_change_on_a_full_pool() {
+    attributes_on_a_full_pool(attribute_pool());
+}
+
+#[test]
+fn attributes_change_on_a_full_buffered_pool() {
+    let fs = attribute_pool();
+    let opts = MountOptions {
+        buffered: Some(BufferedOptions { persister_thread: false, ..Default::default() }),
+        ..Default::default()
+    };
+    let (fs, _) = ferrite_tests::remount_as(fs, false, &opts);
+    attributes_on_a_full_pool(fs);
 }
 
 /// A pool of 512 pages in 2 lanes (6 pages of removal reserve) with
