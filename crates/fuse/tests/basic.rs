@@ -708,7 +708,7 @@ fn a_full_mount_is_emptied_by_mv_truncate_and_rm_rf() {
         // SAFETY: a NUL-terminated path and an array of two timespecs.
         let r = unsafe { libc::utimensat(libc::AT_FDCWD, c(&touched).as_ptr(), times.as_ptr(), 0) };
         assert_eq!(r, 0, "utimensat {k} on a full mount: {}", std::io::Error::last_os_error());
-        let mode = 0o600 | (k as u32 & 1) * 0o44;
+        let mode = 0o600 | ((k as u32 & 1) * 0o44);
         fs::set_permissions(&touched, fs::Permissions::from_mode(mode)).expect("chmod on a full mount");
     }
     assert_eq!(fs::metadata(&touched).unwrap().mtime(), 1_700_000_199);

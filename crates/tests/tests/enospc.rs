@@ -338,7 +338,7 @@ fn attributes_on_a_full_pool(fs: Session) {
     for round in 0..256u32 {
         let at = TimeSet::At(TimeSpec { sec: 1_700_000_000 + i64::from(round), nsec: 0 });
         fs.futimens(fd, at, at).unwrap_or_else(|e| panic!("utimens {round} on a full pool: {e:?}"));
-        fs.fchmod(fd, 0o600 | (round & 1) * 0o44).unwrap_or_else(|e| panic!("chmod {round} on a full pool: {e:?}"));
+        fs.fchmod(fd, 0o600 | ((round & 1) * 0o44)).unwrap_or_else(|e| panic!("chmod {round} on a full pool: {e:?}"));
         fs.fchown(fd, Some(round % 3), None).unwrap_or_else(|e| panic!("chown {round} on a full pool: {e:?}"));
     }
     let st = fs.fstat(fd).unwrap();
