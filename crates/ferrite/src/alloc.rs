@@ -633,7 +633,8 @@ impl PageAllocator {
         let mut out = Runs::new();
         let home = thread_lane(self.lanes.len());
         // What each lane keeps back from this allocation: its share of the
-        // removal reserve, unless the thread is removing something.
+        // removal reserve, none of it for a removal, half of it for an
+        // attribute change.
         let keep = match RESERVE_ACCESS.with(Cell::get) {
             ReserveAccess::None => self.reserve_per_lane,
             ReserveAccess::Half => self.reserve_per_lane.div_ceil(2),
