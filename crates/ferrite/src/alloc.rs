@@ -387,10 +387,9 @@ impl PageAllocator {
 
     /// Free pages, and those of them an ordinary allocation may take
     /// (statfs's free and available blocks: the free pages beyond the
-    /// pool-wide removal reserve), read in one pass under each lane's lock,
-    /// so that the second never exceeds the first.
+    /// pool-wide removal reserve; the second never exceeds the first).
     pub fn free_and_available(&self) -> (u64, u64) {
-        let free: u64 = self.lanes.iter().map(|l| l.lock().free_pages).sum();
+        let free = self.free_pages();
         (free, free.saturating_sub(self.removal_reserve()))
     }
 
@@ -690,12 +689,7 @@ impl PageAllocator {
             if let Some(donor) = donor {
                 let spare = spare_of(&lanes[donor]).min(REFILL_PAGES_MAX);
                 if spare > 0 {
-                    let mut moved = Runs::new();
-                    let took = lanes[donor].take(spare, &mut moved);
-                    assert_eq!(took, spare, "lane {donor} lost pages");
-                    for (s, n) in moved {
-                        lanes[home].insert(s.0, n as u64);
-                    }
+                    move_free_pages(&mut lanes, donor, home, spare);
                 }
             }
             self.short_lanes.store(self.short_of(&lanes), Ordering::Relaxed);
@@ -727,12 +721,7 @@ impl PageAllocator {
                 if n == 0 {
                     break;
                 }
-                let mut moved = Runs::new();
-                let took = lanes[donor].take(n, &mut moved);
-                assert_eq!(took, n, "lane {donor} lost pages");
-                for (s, len) in moved {
-                    lanes[short].insert(s.0, len as u64);
-                }
+                move_free_pages(lanes, donor, short, n);
             }
         }
         self.short_lanes.store(self.short_of(lanes), Ordering::Relaxed);
@@ -758,6 +747,18 @@ impl PageAllocator {
         }
         v.sort_unstable();
         v
+    }
+}
+
+/// Move `n` free pages from lane `from`'s list to lane `to`'s (both locked).
+/// Pages keep their partition: the free path returns each to the lane
+/// that owns its address.
+fn move_free_pages(lanes: &mut [parking_lot::MutexGuard<'_, FreeList>], from: usize, to: usize, n: u64) {
+    let mut moved = Runs::new();
+    let took = lanes[from].take(n, &mut moved);
+    assert_eq!(took, n, "lane {from} lost pages");
+    for (s, len) in moved {
+        lanes[to].insert(s.0, len as u64);
     }
 }
 

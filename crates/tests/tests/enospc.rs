@@ -389,13 +389,17 @@ fn attributes_change_on_a_full_pool() {
 
 #[test]
 fn attributes_change_on_a_full_buffered_pool() {
-    let fs = attribute_pool();
+    attributes_on_a_full_pool(buffered(attribute_pool()));
+}
+
+/// `fs` mounted again buffered, without a persister thread (changes
+/// become durable at sync points and by back-pressure only).
+fn buffered(fs: Session) -> Session {
     let opts = MountOptions {
         buffered: Some(BufferedOptions { persister_thread: false, ..Default::default() }),
         ..Default::default()
     };
-    let (fs, _) = ferrite_tests::remount_as(fs, false, &opts);
-    attributes_on_a_full_pool(fs);
+    ferrite_tests::remount_as(fs, false, &opts).0
 }
 
 /// A pool of 512 pages in 2 lanes (6 pages of removal reserve) with
@@ -419,12 +423,7 @@ fn a_full_pool_can_always_be_emptied() {
 #[test]
 fn a_full_buffered_pool_can_always_be_emptied() {
     let (fs, free_when_empty) = small_pool();
-    let opts = MountOptions {
-        buffered: Some(BufferedOptions { persister_thread: false, ..Default::default() }),
-        ..Default::default()
-    };
-    let (fs, _) = ferrite_tests::remount_as(fs, false, &opts);
-    empty_a_full_pool(fs, free_when_empty);
+    empty_a_full_pool(buffered(fs), free_when_empty);
 }
 
 #[test]
@@ -436,10 +435,5 @@ fn a_rename_works_on_a_full_pool() {
 #[test]
 fn a_rename_works_on_a_full_buffered_pool() {
     let (fs, _) = small_pool();
-    let opts = MountOptions {
-        buffered: Some(BufferedOptions { persister_thread: false, ..Default::default() }),
-        ..Default::default()
-    };
-    let (fs, _) = ferrite_tests::remount_as(fs, false, &opts);
-    rename_on_a_full_pool(fs);
+    rename_on_a_full_pool(buffered(fs));
 }
