@@ -174,20 +174,35 @@ impl Prep {
     }
 }
 
+/// Units a 100-byte write at most takes in a log (an Inline entry; a
+/// Write when it folds): fills of small writes stop at this much room, so
+/// that none crosses a page, and chmods fill the rest (entries of file
+/// contents leave a page's last unit to attribute changes).
+const SMALL_WRITE_UNITS: u64 = 3;
+
 /// Make room on the nearly full image (ENOENT elsewhere, on both sides).
 fn make_room() -> Call {
     Call::Unlink { path: p("/F/f0") }
 }
 
 /// `/gcf`: page 1 of its log full of Write entries of file page 0, then a
-/// chmod opening page 2, then page 2 full of Writes: page 1 is all dead
-/// (its Attr and its Writes superseded), collected by the next extension.
+/// chmod opening page 2, then a Write of the whole page and page 2 full of
+/// small Writes: page 1 is all dead (its Attr and its Writes superseded),
+/// collected by the next extension.
+/// (Entries of file contents leave a page's last unit to attribute
+/// changes, docs/DESIGN.md "Space for removals": chmods fill each page's
+/// end.)
 fn fast_file() -> Vec<Call> {
     let mut pr = Prep::new();
     pr.run(open(0, "/gcf", OpenFlags::RDWR.create()));
-    pr.fill_while("/gcf", 0, |i| vec![pw(0, 0, 100, 1000 + i)]);
+    pr.fill_while("/gcf", SMALL_WRITE_UNITS, |i| vec![pw(0, 0, 100, 1000 + i)]);
+    pr.chmod_to_full("/gcf", 0o600);
     pr.run(chmod("/gcf", 0o640));
-    pr.fill_while("/gcf", 0, |i| vec![pw(0, 0, 100, 2000 + i)]);
+    // A whole-page write first, so that page 1's entries are dead whichever
+    // of its small writes folded its deltas into a copy of the page.
+    pr.run(pw(0, 0, 4096, 1999));
+    pr.fill_while("/gcf", SMALL_WRITE_UNITS, |i| vec![pw(0, 0, 100, 2000 + i)]);
+    pr.chmod_to_full("/gcf", 0o600);
     pr.full("/gcf");
     let mut v = vec![make_room()];
     v.extend(pr.done());
@@ -329,16 +344,17 @@ fn fold_atomic(committed: bool) -> Vec<Call> {
     v
 }
 
-/// `/fr`: an fsync-atomic file whose log's tail page has room for one
-/// unit, then (pending) a page written by copy on write (its Write entry
-/// takes that unit) and a write in place into that page of the epoch (no
-/// entry: the epoch sets a page aside for its closing entry).
+/// `/fr`: an fsync-atomic file whose log's tail page has room for two
+/// units, then (pending) a page written by copy on write (its Write entry
+/// takes one; the last is left to attribute changes) and a write in place
+/// into that page of the epoch (no entry: the epoch sets a page aside for
+/// its closing entry, which may not take the last unit either).
 fn seal_reserve() -> Vec<Call> {
     let mut pr = Prep::new();
     pr.run(Call::SetDefaultMode { mode: FileMode::FsyncAtomic });
     pr.run(open(0, "/fr", OpenFlags::RDWR.create()));
-    pr.fill_while("/fr", 1, |i| vec![chmod("/fr", 0o600 | (i % 0o100))]);
-    assert_eq!(pr.room("/fr"), 1, "scenario preparation: /fr's log has not exactly one unit of room");
+    pr.fill_while("/fr", 2, |i| vec![chmod("/fr", 0o600 | (i % 0o100))]);
+    assert_eq!(pr.room("/fr"), 2, "scenario preparation: /fr's log has not exactly two units of room");
     pr.run(pw(0, 0, 4096, 70));
     pr.run(pw(0, 100, 50, 71));
     let mut v = vec![make_room()];
@@ -359,9 +375,11 @@ fn gc_atomic_commit() -> Vec<Call> {
     pr.run(open(0, "/gcfa", OpenFlags::RDWR.create()));
     pr.run(pw(0, 0, 4096, 80));
     pr.run(Call::Fsync { slot: 0 });
-    pr.fill_while("/gcfa", 0, |i| vec![pw(0, 200, 100, 1000 + i), Call::Fsync { slot: 0 }]);
+    pr.fill_while("/gcfa", SMALL_WRITE_UNITS, |i| vec![pw(0, 200, 100, 1000 + i), Call::Fsync { slot: 0 }]);
+    pr.chmod_to_full("/gcfa", 0o600);
     pr.run(chmod("/gcfa", 0o640));
-    pr.fill_while("/gcfa", 0, |i| vec![pw(0, 200, 100, 2000 + i), Call::Fsync { slot: 0 }]);
+    pr.fill_while("/gcfa", SMALL_WRITE_UNITS, |i| vec![pw(0, 200, 100, 2000 + i), Call::Fsync { slot: 0 }]);
+    pr.chmod_to_full("/gcfa", 0o600);
     pr.full("/gcfa");
     pr.run(pw(0, 0, 4096, 81));
     let mut v = vec![make_room()];

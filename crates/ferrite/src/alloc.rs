@@ -51,6 +51,26 @@ thread_local! {
     /// take: all of it inside a `removal_scope`, half inside an
     /// `attribute_scope`, none otherwise.
     static RESERVE_ACCESS: Cell<ReserveAccess> = const { Cell::new(ReserveAccess::None) };
+    /// Whether the calling thread is inside an `attribute_scope`: its log
+    /// entries may take the last unit of a log page, which other entries
+    /// of file contents leave free (`may_take_last_log_unit`).
+    static ATTRIBUTE_CHANGE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// May the calling thread's log entries take the last unit of a log page?
+/// Only inside an `attribute_scope`. Other entries of a file's contents
+/// (Write, Inline, Truncate, Punch) leave that unit free, so that the log a
+/// data change has just filled (on a full pool:
+/// the write that failed with ENOSPC because the log needed a page) still
+/// has room for one Attr entry: the `chown`, `chmod` or `touch` that
+/// follows costs no page, as on a kernel file system, where such a change
+/// is made in place. SQLite run by root changes the owner of its WAL at
+/// every open: without the unit, the open after a write that filled the
+/// pool took a reserve page for it, the `-shm` truncate's pages went to
+/// repay it, and the `-shm`'s regrowth then failed by one page
+/// (docs/DESIGN.md, "Space for removals").
+pub fn may_take_last_log_unit() -> bool {
+    ATTRIBUTE_CHANGE.with(Cell::get)
 }
 
 /// How much of the removal reserve an allocation may take, in order.
@@ -86,12 +106,13 @@ pub fn removal_reserve_per_lane(data_pages: u64, lanes: usize) -> u64 {
 /// found.
 pub struct RemovalScope {
     outer: ReserveAccess,
+    outer_attribute_change: bool,
 }
 
 /// Let the calling thread's allocations take the removal reserve until the
 /// returned scope is dropped.
 pub fn removal_scope() -> RemovalScope {
-    reserve_scope(ReserveAccess::Whole)
+    reserve_scope(ReserveAccess::Whole, false)
 }
 
 /// Let the calling thread's allocations take half of the removal reserve
@@ -102,21 +123,23 @@ pub fn removal_scope() -> RemovalScope {
 /// that no run of attribute changes can leave a pool nothing can be
 /// deleted from.
 pub fn attribute_scope() -> RemovalScope {
-    reserve_scope(ReserveAccess::Half)
+    reserve_scope(ReserveAccess::Half, true)
 }
 
-fn reserve_scope(access: ReserveAccess) -> RemovalScope {
+fn reserve_scope(access: ReserveAccess, attribute_change: bool) -> RemovalScope {
     let outer = RESERVE_ACCESS.with(|m| {
         let outer = m.get();
         m.set(outer.max(access));
         outer
     });
-    RemovalScope { outer }
+    let outer_attribute_change = ATTRIBUTE_CHANGE.with(|a| a.replace(a.get() || attribute_change));
+    RemovalScope { outer, outer_attribute_change }
 }
 
 impl Drop for RemovalScope {
     fn drop(&mut self) {
         RESERVE_ACCESS.with(|m| m.set(self.outer));
+        ATTRIBUTE_CHANGE.with(|a| a.set(self.outer_attribute_change));
     }
 }
 

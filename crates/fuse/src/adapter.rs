@@ -254,8 +254,9 @@ pub(crate) struct Core {
     /// Testing hook (`FERRITE_FUSE_TEST_PANIC=name`): a lookup or create of
     /// this name panics inside the handler, to prove the daemon survives.
     panic_on: Option<Vec<u8>>,
-    /// `FERRITE_FUSE_TRACE=1`: log every request that changes data.
-    trace: bool,
+    /// `FERRITE_FUSE_TRACE=1`: log every request that changes data (and,
+    /// on the io_uring transport, every request answered with an error).
+    pub(crate) trace: bool,
     /// The kernel accepted FUSE over io_uring at INIT (the queues are
     /// registered after the handshake, by [`crate::uring`]).
     pub(crate) uring_granted: AtomicBool,

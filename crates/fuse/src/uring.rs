@@ -336,7 +336,12 @@ impl Server<'_> {
         };
         let (error, body) = match answer {
             Ok(n) => (0i32, n),
-            Err(e) => (-e.0, 0),
+            Err(e) => {
+                if self.core.trace {
+                    log(format!("{} node {}: error {}", wire::op_name(h.opcode), h.nodeid, e.0));
+                }
+                (-e.0, 0)
+            }
         };
         let mut out = Out::new(&mut header[..wire::OUT_HEADER_SIZE]);
         out.u32((wire::OUT_HEADER_SIZE + body) as u32);
