@@ -52,14 +52,15 @@ thread_local! {
     /// `attribute_scope`, none otherwise.
     static RESERVE_ACCESS: Cell<ReserveAccess> = const { Cell::new(ReserveAccess::None) };
     /// Whether the calling thread is inside an `attribute_scope`: its log
-    /// entries may take the last unit of a log page, which other entries
-    /// of file contents leave free (`may_take_last_log_unit`).
+    /// entries may take the last unit of a log page, which entries of file
+    /// contents and other Attr entries leave free (`may_take_last_log_unit`).
     static ATTRIBUTE_CHANGE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// May the calling thread's log entries take the last unit of a log page?
-/// Only inside an `attribute_scope`. Other entries of a file's contents
-/// (Write, Inline, Truncate, Punch) leave that unit free, so that the log a
+/// Only inside an `attribute_scope`. Entries of a file's contents (Write,
+/// Inline, Truncate, Punch) and other Attr entries (a compaction's
+/// checkpoint ends with one) leave that unit free, so that the log a
 /// data change has just filled (on a full pool:
 /// the write that failed with ENOSPC because the log needed a page) still
 /// has room for one Attr entry: the `chown`, `chmod` or `touch` that

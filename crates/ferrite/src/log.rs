@@ -491,15 +491,17 @@ pub(crate) fn write_log_entries(
     let mut plan: smallvec::SmallVec<[bool; 8]> = smallvec::SmallVec::new();
     let mut need_pages = 0u64;
     let mut room = if pos == format::NO_LOG { 0 } else { format::tail_page(pos).offset().0 + PAGE_SIZE - pos.0 };
-    // Entries of a file's contents leave the last unit of a page for an
-    // attribute change (see `may_take_last_log_unit`); the placement is
-    // policy, not format: replay reads a page to its end or its end marker
-    // either way.
+    // Entries of a file's contents, and Attr entries written by anything but
+    // an attribute change (a compaction's checkpoint ends with one), leave
+    // the last unit of a page for an attribute change (see
+    // `may_take_last_log_unit`); the placement is policy, not format:
+    // replay reads a page to its end or its end marker either way.
     let attribute_change = crate::alloc::may_take_last_log_unit();
     for e in &entries {
         let len = e.size_bytes() as u64;
-        let contents = matches!(e, Entry::Write(_) | Entry::Inline(_) | Entry::Truncate(_) | Entry::Punch(_));
-        let keep = if contents && !attribute_change { LOG_UNIT } else { 0 };
+        let kept =
+            matches!(e, Entry::Write(_) | Entry::Inline(_) | Entry::Truncate(_) | Entry::Punch(_) | Entry::Attr(_));
+        let keep = if kept && !attribute_change { LOG_UNIT } else { 0 };
         let fresh = len + keep > room;
         if fresh {
             need_pages += 1;

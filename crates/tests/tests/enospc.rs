@@ -386,7 +386,7 @@ fn attribute_change_after_data(fs: Session) {
     // at every position of their log pages.
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let mut pages_taken = Vec::new();
-    for round in 0..600u32 {
+    for round in 0..2000u32 {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
