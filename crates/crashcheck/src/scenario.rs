@@ -176,8 +176,9 @@ impl Prep {
 
 /// Units a 100-byte write at most takes in a log (an Inline entry; a
 /// Write when it folds): fills of small writes stop at this much room, so
-/// that none crosses a page, and chmods fill the rest (entries of file
-/// contents leave a page's last unit to attribute changes).
+/// that none crosses a page, and chmods fill the rest (on a nearly full
+/// pool entries of file contents leave a page's last unit to attribute
+/// changes, so the fill must not rest on them reaching the page's end).
 const SMALL_WRITE_UNITS: u64 = 3;
 
 /// Make room on the nearly full image (ENOENT elsewhere, on both sides).
@@ -189,9 +190,9 @@ fn make_room() -> Call {
 /// chmod opening page 2, then a Write of the whole page and page 2 full of
 /// small Writes: page 1 is all dead (its Attr and its Writes superseded),
 /// collected by the next extension.
-/// (Entries of file contents leave a page's last unit to attribute
-/// changes, docs/DESIGN.md "Space for removals": chmods fill each page's
-/// end.)
+/// (Chmods fill each page's end: on a nearly full pool entries of file
+/// contents leave a page's last unit to attribute changes, docs/DESIGN.md
+/// "Space for removals".)
 fn fast_file() -> Vec<Call> {
     let mut pr = Prep::new();
     pr.run(open(0, "/gcf", OpenFlags::RDWR.create()));
@@ -344,17 +345,17 @@ fn fold_atomic(committed: bool) -> Vec<Call> {
     v
 }
 
-/// `/fr`: an fsync-atomic file whose log's tail page has room for two
-/// units, then (pending) a page written by copy on write (its Write entry
-/// takes one; the last is left to attribute changes) and a write in place
-/// into that page of the epoch (no entry: the epoch sets a page aside for
-/// its closing entry, which may not take the last unit either).
+/// `/fr`: an fsync-atomic file whose log's tail page has room for one
+/// unit, then (pending) a page written by copy on write (its Write entry
+/// takes that unit: no start image is nearly full, where it would be left
+/// to attribute changes) and a write in place into that page of the epoch
+/// (no entry: the epoch sets a page aside for its closing entry).
 fn seal_reserve() -> Vec<Call> {
     let mut pr = Prep::new();
     pr.run(Call::SetDefaultMode { mode: FileMode::FsyncAtomic });
     pr.run(open(0, "/fr", OpenFlags::RDWR.create()));
-    pr.fill_while("/fr", 2, |i| vec![chmod("/fr", 0o600 | (i % 0o100))]);
-    assert_eq!(pr.room("/fr"), 2, "scenario preparation: /fr's log has not exactly two units of room");
+    pr.fill_while("/fr", 1, |i| vec![chmod("/fr", 0o600 | (i % 0o100))]);
+    assert_eq!(pr.room("/fr"), 1, "scenario preparation: /fr's log has not exactly one unit of room");
     pr.run(pw(0, 0, 4096, 70));
     pr.run(pw(0, 100, 50, 71));
     let mut v = vec![make_room()];

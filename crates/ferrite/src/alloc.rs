@@ -57,19 +57,19 @@ thread_local! {
     static ATTRIBUTE_CHANGE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// May the calling thread's log entries take the last unit of a log page?
-/// Only inside an `attribute_scope`. Entries of a file's contents (Write,
-/// Inline, Truncate, Punch) and other Attr entries (a compaction's
-/// checkpoint ends with one) leave that unit free, so that the log a
-/// data change has just filled (on a full pool:
-/// the write that failed with ENOSPC because the log needed a page) still
-/// has room for one Attr entry: the `chown`, `chmod` or `touch` that
-/// follows costs no page, as on a kernel file system, where such a change
-/// is made in place. SQLite run by root changes the owner of its WAL at
-/// every open: without the unit, the open after a write that filled the
-/// pool took a reserve page for it, the `-shm` truncate's pages went to
-/// repay it, and the `-shm`'s regrowth then failed by one page
-/// (docs/DESIGN.md, "Space for removals").
+/// May the calling thread's log entries take the last unit of a log page
+/// of a nearly full pool (`PageAllocator::nearly_full`)? Only inside an
+/// `attribute_scope`. There, entries of a file's contents (Write, Inline,
+/// Truncate, Punch) and other Attr entries (a compaction's checkpoint ends
+/// with one) leave that unit free, so that the log a data change has just
+/// filled (on a full pool: the write that failed with ENOSPC because the
+/// log needed a page) still has room for one Attr entry: the `chown`,
+/// `chmod` or `touch` that follows costs no page, as on a kernel file
+/// system, where such a change is made in place. SQLite run by root
+/// changes the owner of its WAL at every open: without the unit, the open
+/// after a write that filled the pool took a reserve page for it, the
+/// `-shm` truncate's pages went to repay it, and the `-shm`'s regrowth then
+/// failed by one page (docs/DESIGN.md, "Space for removals").
 pub fn may_take_last_log_unit() -> bool {
     ATTRIBUTE_CHANGE.with(Cell::get)
 }
@@ -407,6 +407,16 @@ impl PageAllocator {
     /// Pages kept back for removals in all lanes together.
     pub fn removal_reserve(&self) -> u64 {
         self.reserve_per_lane * self.lanes.len() as u64
+    }
+
+    /// Is the pool nearly full: fewer pages available to ordinary
+    /// allocations than 1/64 of its data pages (at least one)? Log entries
+    /// then leave the last unit of a page to attribute changes
+    /// (`may_take_last_log_unit`). Reads every lane's count under its lock:
+    /// asked only when an entry would take a page's last unit.
+    pub fn nearly_full(&self) -> bool {
+        let data_pages = self.total_pages - self.data_start;
+        self.free_and_available().1 < (data_pages / 64).max(1)
     }
 
     /// Free pages, and those of them an ordinary allocation may take

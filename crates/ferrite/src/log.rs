@@ -491,18 +491,23 @@ pub(crate) fn write_log_entries(
     let mut plan: smallvec::SmallVec<[bool; 8]> = smallvec::SmallVec::new();
     let mut need_pages = 0u64;
     let mut room = if pos == format::NO_LOG { 0 } else { format::tail_page(pos).offset().0 + PAGE_SIZE - pos.0 };
-    // Entries of a file's contents, and Attr entries written by anything but
-    // an attribute change (a compaction's checkpoint ends with one), leave
-    // the last unit of a page for an attribute change (see
-    // `may_take_last_log_unit`); the placement is policy, not format:
-    // replay reads a page to its end or its end marker either way.
+    // On a nearly full pool, entries of a file's contents, and Attr entries
+    // written by anything but an attribute change (a compaction's checkpoint
+    // ends with one), leave the last unit of a page for an attribute change
+    // (see `may_take_last_log_unit`). Whether the pool is nearly full is
+    // asked only of an entry that would take that unit, once per page at
+    // most: elsewhere pages fill to their end (a kept unit cost 3 % of 4 KiB
+    // writes and 10 % of 128-byte ones). The placement is policy, not
+    // format: replay reads a page to its end or its end marker either way.
     let attribute_change = crate::alloc::may_take_last_log_unit();
+    let mut nearly_full = None;
     for e in &entries {
         let len = e.size_bytes() as u64;
-        let kept =
-            matches!(e, Entry::Write(_) | Entry::Inline(_) | Entry::Truncate(_) | Entry::Punch(_) | Entry::Attr(_));
-        let keep = if kept && !attribute_change { LOG_UNIT } else { 0 };
-        let fresh = len + keep > room;
+        let kept = !attribute_change
+            && matches!(e, Entry::Write(_) | Entry::Inline(_) | Entry::Truncate(_) | Entry::Punch(_) | Entry::Attr(_));
+        let takes_last_unit = len <= room && len + LOG_UNIT > room;
+        let keep = kept && takes_last_unit && *nearly_full.get_or_insert_with(|| alloc.nearly_full());
+        let fresh = len + if keep { LOG_UNIT } else { 0 } > room;
         if fresh {
             need_pages += 1;
             room = PAGE_SIZE - LOG_PAGE_HEADER_SIZE;

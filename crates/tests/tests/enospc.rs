@@ -372,15 +372,22 @@ fn attributes_on_a_full_pool(fs: Session) {
     fsck_clean(&fs);
 }
 
-/// An attribute change right after a data change never takes a page: the
-/// data change's entries leave the last unit of the log page free for it
-/// (docs/DESIGN.md, "Space for removals"). On a full pool the write that
-/// fails for want of a log page leaves its file's log so, and the chown
-/// that SQLite, run by root, makes of its WAL at the next open then needed
-/// a reserve page; the `-shm` regrowth after it failed by that page.
+/// On a nearly full pool an attribute change right after a data change
+/// never takes a page: the data change's entries leave the last unit of
+/// the log page free for it (docs/DESIGN.md, "Space for removals"). On a
+/// full pool the write that fails for want of a log page leaves its file's
+/// log so, and the chown that SQLite, run by root, makes of its WAL at the
+/// next open then needed a reserve page; the `-shm` regrowth after it
+/// failed by that page. A ballast file leaves 12 pages available, below
+/// the 31 (1/64 of the data pages) under which the pool is nearly full.
 fn attribute_change_after_data(fs: Session) {
     let fd = fs.open(b"/wal", OpenFlags::RDWR.create(), 0o644).unwrap();
     fs.pwrite(fd, &vec![7u8; 4 * 4096], 0).unwrap();
+    let ballast = fs.open(b"/ballast", OpenFlags::WRONLY.create(), 0o644).unwrap();
+    let pages = fs.engine().available_pages() - 12;
+    fs.pwrite(ballast, &vec![1u8; pages as usize * 4096], 0).unwrap();
+    fs.close(ballast).unwrap();
+    assert!((8..=12).contains(&fs.engine().available_pages()), "{} pages available", fs.engine().available_pages());
     // Pieces of 1 to 1,000 bytes (log deltas, or page copies once a page
     // has enough of them), from a fixed sequence, so that the entries end
     // at every position of their log pages.
