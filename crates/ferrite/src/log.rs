@@ -467,6 +467,21 @@ thread_local! {
         std::cell::RefCell::new(Vec::with_capacity(format::ENTRY_UNITS_MAX as usize * LOG_UNIT as usize));
 }
 
+/// Does `e`, which would take the last unit of its page, go to a fresh page
+/// instead? On a nearly full pool, entries of a file's contents, and Attr
+/// entries written by anything but an attribute change (a compaction's
+/// checkpoint ends with one), leave that unit for an attribute change (see
+/// `may_take_last_log_unit`). Asked only of an entry that would take the
+/// unit, once per page at most: elsewhere pages fill to their end (a unit
+/// kept on every page cost 3 % of 4 KiB writes and 10 % of 128-byte ones).
+/// The placement is policy, not format: replay reads a page to its end or
+/// its end marker either way.
+fn keeps_last_unit(e: &Entry, alloc: &PageAllocator) -> bool {
+    matches!(e, Entry::Write(_) | Entry::Inline(_) | Entry::Truncate(_) | Entry::Punch(_) | Entry::Attr(_))
+        && !crate::alloc::may_take_last_log_unit()
+        && alloc.nearly_full()
+}
+
 /// Write `entries` (with their sequence numbers) after position `pos` (0:
 /// start a new chain), extending with fresh log pages as needed, with
 /// streaming stores (cached ones, their flushes deferred, inside a
@@ -491,23 +506,9 @@ pub(crate) fn write_log_entries(
     let mut plan: smallvec::SmallVec<[bool; 8]> = smallvec::SmallVec::new();
     let mut need_pages = 0u64;
     let mut room = if pos == format::NO_LOG { 0 } else { format::tail_page(pos).offset().0 + PAGE_SIZE - pos.0 };
-    // On a nearly full pool, entries of a file's contents, and Attr entries
-    // written by anything but an attribute change (a compaction's checkpoint
-    // ends with one), leave the last unit of a page for an attribute change
-    // (see `may_take_last_log_unit`). Whether the pool is nearly full is
-    // asked only of an entry that would take that unit, once per page at
-    // most: elsewhere pages fill to their end (a kept unit cost 3 % of 4 KiB
-    // writes and 10 % of 128-byte ones). The placement is policy, not
-    // format: replay reads a page to its end or its end marker either way.
-    let attribute_change = crate::alloc::may_take_last_log_unit();
-    let mut nearly_full = None;
     for e in &entries {
         let len = e.size_bytes() as u64;
-        let kept = !attribute_change
-            && matches!(e, Entry::Write(_) | Entry::Inline(_) | Entry::Truncate(_) | Entry::Punch(_) | Entry::Attr(_));
-        let takes_last_unit = len <= room && len + LOG_UNIT > room;
-        let keep = kept && takes_last_unit && *nearly_full.get_or_insert_with(|| alloc.nearly_full());
-        let fresh = len + if keep { LOG_UNIT } else { 0 } > room;
+        let fresh = len > room || (len + LOG_UNIT > room && keeps_last_unit(e, alloc));
         if fresh {
             need_pages += 1;
             room = PAGE_SIZE - LOG_PAGE_HEADER_SIZE;

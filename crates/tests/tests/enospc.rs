@@ -16,6 +16,8 @@ use ferrite::{
     TimeSet, TimeSpec, AT_FDCWD,
 };
 use ferrite_pmem::Pmem;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 fn fsck_clean(fs: &Session) {
     let report = ferrite::fsck::check(&Pmem::from_image(&fs.pmem().image())).unwrap();
@@ -389,16 +391,13 @@ fn attribute_change_after_data(fs: Session) {
     fs.close(ballast).unwrap();
     assert!((8..=12).contains(&fs.engine().available_pages()), "{} pages available", fs.engine().available_pages());
     // Pieces of 1 to 1,000 bytes (log deltas, or page copies once a page
-    // has enough of them), from a fixed sequence, so that the entries end
-    // at every position of their log pages.
-    let mut x = 0x2545_f491_4f6c_dd1du64;
+    // has enough of them), from a fixed seed, so that the entries end at
+    // every position of their log pages.
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
     let mut pages_taken = Vec::new();
     for round in 0..2000u32 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let len = 1 + (x % 1000) as usize;
-        let at = (x >> 20) % (4 * 4096 - len as u64);
+        let len = rng.gen_range(1..=1000usize);
+        let at = rng.gen_range(0..4 * 4096 - len as u64);
         fs.pwrite(fd, &vec![round as u8; len], at).unwrap();
         let free = fs.free_pages();
         match round % 3 {
