@@ -41,7 +41,7 @@ use fuser::{
     ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -287,7 +287,17 @@ impl Drop for Core {
     }
 }
 
+thread_local! {
+    /// The name of the /dev/fuse request this thread is answering, set only
+    /// while FERRITE_FUSE_TRACE is on.
+    static TRACED_OP: Cell<Option<&'static str>> = const { Cell::new(None) };
+}
+
+/// An engine error as fuser's answer; logged when the request is traced.
 fn err(e: Errno) -> fuser::Errno {
+    if let Some(op) = TRACED_OP.get() {
+        log(format!("{op}: error {}", e.0));
+    }
     fuser::Errno::from_i32(e.0)
 }
 
@@ -466,9 +476,16 @@ impl Core {
 
     /// Run one handler; a panic inside it is logged and becomes EIO.
     pub(crate) fn guard(&self, op: &'static str, f: impl FnOnce()) {
+        // The /dev/fuse handlers answer errors through `err`, which logs
+        // them under FERRITE_FUSE_TRACE with this request's name (the
+        // io_uring transport logs its own in `uring.rs`).
+        if self.trace {
+            TRACED_OP.set(Some(op));
+        }
         if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
             log(format!("internal error in {op}: {}; answered EIO, the mount stays up", panic_text(&*p)));
         }
+        TRACED_OP.set(None);
     }
 
     /// Run one handler that returns its answer; a panic becomes EIO.
