@@ -485,7 +485,9 @@ impl Core {
         if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
             log(format!("internal error in {op}: {}; answered EIO, the mount stays up", panic_text(&*p)));
         }
-        TRACED_OP.set(None);
+        if self.trace {
+            TRACED_OP.set(None);
+        }
     }
 
     /// Run one handler that returns its answer; a panic becomes EIO.

@@ -150,14 +150,8 @@ fn posix_semantics() {
     assert_eq!(v.len(), (4 << 20) + 4);
     assert!(statfs_free(&m.dir) < free0 - 1000, "space of the open file not in use?");
     drop(h);
-    let mut freed = false;
-    for _ in 0..2000 {
-        if statfs_free(&m.dir) >= free0 - 16 {
-            freed = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10)); // forget is asynchronous
-    }
+    // Forget is asynchronous.
+    let freed = eventually(Duration::from_secs(20), || statfs_free(&m.dir) >= free0 - 16);
     assert!(freed, "space of an unlinked file not given back after close");
 
     // A big directory: every name listed exactly once, with . and ..
@@ -356,6 +350,22 @@ fn statfs_free(p: &Path) -> u64 {
     nix_statvfs(p).f_bfree
 }
 
+/// Whether `done` came true within `limit`, asked every 20 ms: for what
+/// the kernel or the daemon does asynchronously (forgets, a dead
+/// connection), never to assert a timing.
+fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The free block count once it has stopped changing: the same in five
 /// readings 20 ms apart, or the last reading after 4 s. Pending forgets free
 /// removed files' pages after the removal returned; a baseline taken while
@@ -504,16 +514,15 @@ fn killed_daemon_leaves_a_recoverable_pool() {
     // A request made at the moment of the death can get ECANCELED on the
     // io_uring transport (seen under load); the next one finds the
     // connection gone.
-    let start = std::time::Instant::now();
-    let dead = loop {
-        match fs::metadata(&dir) {
-            Err(e) if e.raw_os_error() != Some(libc::ECANCELED) => break e.raw_os_error(),
-            _ => {
-                assert!(start.elapsed() < Duration::from_secs(20), "the mount still answers 20 s after SIGKILL");
-                std::thread::sleep(Duration::from_millis(20));
-            }
+    let mut dead = None;
+    let gone = eventually(Duration::from_secs(20), || match fs::metadata(&dir) {
+        Err(e) if e.raw_os_error() != Some(libc::ECANCELED) => {
+            dead = e.raw_os_error();
+            true
         }
-    };
+        _ => false,
+    });
+    assert!(gone, "the mount still answers 20 s after SIGKILL");
     assert!(matches!(dead, Some(libc::ENOTCONN | libc::ECONNABORTED)), "{dead:?}");
     m.reap();
     // A read-only mount of the crashed pool recovers it in a private view:
@@ -621,9 +630,9 @@ fn copy_range_steps(dir: &Path) -> Vec<String> {
 fn copy_file_range_inside_the_pool() {
     // What this proves: copy_file_range between files of the mount is
     // served by the daemon (COPY_FILE_RANGE, one request, on either
-    // transport; FERRITE_FUSE_TRACE logs it, and a refused rmdir) and gives what tmpfs gives: holes read as zeros, short
-    // copies at the source's end, files extended, overlapping ranges of one
-    // file refused; `cp` within the mount copies exactly; the copies
+    // transport; FERRITE_FUSE_TRACE logs it, and a refused rmdir) and
+    // gives what tmpfs gives: holes read as zeros, short copies at the
+    // source's end, files extended, overlapping ranges of one file refused; `cp` within the mount copies exactly; the copies
     // survive a remount.
     if !fuse_usable() {
         return;
@@ -806,12 +815,11 @@ fn a_full_mount_is_emptied_by_mv_truncate_and_rm_rf() {
     assert!(!top.exists());
     // The daemon frees a removed file's pages when the kernel forgets it,
     // which it does asynchronously: wait for that (up to 20 s).
-    let start = std::time::Instant::now();
-    let mut st = nix_statvfs(&m.dir);
-    while st.f_bavail * 2 <= st.f_blocks && start.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(20));
-        st = nix_statvfs(&m.dir);
-    }
+    eventually(Duration::from_secs(20), || {
+        let st = nix_statvfs(&m.dir);
+        st.f_bavail * 2 > st.f_blocks
+    });
+    let st = nix_statvfs(&m.dir);
     assert!(st.f_bavail * 2 > st.f_blocks, "space came back: {} of {} blocks available", st.f_bavail, st.f_blocks);
     m.unmount();
     pool.fsck_clean();
