@@ -116,7 +116,12 @@ impl Ferrite {
     /// Look a name up in a directory (read lock only).
     pub(crate) fn lookup_dentry(&self, dir: &Inode, name: &[u8]) -> FsResult<Option<Dentry>> {
         let d = dir.data.read();
-        if !d.alive {
+        // A removed directory that is still someone's working directory
+        // (or open) is alive with no links: it holds no names and takes
+        // none, and Linux's lookup in it answers ENOENT before any
+        // permission check (a rename into it as a user without the right to
+        // remove the source from a sticky directory got EPERM here).
+        if !d.alive || d.attrs.nlink == 0 {
             return Err(Errno::ENOENT);
         }
         Ok(d.dir().names.get(name).map(|s| s.de))
@@ -464,8 +469,17 @@ impl Ferrite {
             // A rename over another name removes that name, so it may take
             // the removal reserve for its log room: `mv a b` must work on a
             // full file system, as `rm b` does. A rename to a new name or an
-            // exchange removes nothing, and gets ENOSPC there.
-            let _removal = (dst.is_some() && flags != RenameFlags::Exchange).then(crate::alloc::removal_scope);
+            // exchange removes nothing, but kernel file systems make it on a
+            // full disk (logrotate's `mv log log.1` is made when the disk is
+            // full more often than not), and it needs a log page in each
+            // directory and inode at most: it may take half of the reserve,
+            // as attribute changes do, and the other half stays for
+            // removals.
+            let _reserve = if dst.is_some() && flags != RenameFlags::Exchange {
+                crate::alloc::removal_scope()
+            } else {
+                crate::alloc::attribute_scope()
+            };
             if self.rename_is_noop(&src, dst.as_ref(), (sp, sslash), (dp, dslash), flags)? {
                 return Ok(());
             }

@@ -7,7 +7,8 @@
 //! still open is freed, so the clean pool is fsck-clean and its inode and
 //! pages are free again) and refuses (EBUSY) while another session holds
 //! the engine; O_SYNC writes go through; and a removed current directory
-//! is an empty, usable starting point (getcwd ENOENT, creation ENOENT);
+//! is an empty, usable starting point (getcwd ENOENT, creation ENOENT,
+//! a rename or link into it ENOENT before any permission check);
 //! numbers the table picks are 3, 4, 5, ... for one thread, never repeat
 //! while the table lives, stay distinct when several threads and several
 //! sessions on one thread open at once, and skip numbers a front end
@@ -114,6 +115,20 @@ fn removed_current_directory() {
     assert_eq!(s.mkdirat(dir, b"y", 0o755), Err(Errno::ENOENT));
     assert_eq!(s.stat(b".").unwrap().nlink, 0);
     assert_eq!(s.stat(b"..").unwrap().ino, s.stat(b"/").unwrap().ino);
+    // Nothing is renamed or linked into it, and a lookup there answers
+    // ENOENT before any permission check, as Linux's does: a user who may
+    // not remove a root-owned file from a sticky directory gets ENOENT,
+    // not EPERM.
+    s.mkdir(b"/sticky", 0o1777).unwrap();
+    s.open(b"/sticky/f", OpenFlags::WRONLY.create(), 0o644).and_then(|fd| s.close(fd)).unwrap();
+    assert_eq!(s.rename(b"/sticky/f", b"x", ferrite::RenameFlags::Replace), Err(Errno::ENOENT));
+    assert_eq!(s.link(b"/sticky/f", b"x"), Err(Errno::ENOENT));
+    assert_eq!(s.symlink(b"/sticky/f", b"x"), Err(Errno::ENOENT));
+    s.set_credentials(Credentials::user(1000, 1000, &[]));
+    assert_eq!(s.rename(b"/sticky/f", b"x", ferrite::RenameFlags::Replace), Err(Errno::ENOENT));
+    assert_eq!(s.rename(b"/sticky/f", b"/sticky/g", ferrite::RenameFlags::Replace), Err(Errno::EPERM));
+    s.set_credentials(Credentials::root());
+    assert!(s.stat(b"/sticky/f").is_ok());
     s.chdir(b"/").unwrap();
     assert_eq!(s.getcwd().unwrap(), b"/");
     s.close(dir).unwrap();
