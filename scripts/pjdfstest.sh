@@ -52,7 +52,7 @@ defs="FACCESSAT FCHMODAT FCHOWNAT FSTATAT LINKAT MKDIRAT MKFIFOAT MKNODAT OPENAT
 READLINKAT RENAMEAT SYMLINKAT UNLINKAT UTIMENSAT STRUCT_STAT_ST_ATIM STRUCT_STAT_ST_MTIM
 STRUCT_STAT_ST_CTIM SYS_SYSMACROS_H"
 for d in $defs; do echo "#define HAVE_$d 1"; done > "$work/config.h"
-gcc -O2 -D_GNU_SOURCE -include "$work/config.h" -o "$work/pjdfstest.bin" "$src/pjdfstest.c"
+gcc -O2 -D_GNU_SOURCE -I "$work" -include "$work/config.h" -o "$work/pjdfstest.bin" "$src/pjdfstest.c"
 
 # The suite finds its helper as `pjdfstest` in a parent of its tests.
 suite() { # $1: target; sets $work/$1/tests and its helper
