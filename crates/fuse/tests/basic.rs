@@ -632,8 +632,9 @@ fn copy_file_range_inside_the_pool() {
     // served by the daemon (COPY_FILE_RANGE, one request, on either
     // transport; FERRITE_FUSE_TRACE logs it, and a refused rmdir) and
     // gives what tmpfs gives: holes read as zeros, short copies at the
-    // source's end, files extended, overlapping ranges of one file refused; `cp` within the mount copies exactly; the copies
-    // survive a remount.
+    // source's end, files extended, overlapping ranges of one file
+    // refused; `cp` within the mount copies exactly; the copies survive a
+    // remount.
     if !fuse_usable() {
         return;
     }

@@ -131,7 +131,7 @@ fn removed_current_directory() {
     assert_eq!(s.open(b"x", OpenFlags::WRONLY.create(), 0o644), Err(Errno::ENOENT));
     assert_eq!(s.mkdir(b"x", 0o755), Err(Errno::ENOENT));
     assert_eq!(s.symlink(b"/sticky/f", b"x"), Err(Errno::ENOENT));
-    assert_eq!(s.mknod(b"x", libc_fifo(), 0), Err(Errno::ENOENT));
+    assert_eq!(s.mknod(b"x", libc::S_IFIFO | 0o644, 0), Err(Errno::ENOENT));
     assert_eq!(s.link(b"/sticky/f", b"x"), Err(Errno::ENOENT));
     assert_eq!(s.unlink(b"x"), Err(Errno::ENOENT));
     assert_eq!(s.rmdir(b"x"), Err(Errno::ENOENT));
@@ -197,9 +197,4 @@ fn picked_numbers_are_distinct_across_threads_and_sessions() {
         }
     }
     assert_eq!(s.open_descriptors(), first.len() + 2 + 150 + all.len());
-}
-
-/// The mode of a FIFO for mknod (S_IFIFO | 0644).
-fn libc_fifo() -> u32 {
-    0o010_644
 }
