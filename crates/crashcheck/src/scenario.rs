@@ -253,6 +253,74 @@ fn fast_dir() -> Vec<Call> {
     v
 }
 
+/// `/gcs`: as `/gcd` (page 1 of the directory's log all dead but still
+/// linked, page 2 full), and then, on the nearly full image, a file
+/// `/F/fill` whose one write takes every page left to ordinary changes
+/// ([`fill_full_image`]; ENOENT on both sides elsewhere). The next
+/// extension of `/gcs`'s log finds no page there: the commit collects the
+/// log's dead page and stages into it (`Ferrite::collect_for_space`), where
+/// it got ENOSPC until stop 44 with a page of its own log dead. On the
+/// other images the extension collects the page after its commit, as
+/// `gc_fast_dir_create` does.
+fn fast_dir_no_space() -> Vec<Call> {
+    let mut pr = Prep::new();
+    pr.run(Call::Mkdir { path: p("/gcs"), perm: 0o755 });
+    pr.run(open(0, "/gcs/x", OpenFlags::WRONLY.create()));
+    pr.run(Call::Close { slot: 0 });
+    pr.churn("/gcs", 2, 'p');
+    pr.chmod_to_full_keep("/gcs", 1);
+    pr.run(open(0, "/gcs/y", OpenFlags::WRONLY.create()));
+    pr.run(Call::Close { slot: 0 });
+    pr.full("/gcs");
+    pr.run(Call::Unlink { path: p("/gcs/x") });
+    pr.run(Call::Unlink { path: p("/gcs/y") });
+    pr.run(chmod("/gcs", 0o700));
+    pr.churn("/gcs", 1, 'q');
+    pr.chmod_to_full("/gcs", 0o700);
+    pr.full("/gcs");
+    let mut v = vec![make_room()];
+    v.extend(pr.done());
+    let fill = fill_full_image(&v);
+    v.extend(fill);
+    v
+}
+
+/// The calls that, after `prepare`, leave no page of the nearly full
+/// image to ordinary changes: a file `/F/fill` written once with as many
+/// pages as fit (its data pages and its first log page). Computed on
+/// copies of that image, largest first, so that it stays exact if entry
+/// sizes or the image change.
+fn fill_full_image(prepare: &[Call]) -> Vec<Call> {
+    let filler = |pages: u64| {
+        vec![
+            open(14, "/F/fill", OpenFlags::RDWR.create()),
+            pw(14, 0, (pages * 4096) as u32, 5000),
+            Call::Close { slot: 14 },
+        ]
+    };
+    let full = crate::exec::start(crate::workload::StartKind::Full);
+    let mount_prepared = || {
+        let clock = clock_at(T_BUILD);
+        let opts = crate::exec::workload_mount_options(&clock, None);
+        let fs = Session::mount(Pmem::from_image(&full.image), &opts).expect("mount the nearly full image");
+        let mut slots = Slots::default();
+        for c in prepare {
+            let r = run_call(&fs, &mut slots, c);
+            assert!(r.is_ok(), "scenario preparation: {c} failed on the nearly full image: {r:?}");
+        }
+        (fs, slots)
+    };
+    let available = mount_prepared().0.available_pages();
+    for pages in (1..available).rev() {
+        let (fs, mut slots) = mount_prepared();
+        if filler(pages).iter().all(|c| run_call(&fs, &mut slots, c).is_ok()) {
+            assert_eq!(fs.available_pages(), 0, "scenario preparation: /F/fill of {pages} pages left pages available");
+            return filler(pages);
+        }
+    }
+    panic!("scenario preparation: no write fills the nearly full image ({available} pages available)");
+}
+
 /// `/gcdc`: three full log pages, each holding two names that stay (k0,
 /// and hard links to it: j0 on page 1, kN and jN on page N + 1) among
 /// transient names: the next extension makes the directory due for
@@ -439,6 +507,16 @@ fn build() -> Vec<Scenario> {
             fast_dir,
             vec![],
             vec![open(0, "/gcd/w", OpenFlags::WRONLY.create()), Call::Remount],
+        ),
+        // The same create with no page available to it (on the nearly
+        // full image): its commit collects the directory's dead page and
+        // stages the name there.
+        sc(
+            "gc_fast_dir_create_no_space",
+            FastGc,
+            fast_dir_no_space(),
+            vec![],
+            vec![open(0, "/gcs/w", OpenFlags::WRONLY.create()), Call::Remount],
         ),
         // A chmod that collects a file's truncate page; then a clean
         // unmount and a mount.

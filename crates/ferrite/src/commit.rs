@@ -119,9 +119,18 @@ impl Ferrite {
         if !pending {
             self.seal_pending(inode, d);
         }
-        let staged = match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
+        let staged = match d.stage_or_back(&self.media, &self.pages, inode.ino, inode.generation, entries) {
             Ok(s) => s,
-            Err(e) => {
+            Err((Errno::ENOSPC, entries)) if !pending && self.collect_for_space(inode, d) => {
+                match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.abandon(fresh, Vec::new());
+                        return Err(e);
+                    }
+                }
+            }
+            Err((e, _)) => {
                 self.abandon(fresh, Vec::new());
                 return Err(e);
             }
@@ -242,9 +251,15 @@ impl Ferrite {
                 staged.push(None);
                 continue;
             }
-            let g = &guards[i];
             let entries = std::mem::take(&mut part.entries);
-            match g.stage(&self.media, &self.pages, part.inode.ino, part.inode.generation, entries) {
+            let (media, pages, ino, generation) = (&self.media, &self.pages, part.inode.ino, part.inode.generation);
+            let result = match guards[i].stage_or_back(media, pages, ino, generation, entries) {
+                Err((Errno::ENOSPC, entries)) if !part.free && self.collect_for_space(part.inode, guards[i]) => {
+                    guards[i].stage(media, pages, ino, generation, entries)
+                }
+                other => other.map_err(|(e, _)| e),
+            };
+            match result {
                 Ok(s) => staged.push(Some(s)),
                 Err(e) => {
                     let mut abandoned: Vec<Staged> = staged.into_iter().flatten().collect();
@@ -426,6 +441,37 @@ impl Ferrite {
         if due && durable_seq >= seq {
             self.compact_log(inode, d);
         }
+    }
+
+    /// A change to `inode` found no page for its log entries: collect the
+    /// log's dead pages now, so that its entries may fit after all. Fast GC
+    /// runs after a change that extended the log; pages that die later wait
+    /// for the next extension, and on a buffered mount those whose death is
+    /// not yet durable wait longer (`collect_buffered`), so a full pool can
+    /// refuse a change while the file's own log holds pages nothing needs (a
+    /// buffered file's chmod after a few hundred attribute changes did, with
+    /// a dozen dead pages in its log). A buffered mount first makes its
+    /// queue durable (the allocator's reclaim has most often done so
+    /// already), with this thread's deferral set aside: the relinks of fast
+    /// GC must be durable before its pages are reused, and the retried
+    /// staging reuses them at once. Returns whether any page was collected
+    /// (worth staging once more). Never while an fsync-atomic epoch is
+    /// pending: DRAM then runs ahead of the durable log (`after_commit`
+    /// asserts the same of every collection).
+    fn collect_for_space(&self, inode: &Inode, d: &mut InodeData) -> bool {
+        if d.pending.is_some() || d.dead_log_pages() == 0 {
+            return false;
+        }
+        let suspended = self.media.suspend_deferral();
+        let durable_seq = match &self.buffered {
+            None => Some(EVERY_DEATH),
+            Some(b) => b.persist_all().ok().map(|()| b.durable_seq()),
+        };
+        let collected = durable_seq
+            .map_or(0, |seq| d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino), seq));
+        self.media.resume_deferral(suspended);
+        self.gc_pages.fetch_add(collected as u64, Ordering::Relaxed);
+        collected > 0
     }
 
     /// Give back what a change that will not commit had allocated: its

@@ -28,7 +28,7 @@ use crate::format::{
 };
 use crate::inode::InodeData;
 use crate::media::Media;
-use crate::types::{FsResult, InodeNo};
+use crate::types::{Errno, FsResult, InodeNo};
 use crate::Map;
 use smallvec::SmallVec;
 use std::collections::BTreeSet;
@@ -413,8 +413,22 @@ impl InodeData {
         generation: u32,
         entries: Entries,
     ) -> FsResult<Staged> {
+        self.stage_or_back(media, alloc, owner, generation, entries).map_err(|(e, _)| e)
+    }
+
+    /// `stage`, giving the entries back with the error: a commit that
+    /// found no page for them may free some and try once more
+    /// (`Ferrite::collect_for_space`).
+    pub fn stage_or_back(
+        &self,
+        media: &Media,
+        alloc: &PageAllocator,
+        owner: InodeNo,
+        generation: u32,
+        entries: Entries,
+    ) -> Result<Staged, (Errno, Entries)> {
         let seqs = self.next_seqs(entries.len());
-        let staged = write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, None)?;
+        let staged = write_log_entries_or_back(media, alloc, owner, generation, self.log.tail, entries, seqs, None)?;
         self.link_first_page(media, owner, &staged);
         Ok(staged)
     }
@@ -498,6 +512,22 @@ pub(crate) fn write_log_entries(
     seqs: Seqs,
     reserve: Option<PageNo>,
 ) -> FsResult<Staged> {
+    write_log_entries_or_back(media, alloc, owner, generation, pos, entries, seqs, reserve).map_err(|(e, _)| e)
+}
+
+/// `write_log_entries`, giving the entries back with the error (ENOSPC:
+/// no page for them; nothing was written).
+#[allow(clippy::too_many_arguments)]
+fn write_log_entries_or_back(
+    media: &Media,
+    alloc: &PageAllocator,
+    owner: InodeNo,
+    generation: u32,
+    pos: PoolOffset,
+    entries: Entries,
+    seqs: Seqs,
+    reserve: Option<PageNo>,
+) -> Result<Staged, (Errno, Entries)> {
     let mut pos = pos;
     let mut new_pages = SmallVec::new();
     let mut locs = SmallVec::with_capacity(entries.len());
@@ -518,7 +548,14 @@ pub(crate) fn write_log_entries(
     }
     let from_reserve = if need_pages > 0 { reserve } else { None };
     let to_alloc = need_pages - from_reserve.is_some() as u64;
-    let runs = if to_alloc > 0 { alloc.alloc(to_alloc)? } else { crate::alloc::Runs::new() };
+    let runs = if to_alloc == 0 {
+        crate::alloc::Runs::new()
+    } else {
+        match alloc.alloc(to_alloc) {
+            Ok(runs) => runs,
+            Err(e) => return Err((e, entries)),
+        }
+    };
     let mut fresh =
         from_reserve.into_iter().chain(runs.iter().flat_map(|&(s, n)| (0..n as u64).map(move |i| s.plus(i))));
     let mut prev_page = if pos == format::NO_LOG { None } else { Some(format::tail_page(pos)) };

@@ -71,6 +71,12 @@ impl Ferrite {
         if name.len() + value.len() > crate::format::XATTR_BYTES_MAX {
             return Err(Errno::E2BIG);
         }
+        // A change of attributes: it may take half of the removal reserve,
+        // as chmod does (docs/DESIGN.md, "Space for removals"), so that
+        // `setfattr` on a full pool works as on tmpfs, and half stays for
+        // removals. Each needs one log page at most (an entry is at most
+        // `XATTR_BYTES_MAX` bytes and its header).
+        let _attribute = crate::alloc::attribute_scope();
         self.change_xattr(ino, name, Some(value), mode)
     }
 

@@ -6,10 +6,12 @@
 //! rename over a name succeeds, though each may need a log page (the
 //! removal reserve), in strict and buffered mounts, and overwrites of
 //! bytes the file has, large or small, still work; and renames that remove
-//! no name (to a new name, an exchange), chmod, chown and utimens work
-//! there from half the reserve, never more, so removals can still empty the
-//! pool after them (a refused one changes nothing), and right after a write
-//! an attribute change takes no page at all.
+//! no name (to a new name, an exchange), chmod, chown, utimens and setxattr
+//! work there from half the reserve, never more, so removals can still
+//! empty the pool after them (a refused one changes nothing), and right
+//! after a write an attribute change takes no page at all; and that a
+//! change whose file's log holds dead pages gets them back before it is
+//! refused (on a buffered mount their deaths become durable first).
 
 use ferrite::{
     BufferedOptions, Errno, FallocateMode, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session,
@@ -357,16 +359,20 @@ fn rename_on_a_full_pool(fs: Session) {
 }
 
 /// Attribute changes work on a full pool as on a kernel file system
-/// (`touch`, chmod, chown of files whose logs have no room), from half of
-/// the removal reserve; once that half is used they get ENOSPC, and the
-/// other half still lets removals empty the pool.
+/// (`touch`, chmod, chown, setxattr of files whose logs have no room),
+/// from half of the removal reserve; once that half is used they get
+/// ENOSPC, and the other half still lets removals empty the pool.
 fn attributes_on_a_full_pool(fs: Session) {
     let (mut files, mut dirs) = (Vec::new(), Vec::new());
     fill_to_the_brim(&fs, 0, &mut files, &mut dirs);
-    // One file changed again and again: its log grows a page now and then,
-    // and collection frees the pages whose Attr entries all died (on a
-    // buffered mount once their deaths are durable, which keeps a page more
-    // for a while).
+    // One file changed again and again, a 200-byte attribute replaced each
+    // round too: its log grows a page now and then, and collection frees
+    // the pages whose entries all died. On a buffered mount without a
+    // persister thread their deaths become durable only when the queue is
+    // persisted, so dead pages pile up until a change finds no page and
+    // collects them (`collect_for_space`): before that, the setxattr of
+    // round 133 failed with ENOSPC there, the log holding a dozen dead
+    // pages.
     let data = files.iter().find(|f| f.contains("data")).expect("a data file").clone();
     let fd = fs.open(data.as_bytes(), OpenFlags::RDWR, 0).unwrap();
     for round in 0..256u32 {
@@ -374,18 +380,32 @@ fn attributes_on_a_full_pool(fs: Session) {
         fs.futimens(fd, at, at).unwrap_or_else(|e| panic!("utimens {round} on a full pool: {e:?}"));
         fs.fchmod(fd, 0o600 | ((round & 1) * 0o44)).unwrap_or_else(|e| panic!("chmod {round} on a full pool: {e:?}"));
         fs.fchown(fd, Some(round % 3), None).unwrap_or_else(|e| panic!("chown {round} on a full pool: {e:?}"));
+        let value = format!("{round:0200}");
+        fs.fsetxattr(fd, b"user.round", value.as_bytes(), ferrite::XattrSetMode::Any)
+            .unwrap_or_else(|e| panic!("setxattr {round} on a full pool: {e:?}"));
     }
+    assert_eq!(fs.fgetxattr(fd, b"user.round").unwrap(), format!("{:0200}", 255).into_bytes());
     let st = fs.fstat(fd).unwrap();
     assert_eq!((st.mtime.sec, st.perm, st.uid), (1_700_000_255, 0o644, 255 % 3));
     fs.close(fd).unwrap();
-    // Files with no log yet each need a first page for their new times:
-    // they get ENOSPC once half the reserve is used.
+    // Files with no log yet each need a first page for their new times or
+    // their first extended attribute: they get ENOSPC once half the
+    // reserve is used, and a refused setxattr leaves no attribute.
     let mut changed = 0;
-    let refused = files.iter().filter(|f| f.starts_with("/small")).find(|f| {
-        let r = fs.utimensat(AT_FDCWD, f.as_bytes(), TimeSet::Now, TimeSet::Now, 0);
-        assert!(matches!(r, Ok(()) | Err(Errno::ENOSPC)), "touch {f}: {r:?}");
+    let refused = files.iter().filter(|f| f.starts_with("/small")).enumerate().find_map(|(i, f)| {
+        let r = if i % 2 == 0 {
+            fs.utimensat(AT_FDCWD, f.as_bytes(), TimeSet::Now, TimeSet::Now, 0)
+        } else {
+            let fd = fs.open(f.as_bytes(), OpenFlags::RDONLY, 0).unwrap();
+            let r = fs.fsetxattr(fd, b"user.first", b"set on a full pool", ferrite::XattrSetMode::Create);
+            let listed = fs.flistxattr(fd).unwrap();
+            assert_eq!(listed.is_empty(), r.is_err(), "{f}: setxattr answered {r:?} and left {listed:?}");
+            fs.close(fd).unwrap();
+            r
+        };
+        assert!(matches!(r, Ok(()) | Err(Errno::ENOSPC)), "touch or setxattr {f}: {r:?}");
         changed += usize::from(r.is_ok());
-        r.is_err()
+        r.is_err().then_some(f)
     });
     assert!(changed > 0 && refused.is_some(), "{changed} files touched, refused: {refused:?}");
     assert!(
