@@ -35,7 +35,13 @@
 //! exactly what the test did since) with a small `ops_max` on both kinds of
 //! pool. Now and then a crash is followed by a mount that is not buffered
 //! (strict: every operation durable at once), and the next remount goes
-//! back to buffered.
+//! back to buffered. Two more run on a nearly full pool, without and with
+//! the persister thread: a ballast file leaves `FERRITE_FULL_FREE_PAGES`
+//! pages available (default 12) beside a model with room for everything,
+//! and a change the engine refuses with ENOSPC where the model makes it
+//! puts the model back to before the step, so the refused change must
+//! leave no trace: in the latest state, in what a crash recovers, in the
+//! pool (fsck, nothing leaked).
 //!
 //! Every run prints its seed; replay one with
 //! `FERRITE_SEED=<seed> cargo test -p ferrite-tests --test buffered <test name>`.
@@ -43,7 +49,7 @@
 //! `FERRITE_SEEDS=<n>` the number of seeds per configuration (default 3).
 
 use ferrite::{
-    BufferedOptions, FallocateMode, Fd, FileMode, FileType, FormatOptions, FsResult, ManualClock, MountOptions,
+    BufferedOptions, Errno, FallocateMode, Fd, FileMode, FileType, FormatOptions, FsResult, ManualClock, MountOptions,
     OpenFlags, PathFs, RenameFlags, Session, TimeSet, TimeSpec, XattrSetMode,
 };
 use ferrite_model::{diff_trees, tree_of, ModelFs, ModelState, Tree};
@@ -56,6 +62,9 @@ use std::sync::Arc;
 
 const PAGE: u64 = 4096;
 const POOL_PAGES: u64 = 4096;
+/// The pool of the nearly full configuration (2 MiB: every comparison
+/// reads the ballast too).
+const FULL_POOL_PAGES: u64 = 512;
 const INODES: u64 = 256;
 /// Most descriptors the sequence keeps open at once.
 const FDS_MAX: usize = 6;
@@ -77,6 +86,10 @@ struct Config {
     persister_thread: bool,
     ops_max: u64,
     lag_ns_max: u64,
+    /// A pool of `FULL_POOL_PAGES` that a ballast file fills until this
+    /// many pages are available, beside a model with room for everything
+    /// (see `step`); None: a pool of `POOL_PAGES`, and a model of its size.
+    full_free_pages: Option<u64>,
 }
 
 impl Config {
@@ -160,6 +173,8 @@ struct Stats {
     clean_remounts: u64,
     strict_mounts: u64,
     most_pending: u64,
+    /// Steps the engine refused with ENOSPC where the model had room.
+    enospc: u64,
 }
 
 struct Run {
@@ -184,8 +199,9 @@ fn format_opts(clock: &Arc<ManualClock>) -> FormatOptions {
 impl Run {
     fn new(seed: u64, cfg: Config) -> Run {
         let clock = ferrite_tests::manual_clock(1_000_000);
+        let pool_pages = if cfg.full_free_pages.is_some() { FULL_POOL_PAGES } else { POOL_PAGES };
         let (pmem, shm) = match cfg.pool {
-            PoolKind::Heap => (Pmem::heap(POOL_PAGES * PAGE), None),
+            PoolKind::Heap => (Pmem::heap(pool_pages * PAGE), None),
             PoolKind::Shm => {
                 let path = std::path::PathBuf::from(format!(
                     "/dev/shm/ferrite-buffered-test-{}-{}-{seed:x}.pool",
@@ -193,11 +209,12 @@ impl Run {
                     cfg.name
                 ));
                 let _ = std::fs::remove_file(&path);
-                (Pmem::create_file(&path, POOL_PAGES * PAGE, 0).expect("create the pool file"), Some(ShmPool(path)))
+                (Pmem::create_file(&path, pool_pages * PAGE, 0).expect("create the pool file"), Some(ShmPool(path)))
             }
         };
         let fs = Session::format(pmem, &format_opts(&clock)).expect("format");
-        let model = ModelFs::new(clock.clone(), POOL_PAGES, INODES);
+        let model_pages = if cfg.full_free_pages.is_some() { 1 << 30 } else { POOL_PAGES };
+        let model = ModelFs::new(clock.clone(), model_pages, INODES);
         let mut run = Run {
             seed,
             cfg,
@@ -212,8 +229,39 @@ impl Run {
         // Formatting mounts strict: mount the pool again, buffered.
         let pmem = run.take_down(false);
         run.mount(pmem, true);
+        if let Some(free) = cfg.full_free_pages {
+            run.add_ballast(free);
+        }
         run.since_sync = vec![run.model.snapshot()];
         run
+    }
+
+    /// A file `/ballast` (a name the sequences never make), written and
+    /// synced on both sides until the engine has at most `free` pages
+    /// available (beyond its removal reserve).
+    fn add_ballast(&mut self, free: u64) {
+        let chunk = vec![0xb5u8; 16 * 1024];
+        let (e, m) = (self.engine(), &self.model);
+        let (x, y) = (
+            e.open(b"/ballast", OpenFlags::WRONLY.create(), 0o600).expect("ballast"),
+            m.open(b"/ballast", OpenFlags::WRONLY.create(), 0o600).expect("ballast"),
+        );
+        let available = || e.statfs().expect("statfs").blocks_avail;
+        let mut at = 0;
+        while available() > free + 8 {
+            e.pwrite(x, &chunk, at).expect("ballast write");
+            m.pwrite(y, &chunk, at).expect("ballast write");
+            at += chunk.len() as u64;
+        }
+        while available() > free {
+            e.pwrite(x, &chunk[..PAGE as usize], at).expect("ballast page");
+            m.pwrite(y, &chunk[..PAGE as usize], at).expect("ballast page");
+            at += PAGE;
+        }
+        e.fsync(x).expect("ballast fsync");
+        m.fsync(y).expect("ballast fsync");
+        e.close(x).expect("ballast close");
+        m.close(y).expect("ballast close");
     }
 
     fn engine(&self) -> &Session {
@@ -403,13 +451,26 @@ fn step(run: &mut Run, rng: &mut ChaCha8Rng, step: usize) {
     // (changed the pool, was a sync point)
     let mut change = false;
     let mut sync = false;
+    // On a nearly full pool the engine may refuse a change with ENOSPC
+    // where the model, with room for everything, makes it: the refused
+    // change must have left no trace, so the model goes back to its state
+    // before the step (taken here, or in `open` after the close that makes
+    // room for a descriptor), and the comparisons that follow check that.
+    let full = run.cfg.full_free_pages.is_some();
+    let mut before = full.then(|| (m.snapshot(), run.fds.clone(), false));
+    let mut refused = false;
     // Both sides' results must be equal; true when they succeeded.
     macro_rules! same {
         ($a:expr, $b:expr) => {{
             let (x, y) = ($a, $b);
-            assert_eq!(x, y, "{}: engine (left) and model (right) differ", run.ctx(step, what));
-            let ok: bool = x.is_ok();
-            ok
+            if full && matches!(&x, Err(e) if *e == Errno::ENOSPC) && y.is_ok() {
+                refused = true;
+                false
+            } else {
+                assert_eq!(x, y, "{}: engine (left) and model (right) differ", run.ctx(step, what));
+                let ok: bool = x.is_ok();
+                ok
+            }
         }};
     }
     match choice {
@@ -419,6 +480,9 @@ fn step(run: &mut Run, rng: &mut ChaCha8Rng, step: usize) {
                 let (x, y, _) = run.fds.remove(0);
                 // The last close of an unlinked file frees it: a change.
                 change = same!(e.close(x), m.close(y));
+                if full {
+                    before = Some((m.snapshot(), run.fds.clone(), change));
+                }
             }
             let p = path(rng);
             let mut f = if rng.gen_bool(0.2) { OpenFlags::RDONLY } else { OpenFlags::RDWR };
@@ -435,14 +499,18 @@ fn step(run: &mut Run, rng: &mut ChaCha8Rng, step: usize) {
                 }
             }
             let (x, y) = (e.open(&p, f, 0o644), m.open(&p, f, 0o644));
-            assert_eq!(x.is_ok(), y.is_ok(), "{}: engine {x:?}, model {y:?}", run.ctx(step, what));
+            if full && x == Err(Errno::ENOSPC) && y.is_ok() {
+                refused = true;
+            } else {
+                assert_eq!(x.is_ok(), y.is_ok(), "{}: engine {x:?}, model {y:?}", run.ctx(step, what));
+            }
             if let (Ok(x), Ok(y)) = (x, y) {
                 run.fds.push((x, y, osync));
                 // A create or a truncation is a change (an open of an
                 // existing file without O_TRUNC changes nothing that the
                 // comparison sees).
                 change |= f.create || f.trunc;
-            } else {
+            } else if !refused {
                 assert_eq!(x.err(), y.err(), "{}", run.ctx(step, what));
             }
         }
@@ -631,6 +699,15 @@ fn step(run: &mut Run, rng: &mut ChaCha8Rng, step: usize) {
     }
     let pending = e.buffered_stats();
     run.engine = Some(e);
+    if refused {
+        let (state, fds, change_before) = before.expect("a state before the step");
+        run.model.restore(state);
+        run.fds = fds;
+        change = change_before;
+        sync = false;
+        run.stats.enospc += 1;
+        run.compare_all(step, &format!("{what} refused with ENOSPC"));
+    }
     if change {
         run.changed();
     }
@@ -715,14 +792,21 @@ fn buffered_persister_thread_heap() {
         persister_thread: true,
         ops_max: BufferedOptions::default().ops_max,
         lag_ns_max: BufferedOptions::default().lag_ns_max,
+        full_free_pages: None,
     };
     run_config("buffered_persister_thread_heap", cfg, 0xb100);
 }
 
 #[test]
 fn buffered_persister_thread_shm_small_bounds() {
-    let cfg =
-        Config { name: "thread-shm", pool: PoolKind::Shm, persister_thread: true, ops_max: 16, lag_ns_max: 1_000_000 };
+    let cfg = Config {
+        name: "thread-shm",
+        pool: PoolKind::Shm,
+        persister_thread: true,
+        ops_max: 16,
+        lag_ns_max: 1_000_000,
+        full_free_pages: None,
+    };
     run_config("buffered_persister_thread_shm_small_bounds", cfg, 0xb200);
 }
 
@@ -739,6 +823,7 @@ fn buffered_no_thread_heap() {
         persister_thread: false,
         ops_max: 8,
         lag_ns_max: u64::MAX,
+        full_free_pages: None,
     };
     let all = run_config("buffered_no_thread_heap", cfg, 0xb300);
     let lost: u64 = all.iter().map(|s| s.crashes_lost).sum();
@@ -753,8 +838,55 @@ fn buffered_no_thread_shm() {
         persister_thread: false,
         ops_max: 3,
         lag_ns_max: u64::MAX,
+        full_free_pages: None,
     };
     let all = run_config("buffered_no_thread_shm", cfg, 0xb400);
     let lost: u64 = all.iter().map(|s| s.crashes_lost).sum();
     assert!(lost > 0, "no crash lost an operation: is the mount buffered at all? {all:?}");
+}
+
+/// The pages a ballast file leaves available in the nearly full
+/// configurations: `FERRITE_FULL_FREE_PAGES`, default 12.
+fn full_free_pages() -> u64 {
+    std::env::var("FERRITE_FULL_FREE_PAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(12)
+}
+
+/// The sequences on a nearly full pool (2 MiB, a ballast file leaving
+/// `full_free_pages` available) without a persister thread: a refused
+/// change must leave no trace in the latest state (every call and every
+/// comparison after it), in what the queue makes durable (the crash
+/// oracle's prefixes), and in the pool (fsck at every unmount and crash).
+/// The pages a refused or a removing change needs may be held by the
+/// queue until it is persisted (the allocator's reclaim) and by dead log
+/// pages (`collect_for_space`).
+#[test]
+fn buffered_no_thread_nearly_full() {
+    let cfg = Config {
+        name: "no-thread-full",
+        pool: PoolKind::Heap,
+        persister_thread: false,
+        ops_max: 8,
+        lag_ns_max: u64::MAX,
+        full_free_pages: Some(full_free_pages()),
+    };
+    let all = run_config("buffered_no_thread_nearly_full", cfg, 0xb500);
+    let refused: u64 = all.iter().map(|s| s.enospc).sum();
+    assert!(refused > 0, "nothing was refused with ENOSPC: is the pool nearly full at all? {all:?}");
+}
+
+/// The same with the persister thread and small bounds, on a pool file in
+/// /dev/shm.
+#[test]
+fn buffered_persister_thread_nearly_full() {
+    let cfg = Config {
+        name: "thread-full",
+        pool: PoolKind::Shm,
+        persister_thread: true,
+        ops_max: 16,
+        lag_ns_max: 1_000_000,
+        full_free_pages: Some(full_free_pages()),
+    };
+    let all = run_config("buffered_persister_thread_nearly_full", cfg, 0xb600);
+    let refused: u64 = all.iter().map(|s| s.enospc).sum();
+    assert!(refused > 0, "nothing was refused with ENOSPC: is the pool nearly full at all? {all:?}");
 }
