@@ -458,7 +458,7 @@ impl Ferrite {
     /// (worth staging once more). Never while an fsync-atomic epoch is
     /// pending: DRAM then runs ahead of the durable log (`after_commit`
     /// asserts the same of every collection).
-    fn collect_for_space(&self, inode: &Inode, d: &mut InodeData) -> bool {
+    pub(crate) fn collect_for_space(&self, inode: &Inode, d: &mut InodeData) -> bool {
         if d.pending.is_some() || d.dead_log_pages() == 0 {
             return false;
         }

@@ -334,7 +334,7 @@ impl Ferrite {
     /// entries commit together, and nothing is written in place unless they
     /// did.
     pub(crate) fn write_locked(&self, inode: &Inode, d: &mut InodeData, offset: u64, data: &[u8]) -> FsResult<usize> {
-        match self.write_planned(inode, d, offset, data, true) {
+        let attempt = |d: &mut InodeData| match self.write_planned(inode, d, offset, data, true) {
             // On a full pool a small overwrite copies its page instead: a
             // delta grows the log and gives nothing back until collection,
             // so it may not borrow the removal reserve, while a write that
@@ -342,6 +342,13 @@ impl Ferrite {
             // place then work on a full pool, as on a kernel file system.
             // A failed attempt leaves no trace (all or nothing).
             Err(Errno::ENOSPC) => self.write_planned(inode, d, offset, data, false),
+            r => r,
+        };
+        match attempt(d) {
+            // The file's own log may hold dead pages that wait for its next
+            // extension (on a buffered mount, for their deaths to become
+            // durable too): its data pages may come from them.
+            Err(Errno::ENOSPC) if self.collect_for_space(inode, d) => attempt(d),
             r => r,
         }
     }

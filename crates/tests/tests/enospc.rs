@@ -544,3 +544,49 @@ fn a_rename_works_on_a_full_pool() {
 fn a_rename_works_on_a_full_buffered_pool() {
     rename_on_a_full_pool(buffered(attribute_pool()));
 }
+
+/// A buffered file's log keeps pages whose entries all died until a
+/// later change extends it with their deaths durable, so a pool can fill
+/// while a file's log holds dead pages. A write to that file that
+/// finds no page collects them and uses them (`collect_for_space`), as
+/// the pages a kernel file system never took would be: here an append of
+/// two pages, refused with ENOSPC before stop 44, and then a chmod.
+#[test]
+fn a_write_on_a_full_buffered_pool_reuses_its_files_dead_log_pages() {
+    let fs = buffered(attribute_pool());
+    let fd = fs.open(b"/churned", OpenFlags::RDWR.create(), 0o644).unwrap();
+    fs.pwrite(fd, &[1u8; 4096], 0).unwrap();
+    let collected_before = fs.engine().gc_pages_collected();
+    let free_before_chmods = fs.free_pages();
+    for round in 0..300u32 {
+        fs.fchmod(fd, 0o600 | (round & 0o77)).unwrap();
+    }
+    // The log pages the chmods left behind: all but the tail's are dead.
+    let dead_pages = (free_before_chmods - fs.free_pages()).saturating_sub(1);
+    assert!(dead_pages >= 3, "the chmods left {dead_pages} dead log pages: nothing to collect");
+    // Fill the pool with another file until a write is refused (which
+    // persists the queue: the dead pages' deaths are durable now, and they
+    // stay linked).
+    let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
+    let page = vec![0x5au8; 4096];
+    for k in 0.. {
+        if let Err(e) = fs.pwrite(filler, &page, k * 4096) {
+            assert_eq!(e, Errno::ENOSPC);
+            break;
+        }
+    }
+    assert_eq!(fs.statfs().unwrap().blocks_avail, 0, "the pool is not full");
+    assert_eq!(fs.engine().gc_pages_collected(), collected_before, "the dead pages were collected already");
+    // The append takes two of the file's dead log pages.
+    let data = vec![0x77u8; 2 * 4096];
+    fs.pwrite(fd, &data, 4096).unwrap_or_else(|e| panic!("an append with {dead_pages} dead log pages: {e:?}"));
+    assert!(fs.engine().gc_pages_collected() >= collected_before + 2);
+    fs.fchmod(fd, 0o640).unwrap();
+    let mut back = vec![0u8; 3 * 4096];
+    assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), back.len());
+    assert!(back[..4096].iter().all(|&b| b == 1) && back[4096..] == data[..]);
+    fs.close(fd).unwrap();
+    fs.close(filler).unwrap();
+    fs.engine().sync_all().unwrap();
+    fsck_clean(&fs);
+}
