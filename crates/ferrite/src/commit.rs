@@ -474,6 +474,16 @@ impl Ferrite {
         collected > 0
     }
 
+    /// `count` data pages for a change to `inode`, whose write lock the
+    /// caller holds: out of pages, the inode's own dead log pages are
+    /// collected (`collect_for_space`) and the allocation tried once more.
+    pub(crate) fn alloc_pages_for(&self, inode: &Inode, d: &mut InodeData, count: u64) -> FsResult<Runs> {
+        match self.pages.alloc(count) {
+            Err(Errno::ENOSPC) if self.collect_for_space(inode, d) => self.pages.alloc(count),
+            r => r,
+        }
+    }
+
     /// Give back what a change that will not commit had allocated: its
     /// fresh data pages and the log pages its staging linked past the tail.
     /// Everything it wrote is fenced first, always: the streaming stores

@@ -601,7 +601,7 @@ impl Ferrite {
             let t = TruncateEntry { size: new_size, mtime_ns: now, ctime_ns: now, size_only: true };
             (smallvec::smallvec![Entry::Truncate(t)], crate::alloc::Runs::new())
         } else {
-            let runs = self.pages.alloc(holes.len() as u64)?;
+            let runs = self.alloc_pages_for(inode, d, holes.len() as u64)?;
             for &(s, n) in &runs {
                 self.media.fill_nt(s.offset(), n as u64 * PAGE_SIZE, 0);
             }
@@ -650,7 +650,7 @@ impl Ferrite {
         let mut entries = Entries::new();
         let mut fresh = Fresh::none();
         if !edges.is_empty() {
-            let runs = self.pages.alloc(edges.len() as u64)?;
+            let runs = self.alloc_pages_for(inode, d, edges.len() as u64)?;
             for (&(p, lo, hi), dest) in edges.iter().zip(flatten(&runs)) {
                 let mut buf = [0u8; PAGE];
                 self.read_page(d, p, &mut buf);

@@ -547,23 +547,30 @@ fn a_rename_works_on_a_full_buffered_pool() {
 
 /// A buffered file's log keeps pages whose entries all died until a
 /// later change extends it with their deaths durable, so a pool can fill
-/// while a file's log holds dead pages. A write to that file that
-/// finds no page collects them and uses them (`collect_for_space`), as
-/// the pages a kernel file system never took would be: here an append of
-/// two pages, refused with ENOSPC before stop 44, and then a chmod.
+/// while a file's log holds dead pages. A write or a fallocate of that
+/// file that finds no page collects them and uses them
+/// (`collect_for_space`), as the pages a kernel file system never took
+/// would be: here an append of two pages to one file and a fallocate of
+/// two pages in another, each refused with ENOSPC before stop 44, and
+/// then a chmod of each.
 #[test]
 fn a_write_on_a_full_buffered_pool_reuses_its_files_dead_log_pages() {
     let fs = buffered(attribute_pool());
-    let fd = fs.open(b"/churned", OpenFlags::RDWR.create(), 0o644).unwrap();
-    fs.pwrite(fd, &[1u8; 4096], 0).unwrap();
-    let collected_before = fs.engine().gc_pages_collected();
-    let free_before_chmods = fs.free_pages();
-    for round in 0..300u32 {
-        fs.fchmod(fd, 0o600 | (round & 0o77)).unwrap();
+    let files = [&b"/churned-w"[..], &b"/churned-f"[..]];
+    let mut fds = Vec::new();
+    for name in files {
+        let fd = fs.open(name, OpenFlags::RDWR.create(), 0o644).unwrap();
+        fs.pwrite(fd, &[1u8; 4096], 0).unwrap();
+        let free_before_chmods = fs.free_pages();
+        for round in 0..300u32 {
+            fs.fchmod(fd, 0o600 | (round & 0o77)).unwrap();
+        }
+        // The log pages the chmods left behind: all but the tail's are dead.
+        let dead_pages = (free_before_chmods - fs.free_pages()).saturating_sub(1);
+        assert!(dead_pages >= 3, "the chmods left {dead_pages} dead log pages: nothing to collect");
+        fds.push(fd);
     }
-    // The log pages the chmods left behind: all but the tail's are dead.
-    let dead_pages = (free_before_chmods - fs.free_pages()).saturating_sub(1);
-    assert!(dead_pages >= 3, "the chmods left {dead_pages} dead log pages: nothing to collect");
+    let collected_before = fs.engine().gc_pages_collected();
     // Fill the pool with another file until a write is refused (which
     // persists the queue: the dead pages' deaths are durable now, and they
     // stay linked).
@@ -577,15 +584,23 @@ fn a_write_on_a_full_buffered_pool_reuses_its_files_dead_log_pages() {
     }
     assert_eq!(fs.statfs().unwrap().blocks_avail, 0, "the pool is not full");
     assert_eq!(fs.engine().gc_pages_collected(), collected_before, "the dead pages were collected already");
-    // The append takes two of the file's dead log pages.
+    // The append takes two of the first file's dead log pages, the
+    // fallocate two of the second's.
     let data = vec![0x77u8; 2 * 4096];
-    fs.pwrite(fd, &data, 4096).unwrap_or_else(|e| panic!("an append with {dead_pages} dead log pages: {e:?}"));
-    assert!(fs.engine().gc_pages_collected() >= collected_before + 2);
-    fs.fchmod(fd, 0o640).unwrap();
+    fs.pwrite(fds[0], &data, 4096).unwrap_or_else(|e| panic!("an append over dead log pages: {e:?}"));
+    let collected_by_write = fs.engine().gc_pages_collected();
+    assert!(collected_by_write >= collected_before + 2, "the write collected nothing");
+    fs.fallocate(fds[1], FallocateMode::Default, 4096, 2 * 4096)
+        .unwrap_or_else(|e| panic!("a fallocate over dead log pages: {e:?}"));
+    assert!(fs.engine().gc_pages_collected() >= collected_by_write + 2, "the fallocate collected nothing");
     let mut back = vec![0u8; 3 * 4096];
-    assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), back.len());
-    assert!(back[..4096].iter().all(|&b| b == 1) && back[4096..] == data[..]);
-    fs.close(fd).unwrap();
+    for (k, &fd) in fds.iter().enumerate() {
+        fs.fchmod(fd, 0o640).unwrap();
+        assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), back.len());
+        let tail_byte = if k == 0 { 0x77 } else { 0 };
+        assert!(back[..4096].iter().all(|&b| b == 1) && back[4096..].iter().all(|&b| b == tail_byte));
+        fs.close(fd).unwrap();
+    }
     fs.close(filler).unwrap();
     fs.engine().sync_all().unwrap();
     fsck_clean(&fs);
