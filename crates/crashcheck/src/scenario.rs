@@ -233,24 +233,30 @@ fn compact_file() -> Vec<Call> {
 /// transient names. Page 1 is then all dead; the next extension collects
 /// it and unpins the removes.
 fn fast_dir() -> Vec<Call> {
-    let mut pr = Prep::new();
-    pr.run(Call::Mkdir { path: p("/gcd"), perm: 0o755 });
-    pr.run(open(0, "/gcd/x", OpenFlags::WRONLY.create()));
-    pr.run(Call::Close { slot: 0 });
-    pr.churn("/gcd", 2, 'p');
-    pr.chmod_to_full_keep("/gcd", 1);
-    pr.run(open(0, "/gcd/y", OpenFlags::WRONLY.create()));
-    pr.run(Call::Close { slot: 0 });
-    pr.full("/gcd");
-    pr.run(Call::Unlink { path: p("/gcd/x") });
-    pr.run(Call::Unlink { path: p("/gcd/y") });
-    pr.run(chmod("/gcd", 0o700));
-    pr.churn("/gcd", 1, 'q');
-    pr.chmod_to_full("/gcd", 0o700);
-    pr.full("/gcd");
     let mut v = vec![make_room()];
-    v.extend(pr.done());
+    v.extend(dir_with_a_dead_page("/gcd"));
     v
+}
+
+/// The state of `/gcd` ([`fast_dir`]) in the directory `dir`.
+fn dir_with_a_dead_page(dir: &str) -> Vec<Call> {
+    let name = |n: &str| format!("{dir}/{n}");
+    let mut pr = Prep::new();
+    pr.run(Call::Mkdir { path: p(dir), perm: 0o755 });
+    pr.run(open(0, &name("x"), OpenFlags::WRONLY.create()));
+    pr.run(Call::Close { slot: 0 });
+    pr.churn(dir, 2, 'p');
+    pr.chmod_to_full_keep(dir, 1);
+    pr.run(open(0, &name("y"), OpenFlags::WRONLY.create()));
+    pr.run(Call::Close { slot: 0 });
+    pr.full(dir);
+    pr.run(Call::Unlink { path: p(&name("x")) });
+    pr.run(Call::Unlink { path: p(&name("y")) });
+    pr.run(chmod(dir, 0o700));
+    pr.churn(dir, 1, 'q');
+    pr.chmod_to_full(dir, 0o700);
+    pr.full(dir);
+    pr.done()
 }
 
 /// `/gcs`: as `/gcd` (page 1 of the directory's log all dead but still
@@ -263,23 +269,8 @@ fn fast_dir() -> Vec<Call> {
 /// other images the extension collects the page after its commit, as
 /// `gc_fast_dir_create` does.
 fn fast_dir_no_space() -> Vec<Call> {
-    let mut pr = Prep::new();
-    pr.run(Call::Mkdir { path: p("/gcs"), perm: 0o755 });
-    pr.run(open(0, "/gcs/x", OpenFlags::WRONLY.create()));
-    pr.run(Call::Close { slot: 0 });
-    pr.churn("/gcs", 2, 'p');
-    pr.chmod_to_full_keep("/gcs", 1);
-    pr.run(open(0, "/gcs/y", OpenFlags::WRONLY.create()));
-    pr.run(Call::Close { slot: 0 });
-    pr.full("/gcs");
-    pr.run(Call::Unlink { path: p("/gcs/x") });
-    pr.run(Call::Unlink { path: p("/gcs/y") });
-    pr.run(chmod("/gcs", 0o700));
-    pr.churn("/gcs", 1, 'q');
-    pr.chmod_to_full("/gcs", 0o700);
-    pr.full("/gcs");
     let mut v = vec![make_room()];
-    v.extend(pr.done());
+    v.extend(dir_with_a_dead_page("/gcs"));
     let fill = fill_full_image(&v);
     v.extend(fill);
     v

@@ -119,17 +119,15 @@ impl Ferrite {
         if !pending {
             self.seal_pending(inode, d);
         }
-        let staged = match d.stage_or_back(&self.media, &self.pages, inode.ino, inode.generation, entries) {
-            Ok(s) => s,
+        let (media, pages, ino, generation) = (&self.media, &self.pages, inode.ino, inode.generation);
+        let staged = match d.stage(media, pages, ino, generation, entries) {
             Err((Errno::ENOSPC, entries)) if !pending && self.collect_for_space(inode, d) => {
-                match d.stage(&self.media, &self.pages, inode.ino, inode.generation, entries) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        self.abandon(fresh, Vec::new());
-                        return Err(e);
-                    }
-                }
+                d.stage(media, pages, ino, generation, entries)
             }
+            other => other,
+        };
+        let staged = match staged {
+            Ok(s) => s,
             Err((e, _)) => {
                 self.abandon(fresh, Vec::new());
                 return Err(e);
@@ -253,15 +251,15 @@ impl Ferrite {
             }
             let entries = std::mem::take(&mut part.entries);
             let (media, pages, ino, generation) = (&self.media, &self.pages, part.inode.ino, part.inode.generation);
-            let result = match guards[i].stage_or_back(media, pages, ino, generation, entries) {
+            let result = match guards[i].stage(media, pages, ino, generation, entries) {
                 Err((Errno::ENOSPC, entries)) if !part.free && self.collect_for_space(part.inode, guards[i]) => {
                     guards[i].stage(media, pages, ino, generation, entries)
                 }
-                other => other.map_err(|(e, _)| e),
+                other => other,
             };
             match result {
                 Ok(s) => staged.push(Some(s)),
-                Err(e) => {
+                Err((e, _)) => {
                     let mut abandoned: Vec<Staged> = staged.into_iter().flatten().collect();
                     if let Some((new, s)) = new_inode {
                         self.inodes_free.free(new.ino);
@@ -541,7 +539,8 @@ impl Ferrite {
             Staged::nothing()
         } else {
             let seqs = (1..=extra.len() as u64).collect();
-            write_log_entries(&self.media, &self.pages, ino, generation, format::NO_LOG, extra, seqs, None)?
+            write_log_entries(&self.media, &self.pages, ino, generation, format::NO_LOG, extra, seqs, None)
+                .map_err(|(e, _)| e)?
         };
         self.media.write_slot_identity(
             ino,

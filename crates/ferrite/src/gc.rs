@@ -173,7 +173,7 @@ impl InodeData {
         }
         seqs.push(last_seq + 1);
         entries.push(Entry::Attr(a.to_entry()));
-        write_log_entries(media, alloc, owner, generation, format::NO_LOG, entries, seqs, None)
+        write_log_entries(media, alloc, owner, generation, format::NO_LOG, entries, seqs, None).map_err(|(e, _)| e)
     }
 }
 

@@ -28,7 +28,7 @@ use crate::format::{
 };
 use crate::inode::InodeData;
 use crate::media::Media;
-use crate::types::{Errno, FsResult, InodeNo};
+use crate::types::{Errno, InodeNo};
 use crate::Map;
 use smallvec::SmallVec;
 use std::collections::BTreeSet;
@@ -404,22 +404,10 @@ impl InodeData {
     /// Write `entries` after the tail, extending the log with new pages as
     /// needed (streaming stores, `Media::write_lines`). Nothing is
     /// committed: the caller fences and then stores the new tail (directly
-    /// or through the journal). On ENOSPC nothing has changed.
+    /// or through the journal). On ENOSPC nothing has changed, and the
+    /// entries come back with the error: a commit that found no page for
+    /// them may free some and try once more (`Ferrite::collect_for_space`).
     pub fn stage(
-        &self,
-        media: &Media,
-        alloc: &PageAllocator,
-        owner: InodeNo,
-        generation: u32,
-        entries: Entries,
-    ) -> FsResult<Staged> {
-        self.stage_or_back(media, alloc, owner, generation, entries).map_err(|(e, _)| e)
-    }
-
-    /// `stage`, giving the entries back with the error: a commit that
-    /// found no page for them may free some and try once more
-    /// (`Ferrite::collect_for_space`).
-    pub fn stage_or_back(
         &self,
         media: &Media,
         alloc: &PageAllocator,
@@ -428,7 +416,7 @@ impl InodeData {
         entries: Entries,
     ) -> Result<Staged, (Errno, Entries)> {
         let seqs = self.next_seqs(entries.len());
-        let staged = write_log_entries_or_back(media, alloc, owner, generation, self.log.tail, entries, seqs, None)?;
+        let staged = write_log_entries(media, alloc, owner, generation, self.log.tail, entries, seqs, None)?;
         self.link_first_page(media, owner, &staged);
         Ok(staged)
     }
@@ -500,25 +488,11 @@ fn keeps_last_unit(e: &Entry, alloc: &PageAllocator) -> bool {
 /// start a new chain), extending with fresh log pages as needed, with
 /// streaming stores (cached ones, their flushes deferred, inside a
 /// buffered deferral). Nothing is committed. On ENOSPC nothing has
-/// changed. The first new page, if any, is `reserve` when given.
+/// changed, and the entries come back with the error (a commit may free
+/// pages and try once more, `Ferrite::collect_for_space`). The first new
+/// page, if any, is `reserve` when given.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_log_entries(
-    media: &Media,
-    alloc: &PageAllocator,
-    owner: InodeNo,
-    generation: u32,
-    pos: PoolOffset,
-    entries: Entries,
-    seqs: Seqs,
-    reserve: Option<PageNo>,
-) -> FsResult<Staged> {
-    write_log_entries_or_back(media, alloc, owner, generation, pos, entries, seqs, reserve).map_err(|(e, _)| e)
-}
-
-/// `write_log_entries`, giving the entries back with the error (ENOSPC:
-/// no page for them; nothing was written).
-#[allow(clippy::too_many_arguments)]
-fn write_log_entries_or_back(
     media: &Media,
     alloc: &PageAllocator,
     owner: InodeNo,

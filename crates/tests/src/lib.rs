@@ -6,7 +6,8 @@
 //! - [`isolate`]: runs numbered trials in a child process, so that an abort
 //!   or a hang of one trial is reported with its number instead of killing
 //!   the whole test binary.
-//! - small file helpers over [`PathFs`].
+//! - small file helpers over [`PathFs`], and [`add_ballast`], which fills
+//!   a nearly full pool's engine and model alike.
 
 use ferrite::{Errno, Fd, ManualClock, OpenFlags, PathFs, TimeSpec};
 use std::sync::Arc;
@@ -122,6 +123,38 @@ pub fn remount_as(
     assert!(report.is_clean(), "{report}");
     let fs = ferrite::Session::mount(ferrite_pmem::Pmem::from_image(&image), opts).unwrap();
     (fs, report)
+}
+
+/// Fill a nearly full pool's test pair: a file `/ballast` (a name the
+/// random sequences never make), written on the engine `engine` and on
+/// the model `model` alike, in chunks of `chunk_len` bytes then in pages,
+/// until the engine has at most `free` pages available (statfs's
+/// `blocks_avail`: beyond its removal reserve), then synced and closed on
+/// both sides. The model must have room for all of it.
+pub fn add_ballast(engine: &ferrite::Session, model: &dyn PathFs, free: u64, chunk_len: usize) {
+    const PAGE: usize = 4096;
+    let chunk = vec![0xb5u8; chunk_len.max(PAGE)];
+    let (x, y) = (
+        engine.open(b"/ballast", OpenFlags::WRONLY.create(), 0o600).expect("ballast"),
+        model.open(b"/ballast", OpenFlags::WRONLY.create(), 0o600).expect("ballast"),
+    );
+    let available = || engine.statfs().expect("statfs").blocks_avail;
+    let chunk_pages = (chunk.len() / PAGE) as u64;
+    let mut at = 0;
+    while available() > free + chunk_pages + 3 {
+        engine.pwrite(x, &chunk, at).expect("ballast write");
+        model.pwrite(y, &chunk, at).expect("ballast write");
+        at += chunk.len() as u64;
+    }
+    while available() > free {
+        engine.pwrite(x, &chunk[..PAGE], at).expect("ballast page");
+        model.pwrite(y, &chunk[..PAGE], at).expect("ballast page");
+        at += PAGE as u64;
+    }
+    engine.fsync(x).expect("ballast fsync");
+    model.fsync(y).expect("ballast fsync");
+    engine.close(x).expect("ballast close");
+    model.close(y).expect("ballast close");
 }
 
 /// Deterministic pseudo-random bytes (for file contents that differ by

@@ -230,38 +230,11 @@ impl Run {
         let pmem = run.take_down(false);
         run.mount(pmem, true);
         if let Some(free) = cfg.full_free_pages {
-            run.add_ballast(free);
+            // A file `/ballast` (a name the sequences never make).
+            ferrite_tests::add_ballast(run.engine(), &run.model, free, 16 * 1024);
         }
         run.since_sync = vec![run.model.snapshot()];
         run
-    }
-
-    /// A file `/ballast` (a name the sequences never make), written and
-    /// synced on both sides until the engine has at most `free` pages
-    /// available (beyond its removal reserve).
-    fn add_ballast(&mut self, free: u64) {
-        let chunk = vec![0xb5u8; 16 * 1024];
-        let (e, m) = (self.engine(), &self.model);
-        let (x, y) = (
-            e.open(b"/ballast", OpenFlags::WRONLY.create(), 0o600).expect("ballast"),
-            m.open(b"/ballast", OpenFlags::WRONLY.create(), 0o600).expect("ballast"),
-        );
-        let available = || e.statfs().expect("statfs").blocks_avail;
-        let mut at = 0;
-        while available() > free + 8 {
-            e.pwrite(x, &chunk, at).expect("ballast write");
-            m.pwrite(y, &chunk, at).expect("ballast write");
-            at += chunk.len() as u64;
-        }
-        while available() > free {
-            e.pwrite(x, &chunk[..PAGE as usize], at).expect("ballast page");
-            m.pwrite(y, &chunk[..PAGE as usize], at).expect("ballast page");
-            at += PAGE;
-        }
-        e.fsync(x).expect("ballast fsync");
-        m.fsync(y).expect("ballast fsync");
-        e.close(x).expect("ballast close");
-        m.close(y).expect("ballast close");
     }
 
     fn engine(&self) -> &Session {
@@ -845,20 +818,23 @@ fn buffered_no_thread_shm() {
     assert!(lost > 0, "no crash lost an operation: is the mount buffered at all? {all:?}");
 }
 
-/// The pages a ballast file leaves available in the nearly full
-/// configurations: `FERRITE_FULL_FREE_PAGES`, default 12.
-fn full_free_pages() -> u64 {
-    std::env::var("FERRITE_FULL_FREE_PAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(12)
+/// `cfg` on a nearly full pool: a ballast file leaves
+/// `FERRITE_FULL_FREE_PAGES` pages available (default 12); some steps must
+/// have been refused with ENOSPC.
+fn run_nearly_full(test: &str, cfg: Config, default_seed: u64) {
+    let free = std::env::var("FERRITE_FULL_FREE_PAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    let all = run_config(test, Config { full_free_pages: Some(free), ..cfg }, default_seed);
+    let refused: u64 = all.iter().map(|s| s.enospc).sum();
+    assert!(refused > 0, "{test}: nothing was refused with ENOSPC: is the pool nearly full at all? {all:?}");
 }
 
-/// The sequences on a nearly full pool (2 MiB, a ballast file leaving
-/// `full_free_pages` available) without a persister thread: a refused
-/// change must leave no trace in the latest state (every call and every
-/// comparison after it), in what the queue makes durable (the crash
-/// oracle's prefixes), and in the pool (fsck at every unmount and crash).
-/// The pages a refused or a removing change needs may be held by the
-/// queue until it is persisted (the allocator's reclaim) and by dead log
-/// pages (`collect_for_space`).
+/// The sequences on a nearly full pool (2 MiB) without a persister
+/// thread: a refused change must leave no trace in the latest state
+/// (every call and every comparison after it), in what the queue makes
+/// durable (the crash oracle's prefixes), and in the pool (fsck at every
+/// unmount and crash). The pages a refused or a removing change needs may
+/// be held by the queue until it is persisted (the allocator's reclaim)
+/// and by dead log pages (`collect_for_space`).
 #[test]
 fn buffered_no_thread_nearly_full() {
     let cfg = Config {
@@ -867,11 +843,9 @@ fn buffered_no_thread_nearly_full() {
         persister_thread: false,
         ops_max: 8,
         lag_ns_max: u64::MAX,
-        full_free_pages: Some(full_free_pages()),
+        full_free_pages: None,
     };
-    let all = run_config("buffered_no_thread_nearly_full", cfg, 0xb500);
-    let refused: u64 = all.iter().map(|s| s.enospc).sum();
-    assert!(refused > 0, "nothing was refused with ENOSPC: is the pool nearly full at all? {all:?}");
+    run_nearly_full("buffered_no_thread_nearly_full", cfg, 0xb500);
 }
 
 /// The same with the persister thread and small bounds, on a pool file in
@@ -884,9 +858,7 @@ fn buffered_persister_thread_nearly_full() {
         persister_thread: true,
         ops_max: 16,
         lag_ns_max: 1_000_000,
-        full_free_pages: Some(full_free_pages()),
+        full_free_pages: None,
     };
-    let all = run_config("buffered_persister_thread_nearly_full", cfg, 0xb600);
-    let refused: u64 = all.iter().map(|s| s.enospc).sum();
-    assert!(refused > 0, "nothing was refused with ENOSPC: is the pool nearly full at all? {all:?}");
+    run_nearly_full("buffered_persister_thread_nearly_full", cfg, 0xb600);
 }

@@ -1071,28 +1071,7 @@ const FULL_POOL_PAGES: u64 = 256;
 /// synced on both sides until the engine has about `free` pages available
 /// (beyond its removal reserve).
 fn add_ballast(p: &Pair, free: u64) {
-    let chunk = vec![0xb5u8; 64 * 1024];
-    let (e, m) = (p.engine(), &p.model);
-    let (x, y) = (
-        e.open(b"/ballast", OpenFlags::WRONLY.create(), 0o600).expect("ballast"),
-        m.open(b"/ballast", OpenFlags::WRONLY.create(), 0o600).expect("ballast"),
-    );
-    let available = || e.statfs().expect("statfs").blocks_avail;
-    let mut at = 0;
-    while available() > free + 16 + 4 {
-        e.pwrite(x, &chunk, at).expect("ballast write");
-        m.pwrite(y, &chunk, at).expect("ballast write");
-        at += chunk.len() as u64;
-    }
-    while available() > free + 1 {
-        e.pwrite(x, &chunk[..4096], at).expect("ballast page");
-        m.pwrite(y, &chunk[..4096], at).expect("ballast page");
-        at += 4096;
-    }
-    e.fsync(x).expect("ballast fsync");
-    m.fsync(y).expect("ballast fsync");
-    e.close(x).expect("ballast close");
-    m.close(y).expect("ballast close");
+    ferrite_tests::add_ballast(p.engine(), &p.model, free + 1, 64 * 1024);
 }
 
 /// The model's state and the descriptor pairs before a step.
