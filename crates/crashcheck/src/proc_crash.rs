@@ -57,7 +57,9 @@ use crate::workload::{
     atomic_prepare, random_call, random_call_buffered, random_call_modes, random_call_zc, run_call, Call, CallResult,
     Slots, StartKind,
 };
-use ferrite::{Errno, FallocateMode, FileType, ManualClock, OpenFlags, PathFs, Session, TimeSet, TimeSpec, Whence};
+use ferrite::{
+    Errno, FallocateMode, FileMode, FileType, ManualClock, OpenFlags, PathFs, Session, TimeSet, TimeSpec, Whence,
+};
 use ferrite_model::{diff_trees, tree_of, ModelFs, Tree};
 use ferrite_pmem::Pmem;
 use rand::{Rng, SeedableRng};
@@ -123,6 +125,31 @@ fn decode_result(s: &str) -> Option<CallResult> {
     }
 }
 
+/// The environment variable (a call number N) that makes the child kill
+/// itself right after the first call from N on that changed a file's
+/// consistency mode returned, or after call N + `DIE_AFTER_LOOKAHEAD`
+/// returned, before it reports it: the call completed, and the parent must
+/// find that out from the pool alone. A completed mode change shows in the
+/// tree only as a ctime, which fsync-atomic files may lose; the parent must
+/// see it in the file's mode. The parent sets it on some rounds with the
+/// modes mixed.
+pub const DIE_AFTER_ENV: &str = "CRASHCHECK_CHILD_DIE_AFTER";
+
+/// How many calls from N the child looks for a mode change to die after.
+const DIE_AFTER_LOOKAHEAD: usize = 400;
+
+/// How long the parent waits for a child to die on its own.
+const DIE_AFTER_WAIT: Duration = Duration::from_secs(10);
+
+/// The consistency mode of the file open in the slot of `call`, if it is a
+/// mode change on an open regular file.
+fn mode_of_slot(fs: &Session, slots: &Slots, call: &Call) -> Option<FileMode> {
+    let Call::SetMode { slot, .. } = call else { return None };
+    let fd = slots.fds.get(*slot as usize).copied().flatten()?;
+    let ino = fs.fstat(fd).ok()?.ino;
+    fs.engine().file_mode_ino(ino).ok()
+}
+
 /// `child POOL SEED FROM PROGRESS [modes]`: mount the pool, run calls
 /// FROM.. of the random workload of SEED (mixing the consistency modes with
 /// `modes`), appending "i result" to PROGRESS after each.
@@ -167,6 +194,10 @@ pub fn child_main(args: &[String]) -> i32 {
             return 5;
         }
     };
+    // From which call on the child kills itself right after a call returned
+    // and before reporting it (the parent's window between a call's return
+    // and its report, which timed kills rarely hit; see `DIE_AFTER_ENV`).
+    let die_from: Option<usize> = std::env::var(DIE_AFTER_ENV).ok().and_then(|s| s.parse().ok());
     let mut slots = Slots::default();
     // The bytes each live view showed right after the call that made it
     // (by slot and identity): a view is a snapshot, so it must keep
@@ -176,7 +207,12 @@ pub fn child_main(args: &[String]) -> i32 {
         let c = &proc_call(seed, i, mix);
         clock.set(call_time(i));
         let before = (mix == Mix::Buffered).then(|| slots.clone());
+        let mode_before = die_from.filter(|&f| i >= f).and_then(|_| mode_of_slot(&fs, &slots, c));
         let r = run_call(&fs, &mut slots, c);
+        let die = die_from.is_some_and(|f| {
+            i >= f + DIE_AFTER_LOOKAHEAD
+                || (mode_before.is_some() && r.is_ok() && mode_of_slot(&fs, &slots, c) != mode_before)
+        });
         // Buffered: a sync point that returned says so on its line (every
         // call up to it is durable from now on).
         let synced = before.is_some_and(|b| crate::prefix::is_sync_point(c, &b, &r));
@@ -196,6 +232,12 @@ pub fn child_main(args: &[String]) -> i32 {
                     }
                 }
                 _ => shown[v] = Some((live.id, now.to_vec())),
+            }
+        }
+        if die {
+            // SAFETY: sending SIGKILL to this process; nothing runs after.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
             }
         }
         // One write(2) per line: a kill leaves whole lines only.
@@ -247,6 +289,12 @@ pub struct ProcReport {
     /// Recoveries (modes) that lost pending changes of fsync-atomic files,
     /// which the parent put back.
     pub restored: usize,
+    /// Modes: rounds whose child killed itself right after a mode change
+    /// returned (`DIE_AFTER_ENV`), and those whose recovered state showed
+    /// that call completed (the others changed nothing: the mode was the
+    /// file's already, or the descriptor was not open).
+    pub died_after_mode_change: usize,
+    pub mode_changes_unreported: usize,
     /// Kills (zero-copy) that found the child holding live views or
     /// buffers (by the calls it had reported), and how many it held in all.
     pub kills_with_live: usize,
@@ -329,19 +377,22 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, calls: Mix) 
         if let Some(a) = calls.arg() {
             args.push(a.into());
         }
-        let mut child = match Command::new(exe)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-        {
-            Ok(c) => c,
-            Err(e) => {
-                rep.failures.push(format!("spawning the child: {e}"));
-                break;
-            }
-        };
+        // With the modes, one round in four: the child dies right after a
+        // mode change returns (see `DIE_AFTER_ENV`), from a call a little
+        // ahead so that its descriptors are open again.
+        let die_from = (modes && rng.gen_range(0..4) == 0).then(|| done + rng.gen_range(0..50));
+        let mut command = Command::new(exe);
+        if let Some(i) = die_from {
+            command.env(DIE_AFTER_ENV, i.to_string());
+        }
+        let mut child =
+            match command.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn() {
+                Ok(c) => c,
+                Err(e) => {
+                    rep.failures.push(format!("spawning the child: {e}"));
+                    break;
+                }
+            };
         // Let it run: mostly a few milliseconds (a few dozen calls), some
         // kills very early (during mount and recovery), some later.
         let max = max_wait.as_micros().max(2) as u64;
@@ -350,7 +401,17 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, calls: Mix) 
             1..=7 => Duration::from_micros(rng.gen_range(max / 4..max)),
             _ => Duration::from_micros(rng.gen_range(max..2 * max)),
         };
-        std::thread::sleep(wait);
+        if die_from.is_some() {
+            // It dies on its own; a child that has not after a while (it
+            // failed to get there) is killed as any other.
+            let deadline = Instant::now() + DIE_AFTER_WAIT;
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        } else {
+            std::thread::sleep(wait);
+        }
+        let killed_by_parent = !matches!(child.try_wait(), Ok(Some(_)));
         let pid = child.id() as libc::pid_t;
         // SAFETY: sending SIGKILL to our own child process.
         unsafe {
@@ -463,9 +524,14 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, calls: Mix) 
                 .push(format!("round {round} (seed {seed:#x}, killed after {done} reported calls): {m}\n{}", saved()));
             break;
         }
-        let got = match crate::verify::mount(Pmem::from_image(&image), 1)
-            .and_then(|fs| tree_of(&fs).map_err(|e| format!("tree: {e:?}")))
-        {
+        // The recovered tree, and with the modes mixed the consistency mode
+        // of each of its regular files (the tree does not show it).
+        let recovered = crate::verify::mount(Pmem::from_image(&image), 1).and_then(|fs| {
+            let tree = tree_of(&fs).map_err(|e| format!("tree: {e:?}"))?;
+            let modes = if modes { engine_modes(&fs, &tree)? } else { FileModes::new() };
+            Ok((tree, modes))
+        });
+        let (got, got_modes) = match recovered {
             Ok(t) => t,
             Err(m) => {
                 rep.failures.push(format!(
@@ -480,10 +546,18 @@ pub fn run(exe: &Path, seed: u64, kills: usize, max_wait: Duration, calls: Mix) 
                 Modes { seed, done, round, model: &model, mslots: &mut mslots, clock: &clock, tracker: t },
                 &image,
                 &got,
+                &got_modes,
             ) {
                 Ok(c) => {
+                    // The child died on its own after a mode change (the
+                    // call in flight is one) or after its last call to look.
+                    let died_there = die_from.is_some()
+                        && !killed_by_parent
+                        && matches!(proc_call(seed, done, calls), Call::SetMode { .. });
+                    rep.died_after_mode_change += usize::from(died_there);
                     if c.matched_next {
                         rep.matched_next += 1;
+                        rep.mode_changes_unreported += usize::from(died_there);
                         done += 1;
                     }
                     if let Some(fixed) = c.restored {
@@ -641,12 +715,66 @@ struct Continued {
     restored: Option<Vec<u8>>,
 }
 
+/// The consistency mode of each regular file of `tree`, by path.
+type FileModes = std::collections::BTreeMap<Vec<u8>, FileMode>;
+
+/// The modes of the regular files of `tree` on a mounted engine.
+fn engine_modes(fs: &Session, tree: &Tree) -> Result<FileModes, String> {
+    let mut out = FileModes::new();
+    for (path, node) in tree {
+        if node.kind == FileType::Regular {
+            let ino = fs.lstat(path).map_err(|e| format!("lstat {}: {e:?}", path.escape_ascii()))?.ino;
+            let mode = fs.engine().file_mode_ino(ino).map_err(|e| format!("mode of {}: {e:?}", path.escape_ascii()))?;
+            out.insert(path.clone(), mode);
+        }
+    }
+    Ok(out)
+}
+
+/// The modes the model side gives the regular files of `tree` (the
+/// model's state now, `slots` its descriptors and modes).
+fn model_modes(model: &ModelFs, slots: &Slots, tree: &Tree) -> Result<FileModes, String> {
+    let mut out = FileModes::new();
+    for (path, node) in tree {
+        if node.kind == FileType::Regular {
+            let ino = model.lstat(path).map_err(|e| format!("model lstat {}: {e:?}", path.escape_ascii()))?.ino;
+            out.insert(path.clone(), slots.mode_of(ino.0));
+        }
+    }
+    Ok(out)
+}
+
+/// The paths whose modes differ between `want` and `got`, for messages.
+fn diff_modes(want: &FileModes, got: &FileModes) -> String {
+    let mut out = String::new();
+    for (path, w) in want {
+        let g = got.get(path);
+        if g != Some(w) {
+            out += &format!(
+                "{}: mode: expected {}, got {}\n",
+                path.escape_ascii(),
+                w.as_str(),
+                g.map_or("none", |g| g.as_str())
+            );
+        }
+    }
+    out
+}
+
 /// After a kill with the modes mixed: the recovered tree `got` must be a
 /// state the oracle allows after `done` reported calls (the durable state,
 /// or one allowed inside the next call); the model continues from the side
 /// of that call the state shows, and what the crash lost is put back on
 /// the pool (`crashed`: the pool as the kill left it).
-fn continue_modes(m: Modes<'_>, crashed: &[u8], got: &Tree) -> Result<Continued, String> {
+///
+/// The side is chosen by the names and attributes and by each regular
+/// file's consistency mode (`got_modes`, the recovered pool's), which the
+/// tree does not show: a mode change that became durable shows in the tree
+/// only as a new ctime, which the fsync-atomic rules let lag, so without
+/// the modes a completed fsetxattr of the mode looked like one never run,
+/// and its rerun (on a descriptor the crash closed) left the model with
+/// the old mode and the pool with the new.
+fn continue_modes(m: Modes<'_>, crashed: &[u8], got: &Tree, got_modes: &FileModes) -> Result<Continued, String> {
     let Modes { seed, done, round, model, mslots, clock, tracker } = m;
     let before = (model.snapshot(), mslots.clone(), tracker.clone());
     // The next call, on the model, for the states allowed inside it.
@@ -673,24 +801,28 @@ fn continue_modes(m: Modes<'_>, crashed: &[u8], got: &Tree) -> Result<Continued,
     let after = (model.snapshot(), mslots.clone(), tracker.clone());
     model.close_all();
     let live_after = model.tree();
+    let modes_after = model_modes(model, &after.1, &live_after)?;
     model.restore(before.0.clone());
     model.close_all();
     let live_before = model.tree();
-    let matched_next = if same_but_data(&live_before, got) {
+    let modes_before = model_modes(model, &before.1, &live_before)?;
+    let matched_next = if same_but_data(&live_before, got) && modes_before == *got_modes {
         model.restore(before.0);
         *mslots = before.1;
         *tracker = before.2;
         false
-    } else if same_but_data(&live_after, got) {
+    } else if same_but_data(&live_after, got) && modes_after == *got_modes {
         model.restore(after.0);
         *mslots = after.1;
         *tracker = after.2;
         true
     } else {
         return Err(format!(
-            "the recovered state is allowed, but differs from the model before and after call {done} in more than file data (a harness problem)\n  --- before:\n{}  --- after:\n{}",
+            "the recovered state is allowed, but differs from the model before and after call {done} (`{c}`) in more than file data, or in a file's consistency mode\n  --- before:\n{}{}  --- after:\n{}{}",
             diff_trees(&live_before, got),
-            diff_trees(&live_after, got)
+            diff_modes(&modes_before, got_modes),
+            diff_trees(&live_after, got),
+            diff_modes(&modes_after, got_modes)
         ));
     };
     // The crash closed every descriptor; the default mode is a mount

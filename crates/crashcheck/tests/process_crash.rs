@@ -6,7 +6,11 @@
 //! reported complete). A second test mixes the consistency modes (files
 //! fsync-atomic from the start and by mode changes, sync, O_SYNC
 //! descriptors): after every kill the pool must hold a state the
-//! fsync-atomic oracle allows after k calls or inside call k. A third
+//! fsync-atomic oracle allows after k calls or inside call k, and every
+//! file's consistency mode the model's before or after call k; in some
+//! rounds the child kills itself right after a mode change returned and
+//! before reporting it, so the parent must see from the pool's modes that
+//! the change completed (a test must find some that did). A third
 //! runs peek and patch beside the strict calls: the child is killed while
 //! it holds live views, private mappings and filled buffers never patched
 //! (pool pages of the pool file); after every kill the pool must also pass
@@ -59,7 +63,10 @@ fn kill_test(default_kills: usize, calls: Mix) {
     let rep = run(exe, seed, kills, Duration::from_millis(3), calls);
     let what = match calls {
         Mix::Strict => String::new(),
-        Mix::Modes => " (modes mixed)".into(),
+        Mix::Modes => format!(
+            " (modes mixed: {} children killed themselves after a mode change returned, {} of those changes showed in the recovered pool)",
+            rep.died_after_mode_change, rep.mode_changes_unreported
+        ),
         Mix::ZeroCopy => format!(
             " (peek and patch: {} kills with views or buffers live, {} views and {} buffers in all)",
             rep.kills_with_live, rep.live_views, rep.live_buffers
@@ -81,6 +88,15 @@ fn kill_test(default_kills: usize, calls: Mix) {
     assert!(rep.kills_mid_workload > 0, "no kill landed mid-workload ({} kills)", rep.kills);
     if calls == Mix::Buffered {
         assert!(rep.syncs_reported > 0, "the child reported no sync point ({} kills)", rep.kills);
+    }
+    if calls == Mix::Modes {
+        // Each such round is a mode change that completed but was never
+        // reported: the parent must tell from the pool's modes alone.
+        assert!(
+            rep.mode_changes_unreported > 0,
+            "no child died right after a mode change that changed a mode ({} rounds tried)",
+            rep.died_after_mode_change
+        );
     }
     if calls == Mix::ZeroCopy {
         assert!(rep.kills_with_live > 0, "no kill found the child holding a view or a buffer ({} kills)", rep.kills);
