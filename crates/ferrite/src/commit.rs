@@ -441,40 +441,84 @@ impl Ferrite {
         }
     }
 
-    /// A change to `inode` found no page for its log entries: collect the
-    /// log's dead pages now, so that its entries may fit after all. Fast GC
-    /// runs after a change that extended the log; pages that die later wait
-    /// for the next extension, and on a buffered mount those whose death is
-    /// not yet durable wait longer (`collect_buffered`), so a full pool can
-    /// refuse a change while the file's own log holds pages nothing needs (a
-    /// buffered file's chmod after a few hundred attribute changes did, with
-    /// a dozen dead pages in its log). A buffered mount first makes its
-    /// queue durable (the allocator's reclaim has most often done so
-    /// already), with this thread's deferral set aside: the relinks of fast
-    /// GC must be durable before its pages are reused, and the retried
-    /// staging reuses them at once. Returns whether any page was collected
-    /// (worth staging once more). Never while an fsync-atomic epoch is
-    /// pending: DRAM then runs ahead of the durable log (`after_commit`
-    /// asserts the same of every collection).
+    /// A change to `inode` found no page for its log entries: collect dead
+    /// log pages now, so that its entries may fit after all. Fast GC runs
+    /// after a change that extended a log; pages that die later wait for
+    /// that log's next extension, and on a buffered mount those whose death
+    /// is not yet durable wait longer (`collect_buffered`), so a full pool
+    /// could refuse a change while logs held pages nothing needs (a buffered
+    /// file's chmod after a few hundred attribute changes did, with a dozen
+    /// dead pages in its log). The inode's own log first; when that gives
+    /// nothing, every other cached inode's (`collect_other_logs`). A
+    /// buffered mount first makes its queue durable (the allocator's reclaim
+    /// has most often done so already), with this thread's deferral set
+    /// aside: the relinks of fast GC must be durable before its pages are
+    /// reused, and the retried staging reuses them at once. Returns whether
+    /// any page was collected (worth staging once more). The inode's own
+    /// log is never collected while it has an fsync-atomic epoch pending:
+    /// DRAM then runs ahead of its durable log (`after_commit` asserts the
+    /// same of every collection).
     pub(crate) fn collect_for_space(&self, inode: &Inode, d: &mut InodeData) -> bool {
-        if d.pending.is_some() || d.dead_log_pages() == 0 {
-            return false;
-        }
         let suspended = self.media.suspend_deferral();
         let durable_seq = match &self.buffered {
             None => Some(EVERY_DEATH),
             Some(b) => b.persist_all().ok().map(|()| b.durable_seq()),
         };
-        let collected = durable_seq
-            .map_or(0, |seq| d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino), seq));
+        let mut collected = 0;
+        if let Some(seq) = durable_seq {
+            if d.pending.is_none() && d.dead_log_pages() > 0 {
+                collected = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino), seq);
+            }
+        }
+        if collected == 0 && durable_seq.is_some() {
+            collected = self.collect_other_logs(inode.ino);
+            self.gc_pages_for_others.fetch_add(collected as u64, Ordering::Relaxed);
+        }
         self.media.resume_deferral(suspended);
         self.gc_pages.fetch_add(collected as u64, Ordering::Relaxed);
         collected > 0
     }
 
+    /// Fast GC of every cached inode but `except` whose lock is free right
+    /// now, for a change that found no page (`collect_for_space`): another
+    /// file's dead log pages otherwise wait for its own next extension,
+    /// which may never come (about one page per changed file in a test of
+    /// buffered mounts). The caller holds inode locks, so no lock is waited
+    /// for: an inode another thread holds, locked or being rebuilt, is
+    /// skipped, and so are freed inodes and those with an fsync-atomic
+    /// epoch pending. On a buffered mount the queue is made durable again
+    /// under each inode's lock: an operation queued on it since the
+    /// caller's persist may have linked a page whose link is not durable
+    /// yet, and a relink around a dead page must never point the durable
+    /// log at it. Only on a failed allocation: it visits every slot of the
+    /// inode cache's chunks in use. Returns the pages collected.
+    fn collect_other_logs(&self, except: InodeNo) -> usize {
+        let mut collected = 0;
+        self.inodes.each_cached_unlocked(|other| {
+            if other.ino == except {
+                return;
+            }
+            let Some(mut od) = other.data.try_write() else { return };
+            if !od.alive || od.pending.is_some() || od.dead_log_pages() == 0 {
+                return;
+            }
+            let durable_seq = match &self.buffered {
+                None => EVERY_DEATH,
+                Some(b) => match b.persist_all() {
+                    Ok(()) => b.durable_seq(),
+                    Err(_) => return,
+                },
+            };
+            let slot = self.media.slot_offset(other.ino);
+            collected += od.collect_garbage(&self.media, &self.pages, slot, durable_seq);
+        });
+        collected
+    }
+
     /// `count` data pages for a change to `inode`, whose write lock the
-    /// caller holds: out of pages, the inode's own dead log pages are
-    /// collected (`collect_for_space`) and the allocation tried once more.
+    /// caller holds: out of pages, dead log pages are collected (the
+    /// inode's own, else other inodes': `collect_for_space`) and the
+    /// allocation tried once more.
     pub(crate) fn alloc_pages_for(&self, inode: &Inode, d: &mut InodeData, count: u64) -> FsResult<Runs> {
         match self.pages.alloc(count) {
             Err(Errno::ENOSPC) if self.collect_for_space(inode, d) => self.pages.alloc(count),

@@ -345,9 +345,10 @@ impl Ferrite {
             r => r,
         };
         match attempt(d) {
-            // The file's own log may hold dead pages that wait for its next
-            // extension (on a buffered mount, for their deaths to become
-            // durable too): its data pages may come from them.
+            // The file's own log, or other files' logs, may hold dead pages
+            // that wait for their log's next extension (on a buffered
+            // mount, for their deaths to become durable too): its data
+            // pages may come from them.
             Err(Errno::ENOSPC) if self.collect_for_space(inode, d) => attempt(d),
             r => r,
         }

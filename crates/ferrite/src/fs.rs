@@ -116,7 +116,7 @@ pub struct Ferrite {
     pub(crate) pages: Arc<PageAllocator>,
     pub(crate) inodes_free: Arc<InodeAllocator>,
     pub(crate) journals: Arc<Journals>,
-    inodes: crate::inode_cache::InodeCache,
+    pub(crate) inodes: crate::inode_cache::InodeCache,
     /// The root directory, held once looked up: every absolute path starts
     /// there, and taking it from the inode cache (a slot lock and a
     /// reference count, both writes) on every path made two threads fight
@@ -129,6 +129,9 @@ pub struct Ferrite {
     pub(crate) report: MountReport,
     unmounted: AtomicBool,
     pub(crate) gc_pages: AtomicU64,
+    /// Of those, pages of other inodes' logs collected for a change that
+    /// found no page (`collect_other_logs`).
+    pub(crate) gc_pages_for_others: AtomicU64,
     /// Logs compacted (thorough GC) since mount.
     pub(crate) compactions: AtomicU64,
     /// Mode of new regular files (`FileMode as u8`).
@@ -270,6 +273,7 @@ impl Ferrite {
             report,
             unmounted: AtomicBool::new(false),
             gc_pages: AtomicU64::new(0),
+            gc_pages_for_others: AtomicU64::new(0),
             compactions: AtomicU64::new(0),
             default_mode: AtomicU8::new(FileMode::Strict as u8),
             pending_files: Mutex::new(crate::Set::default()),
@@ -322,6 +326,13 @@ impl Ferrite {
     /// Log pages reclaimed by garbage collection since mount.
     pub fn gc_pages_collected(&self) -> u64 {
         self.gc_pages.load(Ordering::Relaxed)
+    }
+
+    /// Of `gc_pages_collected`, the pages collected from other inodes' logs
+    /// for a change that found no page (docs/DESIGN.md, "Garbage
+    /// collection").
+    pub fn gc_pages_collected_for_others(&self) -> u64 {
+        self.gc_pages_for_others.load(Ordering::Relaxed)
     }
 
     /// Logs compacted by thorough GC since mount (the crash harness checks

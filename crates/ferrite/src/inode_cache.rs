@@ -53,6 +53,24 @@ impl InodeCache {
         chunk[i % SLOTS_PER_CHUNK].lock().clone()
     }
 
+    /// Call `f` with every cached inode, in number order, skipping any
+    /// whose slot another thread holds right now (it is rebuilding that
+    /// inode): never waits, so a caller that holds inode locks cannot
+    /// deadlock with a rebuild. Visits every slot of the chunks in use.
+    pub(crate) fn each_cached_unlocked(&self, mut f: impl FnMut(&Arc<Inode>)) {
+        for chunk in self.chunks.iter().filter_map(|c| c.get()) {
+            for slot in chunk.iter() {
+                let inode = match slot.try_lock() {
+                    Some(s) => s.clone(),
+                    None => continue,
+                };
+                if let Some(inode) = inode {
+                    f(&inode);
+                }
+            }
+        }
+    }
+
     pub(crate) fn insert(&self, inode: Arc<Inode>) {
         let ino = inode.ino;
         *self.slot(ino).unwrap_or_else(|| panic!("inode {} outside the table", ino.0)) = Some(inode);

@@ -10,8 +10,9 @@
 //! work there from half the reserve, never more, so removals can still
 //! empty the pool after them (a refused one changes nothing), and right
 //! after a write an attribute change takes no page at all; and that a
-//! change whose file's log holds dead pages gets them back before it is
-//! refused (on a buffered mount their deaths become durable first).
+//! change gets the dead log pages of its own file, or else of any other
+//! file, before it is refused (on a buffered mount their deaths become
+//! durable first), also while other threads change those files.
 
 use ferrite::{
     BufferedOptions, Errno, FallocateMode, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session,
@@ -550,58 +551,262 @@ fn a_rename_works_on_a_full_buffered_pool() {
 /// while a file's log holds dead pages. A write or a fallocate of that
 /// file that finds no page collects them and uses them
 /// (`collect_for_space`), as the pages a kernel file system never took
-/// would be: here an append of two pages to one file and a fallocate of
-/// two pages in another, each refused with ENOSPC before stop 44, and
-/// then a chmod of each.
-#[test]
-fn a_write_on_a_full_buffered_pool_reuses_its_files_dead_log_pages() {
-    let fs = buffered(attribute_pool());
-    let files = [&b"/churned-w"[..], &b"/churned-f"[..]];
-    let mut fds = Vec::new();
-    for name in files {
-        let fd = fs.open(name, OpenFlags::RDWR.create(), 0o644).unwrap();
-        fs.pwrite(fd, &[1u8; 4096], 0).unwrap();
-        let free_before_chmods = fs.free_pages();
-        for round in 0..300u32 {
-            fs.fchmod(fd, 0o600 | (round & 0o77)).unwrap();
-        }
-        // The log pages the chmods left behind: all but the tail's are dead.
-        let dead_pages = (free_before_chmods - fs.free_pages()).saturating_sub(1);
-        assert!(dead_pages >= 3, "the chmods left {dead_pages} dead log pages: nothing to collect");
-        fds.push(fd);
+/// would be: here a file whose chmods left dead log pages grows (by
+/// appends, resp. by fallocates) until it is refused, by which time its
+/// log must hold no dead page and the collector's count must have grown by
+/// as many (each refused with its dead pages still linked before stop 44).
+/// Then a chmod, and its bytes are checked.
+fn a_growing_file_reuses_its_dead_log_pages(by_fallocate: bool) {
+    // No persist by age either (the longest lag allowed): the dead pages'
+    // deaths become durable only when an allocation fails, so no extension
+    // of the log collects them on the way.
+    let opts = MountOptions {
+        buffered: Some(BufferedOptions {
+            persister_thread: false,
+            lag_ns_max: ferrite::BUFFERED_LAG_NS_MAX,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let fs = ferrite_tests::remount_as(attribute_pool(), false, &opts).0;
+    let fd = fs.open(b"/churned", OpenFlags::RDWR.create(), 0o644).unwrap();
+    fs.pwrite(fd, &[1u8; 4096], 0).unwrap();
+    let free_before_chmods = fs.free_pages();
+    for round in 0..300u32 {
+        fs.fchmod(fd, 0o600 | (round & 0o77)).unwrap();
     }
+    // The log pages the chmods left behind: all but the tail's are dead.
+    let dead_pages = (free_before_chmods - fs.free_pages()).saturating_sub(1);
+    assert!(dead_pages >= 3, "the chmods left {dead_pages} dead log pages: nothing to collect");
     let collected_before = fs.engine().gc_pages_collected();
-    // Fill the pool with another file until a write is refused (which
-    // persists the queue: the dead pages' deaths are durable now, and they
-    // stay linked).
-    let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
-    let page = vec![0x5au8; 4096];
-    for k in 0.. {
-        if let Err(e) = fs.pwrite(filler, &page, k * 4096) {
-            assert_eq!(e, Errno::ENOSPC);
-            break;
+    let page = vec![0x77u8; 4096];
+    let mut size = 4096u64;
+    loop {
+        let r = if by_fallocate {
+            fs.fallocate(fd, FallocateMode::Default, size, 4096)
+        } else {
+            fs.pwrite(fd, &page, size).map(|_| ())
+        };
+        match r {
+            Ok(()) => size += 4096,
+            Err(e) => {
+                assert_eq!(e, Errno::ENOSPC);
+                break;
+            }
         }
     }
     assert_eq!(fs.statfs().unwrap().blocks_avail, 0, "the pool is not full");
-    assert_eq!(fs.engine().gc_pages_collected(), collected_before, "the dead pages were collected already");
-    // The append takes two of the first file's dead log pages, the
-    // fallocate two of the second's.
-    let data = vec![0x77u8; 2 * 4096];
-    fs.pwrite(fds[0], &data, 4096).unwrap_or_else(|e| panic!("an append over dead log pages: {e:?}"));
-    let collected_by_write = fs.engine().gc_pages_collected();
-    assert!(collected_by_write >= collected_before + 2, "the write collected nothing");
-    fs.fallocate(fds[1], FallocateMode::Default, 4096, 2 * 4096)
-        .unwrap_or_else(|e| panic!("a fallocate over dead log pages: {e:?}"));
-    assert!(fs.engine().gc_pages_collected() >= collected_by_write + 2, "the fallocate collected nothing");
-    let mut back = vec![0u8; 3 * 4096];
-    for (k, &fd) in fds.iter().enumerate() {
+    let collected = fs.engine().gc_pages_collected() - collected_before;
+    assert!(collected >= dead_pages, "growing the file collected {collected} of its {dead_pages} dead log pages");
+    fs.engine().sync_all().unwrap();
+    let left = ferrite::fsck::check(&Pmem::from_image(&fs.pmem().image())).unwrap().dead_log_pages;
+    assert_eq!(left, 0, "the file was refused while logs held {left} dead pages");
+    fs.fchmod(fd, 0o640).unwrap();
+    let mut back = vec![0u8; size as usize];
+    assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), back.len());
+    let grown = if by_fallocate { 0 } else { 0x77 };
+    assert!(back[..4096].iter().all(|&b| b == 1) && back[4096..].iter().all(|&b| b == grown));
+    fs.close(fd).unwrap();
+    fsck_clean(&fs);
+}
+
+#[test]
+fn a_write_on_a_full_buffered_pool_reuses_its_files_dead_log_pages() {
+    a_growing_file_reuses_its_dead_log_pages(false);
+}
+
+#[test]
+fn a_fallocate_on_a_full_buffered_pool_reuses_its_files_dead_log_pages() {
+    a_growing_file_reuses_its_dead_log_pages(true);
+}
+
+/// A change on a full pool whose own file's log holds no dead page gets
+/// the dead log pages of other files (stop 45): fast GC collects a log's
+/// dead pages only at that log's next extension (on a buffered mount, once
+/// their deaths are durable), which for a file no longer changed never
+/// comes. Four files each keep dead log pages (strict: one page whose last
+/// live entry, a Write, an overwrite superseded without extending the log;
+/// buffered without a persister thread: a few hundred chmods), and a fifth
+/// file is written until a write is refused: by then every dead page must
+/// have been collected and used (none left in any log, and the collector's
+/// count grown by as many). The churned files keep their bytes and
+/// attributes, and the pool checks clean.
+fn another_files_dead_log_pages(fs: Session, buffered: bool) {
+    let mut fds = Vec::new();
+    for k in 0..4u32 {
+        let name = format!("/churned{k}");
+        let fd = fs.open(name.as_bytes(), OpenFlags::RDWR.create(), 0o644).unwrap();
+        fs.pwrite(fd, &[k as u8; 4096], 0).unwrap();
+        let chmods = if buffered { 300 } else { 100 };
+        for round in 0..chmods {
+            fs.fchmod(fd, 0o600 | (round & 0o77)).unwrap();
+        }
+        // The overwrite supersedes the first log page's last live entry.
+        fs.pwrite(fd, &[k as u8 + 1; 4096], 0).unwrap();
         fs.fchmod(fd, 0o640).unwrap();
-        assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), back.len());
-        let tail_byte = if k == 0 { 0x77 } else { 0 };
-        assert!(back[..4096].iter().all(|&b| b == 1) && back[4096..].iter().all(|&b| b == tail_byte));
+        fds.push(fd);
+    }
+    let dead_log_pages = |fs: &Session| {
+        fs.engine().sync_all().unwrap();
+        ferrite::fsck::check(&Pmem::from_image(&fs.pmem().image())).unwrap().dead_log_pages
+    };
+    let dead_before = dead_log_pages(&fs);
+    assert!(dead_before >= 4, "the churned files left {dead_before} dead log pages: nothing to collect");
+    let collected_before = fs.engine().gc_pages_collected_for_others();
+    let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
+    let page = vec![0x5au8; 4096];
+    let mut filled = 0u64;
+    loop {
+        match fs.pwrite(filler, &page, filled * 4096) {
+            Ok(_) => filled += 1,
+            Err(e) => {
+                assert_eq!(e, Errno::ENOSPC);
+                break;
+            }
+        }
+    }
+    assert_eq!(fs.statfs().unwrap().blocks_avail, 0, "the pool is not full");
+    let collected = fs.engine().gc_pages_collected_for_others() - collected_before;
+    assert!(collected >= dead_before, "the filler's writes collected {collected} of {dead_before} dead log pages");
+    assert_eq!(dead_log_pages(&fs), 0, "a write was refused while logs held dead pages");
+    let mut back = vec![0u8; 4096];
+    for (k, &fd) in fds.iter().enumerate() {
+        assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), 4096);
+        assert!(back.iter().all(|&b| b == k as u8 + 1), "churned file {k} lost its bytes");
+        assert_eq!(fs.fstat(fd).unwrap().perm, 0o640);
         fs.close(fd).unwrap();
     }
     fs.close(filler).unwrap();
+    assert_eq!(fs.stat(b"/filler").unwrap().size, filled * 4096);
+    fsck_clean(&fs);
+}
+
+#[test]
+fn a_write_on_a_full_pool_reuses_other_files_dead_log_pages() {
+    another_files_dead_log_pages(attribute_pool(), false);
+}
+
+#[test]
+fn a_write_on_a_full_buffered_pool_reuses_other_files_dead_log_pages() {
+    another_files_dead_log_pages(buffered(attribute_pool()), true);
+}
+
+/// Threads that fill a pool over and over while they churn their files'
+/// logs (stop 45): every refused write collects dead log pages of every
+/// inode it can lock without waiting, including those the other threads
+/// are changing at that moment. Four threads, each on its own files: a
+/// page-at-a-time fill until ENOSPC, chmods and overwrites that leave dead
+/// log pages, and unlinks that give the space back. No call may fail with
+/// anything but ENOSPC, nothing may deadlock, each file must hold what its
+/// thread last wrote, and the pool must check clean and remount to the
+/// same files.
+fn threads_churn_a_full_pool(fs: Session) {
+    const THREADS: u32 = 4;
+    const ROUNDS: u32 = 40;
+    let fs = std::sync::Arc::new(fs);
+    let collected_before = fs.engine().gc_pages_collected_for_others();
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let mut rng = ChaCha8Rng::seed_from_u64(0x45_0000 + t as u64);
+                // Each kept file's name and its pages' fill byte.
+                let mut kept: Vec<(String, Vec<u8>)> = Vec::new();
+                let mut refused = 0u32;
+                for round in 0..ROUNDS {
+                    let name = format!("/t{t}.{round}");
+                    // A create may find no page for its name either.
+                    let fd = match fs.open(name.as_bytes(), OpenFlags::RDWR.create(), 0o644) {
+                        Ok(fd) => fd,
+                        Err(Errno::ENOSPC) => {
+                            refused += 1;
+                            if let Some((name, _)) = kept.pop() {
+                                fs.unlink(name.as_bytes()).unwrap();
+                            }
+                            continue;
+                        }
+                        Err(e) => panic!("thread {t}: create {name}: {e:?}"),
+                    };
+                    let mut pages = Vec::new();
+                    loop {
+                        let byte = rng.gen::<u8>();
+                        match fs.pwrite(fd, &[byte; 4096], pages.len() as u64 * 4096) {
+                            Ok(_) => pages.push(byte),
+                            Err(e) => {
+                                assert_eq!(e, Errno::ENOSPC, "thread {t}: write");
+                                refused += 1;
+                                break;
+                            }
+                        }
+                        if pages.len() >= 256 {
+                            break;
+                        }
+                    }
+                    // Dead log pages: attribute changes, then overwrites of
+                    // the first page (refused with ENOSPC at times).
+                    for k in 0..rng.gen_range(0..150u32) {
+                        match fs.fchmod(fd, 0o600 | (k & 0o77)) {
+                            Ok(()) | Err(Errno::ENOSPC) => {}
+                            Err(e) => panic!("thread {t}: chmod: {e:?}"),
+                        }
+                    }
+                    if !pages.is_empty() {
+                        let byte = rng.gen::<u8>();
+                        match fs.pwrite(fd, &[byte; 4096], 0) {
+                            Ok(_) => pages[0] = byte,
+                            Err(e) => assert_eq!(e, Errno::ENOSPC, "thread {t}: overwrite"),
+                        }
+                    }
+                    fs.close(fd).unwrap();
+                    kept.push((name, pages));
+                    // Give space back: unlink a kept file now and then.
+                    while kept.len() > 3 || (rng.gen_bool(0.3) && !kept.is_empty()) {
+                        let (name, _) = kept.remove(rng.gen_range(0..kept.len()));
+                        fs.unlink(name.as_bytes()).unwrap_or_else(|e| panic!("thread {t}: unlink {name}: {e:?}"));
+                    }
+                }
+                (kept, refused)
+            })
+        })
+        .collect();
+    let mut kept: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut refused = 0;
+    for w in workers {
+        let (k, r) = w.join().unwrap();
+        kept.extend(k);
+        refused += r;
+    }
+    let collected = fs.engine().gc_pages_collected_for_others() - collected_before;
+    eprintln!("{refused} fills refused with ENOSPC, {collected} pages of other logs collected for them");
+    assert!(refused >= THREADS, "the pool was full only {refused} times: the test tested little");
+    let check = |fs: &Session, when: &str| {
+        for (name, pages) in &kept {
+            let st = fs.stat(name.as_bytes()).unwrap_or_else(|e| panic!("{when}: stat {name}: {e:?}"));
+            assert_eq!(st.size, pages.len() as u64 * 4096, "{when}: size of {name}");
+            let fd = fs.open(name.as_bytes(), OpenFlags::RDONLY, 0).unwrap();
+            let mut back = vec![0u8; 4096];
+            for (k, &byte) in pages.iter().enumerate() {
+                assert_eq!(fs.pread(fd, &mut back, k as u64 * 4096).unwrap(), 4096);
+                assert!(back.iter().all(|&b| b == byte), "{when}: {name} page {k}");
+            }
+            fs.close(fd).unwrap();
+        }
+    };
+    check(&fs, "after the threads");
+    let fs = std::sync::Arc::into_inner(fs).expect("the threads are done");
     fs.engine().sync_all().unwrap();
     fsck_clean(&fs);
+    let (fs, _) = ferrite_tests::remount_as(fs, false, &MountOptions::default());
+    check(&fs, "after a remount");
+}
+
+#[test]
+fn threads_churn_a_full_pool_strict() {
+    threads_churn_a_full_pool(attribute_pool());
+}
+
+#[test]
+fn threads_churn_a_full_buffered_pool_with_its_persister() {
+    let opts = MountOptions { buffered: Some(BufferedOptions::default()), ..Default::default() };
+    threads_churn_a_full_pool(ferrite_tests::remount_as(attribute_pool(), false, &opts).0);
 }
