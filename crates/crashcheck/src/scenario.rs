@@ -266,37 +266,30 @@ fn dir_with_a_dead_page(dir: &str) -> Vec<Call> {
     pr.done()
 }
 
-/// `/gcs`: as `/gcd` (page 1 of the directory's log all dead but still
-/// linked, page 2 full), and then, on the nearly full image, a file
-/// `/F/fill` whose one write takes every page left to ordinary changes
-/// ([`fill_full_image`]; ENOENT on both sides elsewhere). The next
-/// extension of `/gcs`'s log finds no page there: the commit collects the
-/// log's dead page and stages into it (`Ferrite::collect_for_space`), where
-/// it got ENOSPC until stop 44 with a page of its own log dead. On the
-/// other images the extension collects the page after its commit, as
-/// `gc_fast_dir_create` does.
-fn fast_dir_no_space() -> Vec<Call> {
-    let mut v = vec![make_room()];
-    v.extend(dir_with_a_dead_page("/gcs"));
-    let fill = fill_full_image(&v);
-    v.extend(fill);
-    v
-}
-
-/// `/gco`: as `/gcs` (page 1 of the directory's log all dead but still
-/// linked, page 2 full), and then `/F/fill` filling the nearly full image
-/// ([`fill_full_image`]). The scenario appends a page to `/F/fill`, whose
-/// own log has no dead page: on the nearly full image the write finds no
-/// data page and collects another inode's dead log page, `/gco`'s
+/// The state of `/gcd` ([`fast_dir`]) in the directory `dir` (page 1 of
+/// its log all dead but still linked, page 2 full), and then, on the
+/// nearly full image, a file `/F/fill` whose one write takes every page
+/// left to ordinary changes ([`fill_full_image`]; ENOENT on both sides
+/// elsewhere).
+///
+/// In `/gcs` (`gc_fast_dir_create_no_space`): the next extension of the
+/// directory's log finds no page there, so the commit collects the log's
+/// dead page and stages into it (`Ferrite::collect_for_space`), where it
+/// got ENOSPC until stop 44; on the other images the extension collects
+/// the page after its commit, as `gc_fast_dir_create` does.
+///
+/// In `/gco` (`gc_fast_other_write_no_space`): an append of a page to
+/// `/F/fill`, whose own log has no dead page, finds no data page on the
+/// nearly full image and collects another inode's dead log page, `/gco`'s
 /// (`Ferrite::collect_other_logs`; ENOSPC until stop 45), and writes its
-/// data into it. The chmod of `/gco` after it would extend that log: on the
-/// nearly full image no page is left for it (ENOSPC, which the harness
-/// accepts of the engine). On the other images there is no `/F/fill`:
-/// the write fails with EBADF on both sides, and the chmod collects the
-/// dead page after its commit, as `gc_fast_dir_create` does.
-fn fast_other_no_space() -> Vec<Call> {
+/// data into it. The chmod of `/gco` after it would extend that log: on
+/// the nearly full image no page is left for it (ENOSPC, which the
+/// harness accepts of the engine). On the other images there is no
+/// `/F/fill`: the write fails with EBADF on both sides, and the chmod
+/// collects the dead page after its commit.
+fn dir_with_a_dead_page_no_space(dir: &str) -> Vec<Call> {
     let mut v = vec![make_room()];
-    v.extend(dir_with_a_dead_page("/gco"));
+    v.extend(dir_with_a_dead_page(dir));
     let fill = fill_full_image(&v);
     v.extend(fill);
     v
@@ -531,7 +524,7 @@ fn build() -> Vec<Scenario> {
         sc(
             "gc_fast_dir_create_no_space",
             FastGc,
-            fast_dir_no_space(),
+            dir_with_a_dead_page_no_space("/gcs"),
             vec![],
             vec![open(0, "/gcs/w", OpenFlags::WRONLY.create()), Call::Remount],
         ),
@@ -540,7 +533,7 @@ fn build() -> Vec<Scenario> {
         sc(
             "gc_fast_other_write_no_space",
             FastGcWhereRun,
-            fast_other_no_space(),
+            dir_with_a_dead_page_no_space("/gco"),
             vec![open(1, "/F/fill", OpenFlags::WRONLY.append())],
             vec![Call::Write { slot: 1, len: 4096, tag: 45 }, chmod("/gco", 0o750), Call::Remount],
         ),

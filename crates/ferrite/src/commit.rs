@@ -119,14 +119,7 @@ impl Ferrite {
         if !pending {
             self.seal_pending(inode, d);
         }
-        let (media, pages, ino, generation) = (&self.media, &self.pages, inode.ino, inode.generation);
-        let staged = match d.stage(media, pages, ino, generation, entries) {
-            Err((Errno::ENOSPC, entries)) if !pending && self.collect_for_space(inode, d) => {
-                d.stage(media, pages, ino, generation, entries)
-            }
-            other => other,
-        };
-        let staged = match staged {
+        let staged = match self.stage_collecting(inode, d, entries, !pending) {
             Ok(s) => s,
             Err((e, _)) => {
                 self.abandon(fresh, Vec::new());
@@ -250,14 +243,7 @@ impl Ferrite {
                 continue;
             }
             let entries = std::mem::take(&mut part.entries);
-            let (media, pages, ino, generation) = (&self.media, &self.pages, part.inode.ino, part.inode.generation);
-            let result = match guards[i].stage(media, pages, ino, generation, entries) {
-                Err((Errno::ENOSPC, entries)) if !part.free && self.collect_for_space(part.inode, guards[i]) => {
-                    guards[i].stage(media, pages, ino, generation, entries)
-                }
-                other => other,
-            };
-            match result {
+            match self.stage_collecting(part.inode, guards[i], entries, !part.free) {
                 Ok(s) => staged.push(Some(s)),
                 Err((e, _)) => {
                     let mut abandoned: Vec<Staged> = staged.into_iter().flatten().collect();
@@ -460,23 +446,49 @@ impl Ferrite {
     /// same of every collection).
     pub(crate) fn collect_for_space(&self, inode: &Inode, d: &mut InodeData) -> bool {
         let suspended = self.media.suspend_deferral();
-        let durable_seq = match &self.buffered {
-            None => Some(EVERY_DEATH),
-            Some(b) => b.persist_all().ok().map(|()| b.durable_seq()),
-        };
         let mut collected = 0;
-        if let Some(seq) = durable_seq {
+        if let Some(seq) = self.deaths_durable_through() {
             if d.pending.is_none() && d.dead_log_pages() > 0 {
                 collected = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino), seq);
             }
-        }
-        if collected == 0 && durable_seq.is_some() {
-            collected = self.collect_other_logs(inode.ino);
-            self.gc_pages_for_others.fetch_add(collected as u64, Ordering::Relaxed);
+            if collected == 0 {
+                collected = self.collect_other_logs(inode.ino);
+                self.gc_pages_for_others.fetch_add(collected as u64, Ordering::Relaxed);
+            }
         }
         self.media.resume_deferral(suspended);
         self.gc_pages.fetch_add(collected as u64, Ordering::Relaxed);
         collected > 0
+    }
+
+    /// Stage `entries` in `inode`'s log; when no page is left for them and
+    /// `may_collect` (no fsync-atomic epoch stays pending, the inode is not
+    /// being freed), collect dead log pages and stage once more.
+    fn stage_collecting(
+        &self,
+        inode: &Inode,
+        d: &mut InodeData,
+        entries: Entries,
+        may_collect: bool,
+    ) -> Result<Staged, (Errno, Entries)> {
+        let (media, pages, ino, generation) = (&self.media, &self.pages, inode.ino, inode.generation);
+        match d.stage(media, pages, ino, generation, entries) {
+            Err((Errno::ENOSPC, entries)) if may_collect && self.collect_for_space(inode, d) => {
+                d.stage(media, pages, ino, generation, entries)
+            }
+            other => other,
+        }
+    }
+
+    /// Make every queued operation of a buffered mount durable and return
+    /// the operation number through which page deaths are durable, for
+    /// fast GC (`EVERY_DEATH` on a strict mount; None when persisting
+    /// failed: the file system is read-only, and nothing is collected).
+    fn deaths_durable_through(&self) -> Option<u64> {
+        match &self.buffered {
+            None => Some(EVERY_DEATH),
+            Some(b) => b.persist_all().ok().map(|()| b.durable_seq()),
+        }
     }
 
     /// Fast GC of every cached inode but `except` whose lock is free right
@@ -502,13 +514,7 @@ impl Ferrite {
             if !od.alive || od.pending.is_some() || od.dead_log_pages() == 0 {
                 return;
             }
-            let durable_seq = match &self.buffered {
-                None => EVERY_DEATH,
-                Some(b) => match b.persist_all() {
-                    Ok(()) => b.durable_seq(),
-                    Err(_) => return,
-                },
-            };
+            let Some(durable_seq) = self.deaths_durable_through() else { return };
             let slot = self.media.slot_offset(other.ino);
             collected += od.collect_garbage(&self.media, &self.pages, slot, durable_seq);
         });

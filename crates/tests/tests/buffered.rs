@@ -770,17 +770,29 @@ fn buffered_persister_thread_heap() {
     run_config("buffered_persister_thread_heap", cfg, 0xb100);
 }
 
+/// A persister thread with small bounds, on a pool file in /dev/shm.
+const THREAD_SHM_SMALL_BOUNDS: Config = Config {
+    name: "thread-shm",
+    pool: PoolKind::Shm,
+    persister_thread: true,
+    ops_max: 16,
+    lag_ns_max: 1_000_000,
+    full_free_pages: None,
+};
+
+/// No persister thread, a heap pool, back-pressure at 8 operations.
+const NO_THREAD_HEAP: Config = Config {
+    name: "no-thread-heap",
+    pool: PoolKind::Heap,
+    persister_thread: false,
+    ops_max: 8,
+    lag_ns_max: u64::MAX,
+    full_free_pages: None,
+};
+
 #[test]
 fn buffered_persister_thread_shm_small_bounds() {
-    let cfg = Config {
-        name: "thread-shm",
-        pool: PoolKind::Shm,
-        persister_thread: true,
-        ops_max: 16,
-        lag_ns_max: 1_000_000,
-        full_free_pages: None,
-    };
-    run_config("buffered_persister_thread_shm_small_bounds", cfg, 0xb200);
+    run_config("buffered_persister_thread_shm_small_bounds", THREAD_SHM_SMALL_BOUNDS, 0xb200);
 }
 
 /// Without a persister thread, operations become durable only at sync
@@ -790,15 +802,7 @@ fn buffered_persister_thread_shm_small_bounds() {
 /// only its ends).
 #[test]
 fn buffered_no_thread_heap() {
-    let cfg = Config {
-        name: "no-thread-heap",
-        pool: PoolKind::Heap,
-        persister_thread: false,
-        ops_max: 8,
-        lag_ns_max: u64::MAX,
-        full_free_pages: None,
-    };
-    let all = run_config("buffered_no_thread_heap", cfg, 0xb300);
+    let all = run_config("buffered_no_thread_heap", NO_THREAD_HEAP, 0xb300);
     let lost: u64 = all.iter().map(|s| s.crashes_lost).sum();
     assert!(lost > 0, "no crash lost an operation: is the mount buffered at all? {all:?}");
 }
@@ -837,14 +841,7 @@ fn run_nearly_full(test: &str, cfg: Config, default_seed: u64) {
 /// and by dead log pages (`collect_for_space`).
 #[test]
 fn buffered_no_thread_nearly_full() {
-    let cfg = Config {
-        name: "no-thread-full",
-        pool: PoolKind::Heap,
-        persister_thread: false,
-        ops_max: 8,
-        lag_ns_max: u64::MAX,
-        full_free_pages: None,
-    };
+    let cfg = Config { name: "no-thread-full", ..NO_THREAD_HEAP };
     run_nearly_full("buffered_no_thread_nearly_full", cfg, 0xb500);
 }
 
@@ -852,13 +849,6 @@ fn buffered_no_thread_nearly_full() {
 /// /dev/shm.
 #[test]
 fn buffered_persister_thread_nearly_full() {
-    let cfg = Config {
-        name: "thread-full",
-        pool: PoolKind::Shm,
-        persister_thread: true,
-        ops_max: 16,
-        lag_ns_max: 1_000_000,
-        full_free_pages: None,
-    };
+    let cfg = Config { name: "thread-full", ..THREAD_SHM_SMALL_BOUNDS };
     run_nearly_full("buffered_persister_thread_nearly_full", cfg, 0xb600);
 }

@@ -546,6 +546,30 @@ fn a_rename_works_on_a_full_buffered_pool() {
     rename_on_a_full_pool(buffered(attribute_pool()));
 }
 
+/// Call `grow(k)` for k = 0, 1, ... until it is refused, which must be
+/// with ENOSPC and leave the pool full; returns how many calls succeeded.
+fn grow_until_refused(fs: &Session, mut grow: impl FnMut(u64) -> Result<(), Errno>) -> u64 {
+    let mut k = 0;
+    loop {
+        match grow(k) {
+            Ok(()) => k += 1,
+            Err(e) => {
+                assert_eq!(e, Errno::ENOSPC);
+                break;
+            }
+        }
+    }
+    assert_eq!(fs.statfs().unwrap().blocks_avail, 0, "the pool is not full");
+    k
+}
+
+/// The dead log pages fsck finds in `fs`'s pool once everything queued is
+/// durable.
+fn dead_log_pages_after_sync(fs: &Session) -> u64 {
+    fs.engine().sync_all().unwrap();
+    ferrite::fsck::check(&Pmem::from_image(&fs.pmem().image())).unwrap().dead_log_pages
+}
+
 /// A buffered file's log keeps pages whose entries all died until a
 /// later change extends it with their deaths durable, so a pool can fill
 /// while a file's log holds dead pages. A write or a fallocate of that
@@ -580,26 +604,18 @@ fn a_growing_file_reuses_its_dead_log_pages(by_fallocate: bool) {
     assert!(dead_pages >= 3, "the chmods left {dead_pages} dead log pages: nothing to collect");
     let collected_before = fs.engine().gc_pages_collected();
     let page = vec![0x77u8; 4096];
-    let mut size = 4096u64;
-    loop {
-        let r = if by_fallocate {
-            fs.fallocate(fd, FallocateMode::Default, size, 4096)
-        } else {
-            fs.pwrite(fd, &page, size).map(|_| ())
-        };
-        match r {
-            Ok(()) => size += 4096,
-            Err(e) => {
-                assert_eq!(e, Errno::ENOSPC);
-                break;
+    let size = 4096
+        * (1 + grow_until_refused(&fs, |k| {
+            let at = (k + 1) * 4096;
+            if by_fallocate {
+                fs.fallocate(fd, FallocateMode::Default, at, 4096)
+            } else {
+                fs.pwrite(fd, &page, at).map(|_| ())
             }
-        }
-    }
-    assert_eq!(fs.statfs().unwrap().blocks_avail, 0, "the pool is not full");
+        }));
     let collected = fs.engine().gc_pages_collected() - collected_before;
     assert!(collected >= dead_pages, "growing the file collected {collected} of its {dead_pages} dead log pages");
-    fs.engine().sync_all().unwrap();
-    let left = ferrite::fsck::check(&Pmem::from_image(&fs.pmem().image())).unwrap().dead_log_pages;
+    let left = dead_log_pages_after_sync(&fs);
     assert_eq!(left, 0, "the file was refused while logs held {left} dead pages");
     fs.fchmod(fd, 0o640).unwrap();
     let mut back = vec![0u8; size as usize];
@@ -646,29 +662,15 @@ fn another_files_dead_log_pages(fs: Session, buffered: bool) {
         fs.fchmod(fd, 0o640).unwrap();
         fds.push(fd);
     }
-    let dead_log_pages = |fs: &Session| {
-        fs.engine().sync_all().unwrap();
-        ferrite::fsck::check(&Pmem::from_image(&fs.pmem().image())).unwrap().dead_log_pages
-    };
-    let dead_before = dead_log_pages(&fs);
+    let dead_before = dead_log_pages_after_sync(&fs);
     assert!(dead_before >= 4, "the churned files left {dead_before} dead log pages: nothing to collect");
     let collected_before = fs.engine().gc_pages_collected_for_others();
     let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
     let page = vec![0x5au8; 4096];
-    let mut filled = 0u64;
-    loop {
-        match fs.pwrite(filler, &page, filled * 4096) {
-            Ok(_) => filled += 1,
-            Err(e) => {
-                assert_eq!(e, Errno::ENOSPC);
-                break;
-            }
-        }
-    }
-    assert_eq!(fs.statfs().unwrap().blocks_avail, 0, "the pool is not full");
+    let filled = grow_until_refused(&fs, |k| fs.pwrite(filler, &page, k * 4096).map(|_| ()));
     let collected = fs.engine().gc_pages_collected_for_others() - collected_before;
     assert!(collected >= dead_before, "the filler's writes collected {collected} of {dead_before} dead log pages");
-    assert_eq!(dead_log_pages(&fs), 0, "a write was refused while logs held dead pages");
+    assert_eq!(dead_log_pages_after_sync(&fs), 0, "a write was refused while logs held dead pages");
     let mut back = vec![0u8; 4096];
     for (k, &fd) in fds.iter().enumerate() {
         assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), 4096);
