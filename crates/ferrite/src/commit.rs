@@ -407,9 +407,14 @@ impl Ferrite {
         seq: u64,
     ) {
         d.log.live.settle_deaths(seq);
-        if !extended {
-            return;
+        if extended {
+            self.collect_buffered_extended(b, inode, d, seq);
         }
+        self.note_dead_log_pages(d);
+    }
+
+    /// `collect_buffered` of a log that grew.
+    fn collect_buffered_extended(&self, b: &crate::buffered::Buffered, inode: &Inode, d: &mut InodeData, seq: u64) {
         let due = d.compaction_due();
         let persist_first =
             due && !b.is_durable(seq) && d.log.live.page_count() >= crate::buffered::BUFFERED_COMPACT_PAGES;
@@ -424,6 +429,20 @@ impl Ferrite {
         }
         if due && durable_seq >= seq {
             self.compact_log(inode, d);
+        }
+    }
+
+    /// A change to an inode is complete (the caller still holds its lock):
+    /// if its log keeps a dead page that GC may take, the next change
+    /// refused for space must visit other logs (`dead_pages_unvisited`).
+    /// Every page dies in a change (its entries applied in DRAM, or pins
+    /// released by GC), and every change ends in `after_commit` or
+    /// `collect_buffered`, or leaves an fsync-atomic epoch pending, whose
+    /// end is a commit; and an inode rebuilt after mount notes the pages
+    /// its log kept (`Ferrite::inode`).
+    pub(crate) fn note_dead_log_pages(&self, d: &InodeData) {
+        if d.holds_collectable_dead_pages() && !self.dead_pages_unvisited.load(Ordering::Acquire) {
+            self.dead_pages_unvisited.store(true, Ordering::Release);
         }
     }
 
@@ -505,19 +524,38 @@ impl Ferrite {
     /// log at it. Only on a failed allocation: it visits every slot of the
     /// inode cache's chunks in use. Returns the pages collected.
     fn collect_other_logs(&self, except: InodeNo) -> usize {
+        // No log has gained a dead page since the last visit, which took
+        // or noted all it found: this one would find nothing.
+        if !self.dead_pages_unvisited.swap(false, Ordering::AcqRel) {
+            return 0;
+        }
+        self.other_log_visits.fetch_add(1, Ordering::Relaxed);
         let mut collected = 0;
-        self.inodes.each_cached_unlocked(|other| {
+        let mut missed = false;
+        let slots_locked = self.inodes.each_cached_unlocked(|other| {
             if other.ino == except {
+                // The caller's own inode, collected first; its change notes
+                // what it keeps when it completes.
                 return;
             }
-            let Some(mut od) = other.data.try_write() else { return };
+            let Some(mut od) = other.data.try_write() else {
+                missed = true;
+                return;
+            };
+            // A freed inode's pages go back whole; an epoch's end is a
+            // commit, which notes what its log keeps.
             if !od.alive || od.pending.is_some() || od.dead_log_pages() == 0 {
                 return;
             }
             let Some(durable_seq) = self.deaths_durable_through() else { return };
             let slot = self.media.slot_offset(other.ino);
             collected += od.collect_garbage(&self.media, &self.pages, slot, durable_seq);
+            // Deaths queued since the persist above are not durable yet.
+            missed |= od.holds_collectable_dead_pages();
         });
+        if missed || slots_locked > 0 {
+            self.dead_pages_unvisited.store(true, Ordering::Release);
+        }
         collected
     }
 
@@ -569,6 +607,7 @@ impl Ferrite {
         if extended && d.compaction_due() {
             self.compact_log(inode, d);
         }
+        self.note_dead_log_pages(d);
     }
 
     /// Prepare a new inode: write its slot (identity, head, tail) and its

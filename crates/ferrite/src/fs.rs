@@ -132,6 +132,17 @@ pub struct Ferrite {
     /// Of those, pages of other inodes' logs collected for a change that
     /// found no page (`collect_other_logs`).
     pub(crate) gc_pages_for_others: AtomicU64,
+    /// Some cached inode may hold dead log pages (beyond its tail page)
+    /// that no visit of other logs has seen: set by every change that ends
+    /// with such pages in its log (`note_dead_log_pages`), cleared when a
+    /// visit starts, set again for what the visit could not take. With it
+    /// clear, a change refused for space skips the visit of the whole inode
+    /// cache, which costs milliseconds with 100,000 cached inodes and would
+    /// find nothing (`collect_other_logs`). Per engine, never per process,
+    /// so that the crash harness's runs do not depend on each other.
+    pub(crate) dead_pages_unvisited: AtomicBool,
+    /// Visits of other inodes' logs made since mount.
+    pub(crate) other_log_visits: AtomicU64,
     /// Logs compacted (thorough GC) since mount.
     pub(crate) compactions: AtomicU64,
     /// Mode of new regular files (`FileMode as u8`).
@@ -274,6 +285,10 @@ impl Ferrite {
             unmounted: AtomicBool::new(false),
             gc_pages: AtomicU64::new(0),
             gc_pages_for_others: AtomicU64::new(0),
+            // Nothing is cached yet: each lazy rebuild notes the dead pages
+            // its log kept from before the mount (`inode`).
+            dead_pages_unvisited: AtomicBool::new(false),
+            other_log_visits: AtomicU64::new(0),
             compactions: AtomicU64::new(0),
             default_mode: AtomicU8::new(FileMode::Strict as u8),
             pending_files: Mutex::new(crate::Set::default()),
@@ -333,6 +348,13 @@ impl Ferrite {
     /// collection").
     pub fn gc_pages_collected_for_others(&self) -> u64 {
         self.gc_pages_for_others.load(Ordering::Relaxed)
+    }
+
+    /// Visits of other inodes' logs for a change that found no page (each
+    /// tries every cached inode); a refused change makes none while no log
+    /// holds a dead page that an earlier visit has not seen.
+    pub fn other_log_visits(&self) -> u64 {
+        self.other_log_visits.load(Ordering::Relaxed)
     }
 
     /// Logs compacted by thorough GC since mount (the crash harness checks
@@ -445,6 +467,8 @@ impl Ferrite {
         self.pages
             .claim(&data.owned_pages())
             .map_err(|c| self.corrupt(format::corrupt!("inode {}: {}", ino.0, c.0)))?;
+        // Its log may keep pages that died before the last unmount or crash.
+        self.note_dead_log_pages(&data);
         let inode = Arc::new(Inode::new(ino, header.kind, header.generation, header.rdev, data));
         *cached = Some(inode.clone());
         Ok(inode)

@@ -68,6 +68,17 @@ impl InodeData {
         self.log.live.dead_pages.len()
     }
 
+    /// Does the log hold a dead page that GC may take: one that is not its
+    /// tail page, which is never collected (`collect_garbage`)?
+    pub(crate) fn holds_collectable_dead_pages(&self) -> bool {
+        let dead = &self.log.live.dead_pages;
+        match dead.len() {
+            0 => false,
+            1 => !dead.contains(&self.log.tail_page()),
+            _ => true,
+        }
+    }
+
     /// Is the log worth compacting (thorough GC)? Its live entries would
     /// fill at most half of its pages even if each were of the largest size.
     pub fn compaction_due(&self) -> bool {

@@ -57,18 +57,24 @@ impl InodeCache {
     /// whose slot another thread holds right now (it is rebuilding that
     /// inode): never waits, so a caller that holds inode locks cannot
     /// deadlock with a rebuild. Visits every slot of the chunks in use.
-    pub(crate) fn each_cached_unlocked(&self, mut f: impl FnMut(&Arc<Inode>)) {
+    /// Returns the slots skipped.
+    pub(crate) fn each_cached_unlocked(&self, mut f: impl FnMut(&Arc<Inode>)) -> usize {
+        let mut slots_locked = 0;
         for chunk in self.chunks.iter().filter_map(|c| c.get()) {
             for slot in chunk.iter() {
                 let inode = match slot.try_lock() {
                     Some(s) => s.clone(),
-                    None => continue,
+                    None => {
+                        slots_locked += 1;
+                        continue;
+                    }
                 };
                 if let Some(inode) = inode {
                     f(&inode);
                 }
             }
         }
+        slots_locked
     }
 
     pub(crate) fn insert(&self, inode: Arc<Inode>) {

@@ -12,10 +12,12 @@
 //! after a write an attribute change takes no page at all; and that a
 //! change gets the dead log pages of its own file, or else of any other
 //! file, before it is refused (on a buffered mount their deaths become
-//! durable first), also while other threads change those files.
+//! durable first), also while other threads change those files; and that a
+//! refusal while no log holds a dead page visits no other log, while pages
+//! that died since, or that a log rebuilt after mount kept, are found.
 
 use ferrite::{
-    BufferedOptions, Errno, FallocateMode, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session,
+    BufferedOptions, Errno, FallocateMode, Fd, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session,
     TimeSet, TimeSpec, AT_FDCWD,
 };
 use ferrite_pmem::Pmem;
@@ -636,6 +638,19 @@ fn a_fallocate_on_a_full_buffered_pool_reuses_its_files_dead_log_pages() {
     a_growing_file_reuses_its_dead_log_pages(true);
 }
 
+/// Leave dead log pages in `fd`'s log that no extension of it collects:
+/// chmods (a buffered mount's deaths wait for durability, so more of
+/// them), then an overwrite of its first page with `k + 1` that supersedes
+/// the last live entry of a log page, then a chmod to 0o640.
+fn churn_log(fs: &Session, fd: Fd, k: u8, buffered: bool) {
+    let chmods = if buffered { 300 } else { 100 };
+    for round in 0..chmods {
+        fs.fchmod(fd, 0o600 | (round & 0o77)).unwrap();
+    }
+    fs.pwrite(fd, &[k + 1; 4096], 0).unwrap();
+    fs.fchmod(fd, 0o640).unwrap();
+}
+
 /// A change on a full pool whose own file's log holds no dead page gets
 /// the dead log pages of other files (stop 45): fast GC collects a log's
 /// dead pages only at that log's next extension (on a buffered mount, once
@@ -645,31 +660,49 @@ fn a_fallocate_on_a_full_buffered_pool_reuses_its_files_dead_log_pages() {
 /// buffered without a persister thread: a few hundred chmods), and a fifth
 /// file is written until a write is refused: by then every dead page must
 /// have been collected and used (none left in any log, and the collector's
-/// count grown by as many). The churned files keep their bytes and
-/// attributes, and the pool checks clean.
+/// count grown by as many). Refused again with no dead page in any log,
+/// a write visits no other log (the engine's `dead_pages_unvisited`, which
+/// spares a refused change the visit of every cached inode); once a file
+/// is churned again (the filler truncated to make room), the next fill
+/// visits again and takes the new dead pages. The churned files keep their
+/// bytes and attributes, and the pool checks clean.
 fn another_files_dead_log_pages(fs: Session, buffered: bool) {
+    let churn = |fd: Fd, k: u8| churn_log(&fs, fd, k, buffered);
     let mut fds = Vec::new();
-    for k in 0..4u32 {
+    for k in 0..4u8 {
         let name = format!("/churned{k}");
         let fd = fs.open(name.as_bytes(), OpenFlags::RDWR.create(), 0o644).unwrap();
-        fs.pwrite(fd, &[k as u8; 4096], 0).unwrap();
-        let chmods = if buffered { 300 } else { 100 };
-        for round in 0..chmods {
-            fs.fchmod(fd, 0o600 | (round & 0o77)).unwrap();
-        }
-        // The overwrite supersedes the first log page's last live entry.
-        fs.pwrite(fd, &[k as u8 + 1; 4096], 0).unwrap();
-        fs.fchmod(fd, 0o640).unwrap();
+        fs.pwrite(fd, &[k; 4096], 0).unwrap();
+        churn(fd, k);
         fds.push(fd);
     }
     let dead_before = dead_log_pages_after_sync(&fs);
     assert!(dead_before >= 4, "the churned files left {dead_before} dead log pages: nothing to collect");
-    let collected_before = fs.engine().gc_pages_collected_for_others();
+    let engine = fs.engine();
+    let collected_before = engine.gc_pages_collected_for_others();
     let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
     let page = vec![0x5au8; 4096];
     let filled = grow_until_refused(&fs, |k| fs.pwrite(filler, &page, k * 4096).map(|_| ()));
-    let collected = fs.engine().gc_pages_collected_for_others() - collected_before;
+    let collected = engine.gc_pages_collected_for_others() - collected_before;
     assert!(collected >= dead_before, "the filler's writes collected {collected} of {dead_before} dead log pages");
+    assert_eq!(dead_log_pages_after_sync(&fs), 0, "a write was refused while logs held dead pages");
+    let visits = engine.other_log_visits();
+    assert!(visits > 0, "no refused write visited other logs");
+    for k in 0..3 {
+        assert_eq!(fs.pwrite(filler, &page, (filled + k) * 4096).map(|_| ()), Err(Errno::ENOSPC));
+    }
+    assert_eq!(engine.other_log_visits(), visits, "refused writes visited logs that held no dead page");
+    fs.ftruncate(filler, 0).unwrap();
+    churn(fds[0], 0);
+    let dead_again = dead_log_pages_after_sync(&fs);
+    assert!(dead_again >= 1, "the second churn left no dead log page: nothing to collect");
+    // The filler's own log holds most of them now (its truncated writes'
+    // pages), which its own writes collect: count them all.
+    let collected_before = engine.gc_pages_collected();
+    let filled = grow_until_refused(&fs, |k| fs.pwrite(filler, &page, k * 4096).map(|_| ()));
+    assert!(engine.other_log_visits() > visits, "the refused write after new dead pages visited no log");
+    let collected = engine.gc_pages_collected() - collected_before;
+    assert!(collected >= dead_again, "the second fill collected {collected} of {dead_again} dead log pages");
     assert_eq!(dead_log_pages_after_sync(&fs), 0, "a write was refused while logs held dead pages");
     let mut back = vec![0u8; 4096];
     for (k, &fd) in fds.iter().enumerate() {
@@ -691,6 +724,55 @@ fn a_write_on_a_full_pool_reuses_other_files_dead_log_pages() {
 #[test]
 fn a_write_on_a_full_buffered_pool_reuses_other_files_dead_log_pages() {
     another_files_dead_log_pages(buffered(attribute_pool()), true);
+}
+
+/// A log rebuilt after mount may hold pages that died before it, and a
+/// refused change must find them even when an earlier refusal's visit of
+/// the cached inodes found nothing (the rebuild tells the engine,
+/// `note_dead_log_pages`): a file churned before a clean remount is not
+/// looked at until a fill has been refused once; then a `stat` rebuilds
+/// it, and the next fill must take its dead pages.
+fn dead_pages_of_a_log_rebuilt_after_mount(buffered: bool) {
+    let fs = attribute_pool();
+    let fd = fs.open(b"/churned", OpenFlags::RDWR.create(), 0o644).unwrap();
+    fs.pwrite(fd, &[7; 4096], 0).unwrap();
+    churn_log(&fs, fd, 7, false);
+    fs.close(fd).unwrap();
+    let opts = MountOptions {
+        buffered: buffered.then(|| BufferedOptions { persister_thread: false, ..Default::default() }),
+        ..Default::default()
+    };
+    let fs = ferrite_tests::remount_as(fs, false, &opts).0;
+    let engine = fs.engine();
+    let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
+    let page = vec![0x5au8; 4096];
+    let fill = |from: u64| grow_until_refused(&fs, |k| fs.pwrite(filler, &page, (from + k) * 4096).map(|_| ()));
+    let filled = fill(0);
+    let dead = dead_log_pages_after_sync(&fs);
+    assert!(dead >= 1, "the file churned before the remount keeps no dead log page: nothing to find");
+    let visits = engine.other_log_visits();
+    assert_eq!(fs.stat(b"/churned").unwrap().perm, 0o640);
+    let filled = filled + fill(filled);
+    assert!(engine.other_log_visits() > visits, "no refused write visited the rebuilt log");
+    assert_eq!(dead_log_pages_after_sync(&fs), 0, "a write was refused while a rebuilt log held dead pages");
+    let fd = fs.open(b"/churned", OpenFlags::RDONLY, 0).unwrap();
+    let mut back = vec![0u8; 4096];
+    assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), 4096);
+    assert!(back.iter().all(|&b| b == 8), "the churned file lost its bytes");
+    fs.close(fd).unwrap();
+    fs.close(filler).unwrap();
+    assert_eq!(fs.stat(b"/filler").unwrap().size, filled * 4096);
+    fsck_clean(&fs);
+}
+
+#[test]
+fn a_write_on_a_full_pool_finds_dead_pages_of_a_log_rebuilt_after_mount() {
+    dead_pages_of_a_log_rebuilt_after_mount(false);
+}
+
+#[test]
+fn a_write_on_a_full_buffered_pool_finds_dead_pages_of_a_log_rebuilt_after_mount() {
+    dead_pages_of_a_log_rebuilt_after_mount(true);
 }
 
 /// Threads that fill a pool over and over while they churn their files'
