@@ -584,16 +584,18 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
         clock.set(TimeSpec { sec: T_CALL + i as i64, nsec: 500 });
         pmem.mark(begin_mark(i));
         let mut carried = Vec::new();
+        let mut unmount_gc_pages = 0;
         if *c == Call::Remount {
             // A clean unmount, then a mount of the same pool (continuing
             // the trace on a new recording pool that starts from the image
             // the unmount left).
             match remount(engine, &clock, backing, w.buffered) {
-                Ok((fs, ev)) => {
+                Ok((fs, ev, collected)) => {
                     carried = ev;
                     engine = fs;
                     pmem = engine.pmem().clone();
                     es.reopen();
+                    unmount_gc_pages = collected;
                 }
                 Err(m) => panic!("remount in workload {}: {m}", w.id),
             }
@@ -614,7 +616,7 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
         if panicked.is_none() {
             pmem.mark(end_mark(i));
         }
-        let gc_pages = engine.gc_pages_collected().saturating_sub(gc_before.0);
+        let gc_pages = unmount_gc_pages + engine.gc_pages_collected().saturating_sub(gc_before.0);
         let compactions = engine.log_compactions().saturating_sub(gc_before.1);
         let epoch_commits = engine.epoch_commits().saturating_sub(gc_before.2);
         let pending_files = engine.pending_file_count();
@@ -730,19 +732,28 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
 }
 
 /// Unmount cleanly (recorded), then mount the resulting image on a new
-/// recording pool. Returns the new mount and the unmount's events.
+/// recording pool. Returns the new mount, the unmount's events and the
+/// dead log pages the unmount collected (`Ferrite::collect_every_log`;
+/// counted by fsck in the images before and after, since the engine that
+/// counted them is gone with the unmount).
 fn remount(
     fs: Session,
     clock: &Arc<ManualClock>,
     backing: Backing,
     buffered: Option<crate::workload::Buffering>,
-) -> Result<(Session, Vec<Event>), String> {
+) -> Result<(Session, Vec<Event>, u64), String> {
     let old = fs.pmem().clone();
+    // On a buffered mount the image before the unmount holds only what is
+    // durable, so the count is a floor there (no scenario checks it).
+    let dead = |image: &[u8]| ferrite::fsck::check(&Pmem::from_image(image)).map(|r| r.dead_log_pages);
+    let dead_before = dead(&old.image()).map_err(|e| format!("fsck before unmount: {e}"))?;
     fs.unmount().map_err(|e| format!("unmount: {e:?}"))?;
     let events = old.stop_recording();
-    let fs = Session::mount(recording_pool(&old.image(), backing), &workload_mount_options(clock, buffered))
+    let image = old.image();
+    let dead_after = dead(&image).map_err(|e| format!("fsck after unmount: {e}"))?;
+    let fs = Session::mount(recording_pool(&image, backing), &workload_mount_options(clock, buffered))
         .map_err(|e| format!("mount: {e}"))?;
-    Ok((fs, events))
+    Ok((fs, events, dead_before.saturating_sub(dead_after)))
 }
 
 /// Apply one call to the model given what the engine returned for it

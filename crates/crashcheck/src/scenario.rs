@@ -295,6 +295,14 @@ fn dir_with_a_dead_page_no_space(dir: &str) -> Vec<Call> {
     v
 }
 
+/// `/gcu`: a directory whose log keeps a dead page (as `/gcd`), with
+/// room made on the nearly full image for the create after the remount.
+fn unmount_collects() -> Vec<Call> {
+    let mut v = vec![make_room()];
+    v.extend(dir_with_a_dead_page("/gcu"));
+    v
+}
+
 /// The calls that, after `prepare`, leave no page of the nearly full
 /// image to ordinary changes: a file `/F/fill` written once with as many
 /// pages as fit (its data pages and its first log page). Computed on
@@ -536,6 +544,16 @@ fn build() -> Vec<Scenario> {
             dir_with_a_dead_page_no_space("/gco"),
             vec![open(1, "/F/fill", OpenFlags::WRONLY.append())],
             vec![Call::Write { slot: 1, len: 4096, tag: 45 }, chmod("/gco", 0o750), Call::Remount],
+        ),
+        // A clean unmount collects every cached log's dead pages before it
+        // saves the allocator (stop 46): `/gcu`'s, which no extension of
+        // that directory would take; then a create in it on the new mount.
+        sc(
+            "gc_unmount",
+            FastGc,
+            unmount_collects(),
+            vec![],
+            vec![Call::Remount, open(0, "/gcu/w", OpenFlags::WRONLY.create())],
         ),
         // A chmod that collects a file's truncate page; then a clean
         // unmount and a mount.

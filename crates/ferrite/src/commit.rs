@@ -471,7 +471,7 @@ impl Ferrite {
                 collected = d.collect_garbage(&self.media, &self.pages, self.media.slot_offset(inode.ino), seq);
             }
             if collected == 0 {
-                collected = self.collect_other_logs(inode.ino);
+                collected = self.collect_other_logs(Some(inode.ino));
                 self.gc_pages_for_others.fetch_add(collected as u64, Ordering::Relaxed);
             }
         }
@@ -511,7 +511,8 @@ impl Ferrite {
     }
 
     /// Fast GC of every cached inode but `except` whose lock is free right
-    /// now, for a change that found no page (`collect_for_space`): another
+    /// now, for a change that found no page (`collect_for_space`), or of
+    /// every one at a clean unmount (`collect_every_log`): another
     /// file's dead log pages otherwise wait for its own next extension,
     /// which may never come (about one page per changed file in a test of
     /// buffered mounts). The caller holds inode locks, so no lock is waited
@@ -521,9 +522,10 @@ impl Ferrite {
     /// under each inode's lock: an operation queued on it since the
     /// caller's persist may have linked a page whose link is not durable
     /// yet, and a relink around a dead page must never point the durable
-    /// log at it. Only on a failed allocation: it visits every slot of the
-    /// inode cache's chunks in use. Returns the pages collected.
-    fn collect_other_logs(&self, except: InodeNo) -> usize {
+    /// log at it. It visits every slot of the inode cache's chunks in use,
+    /// so it runs only when a log may hold a dead page that no visit has
+    /// seen (`dead_pages_unvisited`). Returns the pages collected.
+    fn collect_other_logs(&self, except: Option<InodeNo>) -> usize {
         // No log has gained a dead page since the last visit, which took
         // or noted all it found: this one would find nothing.
         if !self.dead_pages_unvisited.swap(false, Ordering::AcqRel) {
@@ -533,7 +535,7 @@ impl Ferrite {
         let mut collected = 0;
         let mut missed = false;
         let slots_locked = self.inodes.each_cached_unlocked(|other| {
-            if other.ino == except {
+            if Some(other.ino) == except {
                 // The caller's own inode, collected first; its change notes
                 // what it keeps when it completes.
                 return;
@@ -556,6 +558,21 @@ impl Ferrite {
         if missed || slots_locked > 0 {
             self.dead_pages_unvisited.store(true, Ordering::Release);
         }
+        collected
+    }
+
+    /// Fast GC of every cached inode's log, for a clean unmount (after
+    /// the buffered queue is drained and every fsync-atomic epoch
+    /// committed): a log's dead pages would otherwise stay linked through
+    /// the next mount, which rebuilds an inode only at its first use, so
+    /// that a full pool would refuse changes while logs of files nobody
+    /// has touched since the mount held pages nothing needs. Nothing else
+    /// runs, so every lock is free and the visit takes every dead page
+    /// (`dead_pages_unvisited` says whether there is one). Returns the
+    /// pages collected.
+    pub(crate) fn collect_every_log(&self) -> usize {
+        let collected = self.collect_other_logs(None);
+        self.gc_pages.fetch_add(collected as u64, Ordering::Relaxed);
         collected
     }
 

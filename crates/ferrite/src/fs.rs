@@ -317,6 +317,8 @@ impl Ferrite {
         self.release_zero_copy();
         // A clean unmount is a commit point of every fsync-atomic file.
         self.commit_all_pending();
+        // Dead log pages go back before the allocator is saved.
+        self.collect_every_log();
         crate::recovery::save_and_mark_clean(&self);
         self.unmounted.store(true, Ordering::SeqCst);
         Ok(())

@@ -726,35 +726,47 @@ fn a_write_on_a_full_buffered_pool_reuses_other_files_dead_log_pages() {
     another_files_dead_log_pages(buffered(attribute_pool()), true);
 }
 
-/// A log rebuilt after mount may hold pages that died before it, and a
-/// refused change must find them even when an earlier refusal's visit of
-/// the cached inodes found nothing (the rebuild tells the engine,
-/// `note_dead_log_pages`): a file churned before a clean remount is not
-/// looked at until a fill has been refused once; then a `stat` rebuilds
-/// it, and the next fill must take its dead pages.
-fn dead_pages_of_a_log_rebuilt_after_mount(buffered: bool) {
-    let fs = attribute_pool();
-    let fd = fs.open(b"/churned", OpenFlags::RDWR.create(), 0o644).unwrap();
-    fs.pwrite(fd, &[7; 4096], 0).unwrap();
-    churn_log(&fs, fd, 7, false);
-    fs.close(fd).unwrap();
+/// Dead log pages from before a mount. A clean unmount collects every
+/// cached inode's (`collect_every_log`), so that a file nobody touches
+/// after the next mount does not keep them: the image it leaves holds no
+/// dead log page. After a crash they stay, and a log rebuilt after mount
+/// may hold them: a refused change must find them even when an earlier
+/// refusal's visit of the cached inodes found nothing (the rebuild tells
+/// the engine, `note_dead_log_pages`). So: a file churned before the
+/// remount, a fill refused once, then a `stat` that rebuilds the file, and
+/// the next fill must take its dead pages.
+fn dead_pages_from_before_a_mount(buffered: bool, crash: bool) {
     let opts = MountOptions {
         buffered: buffered.then(|| BufferedOptions { persister_thread: false, ..Default::default() }),
         ..Default::default()
     };
-    let fs = ferrite_tests::remount_as(fs, false, &opts).0;
+    let fs = ferrite_tests::remount_as(attribute_pool(), false, &opts).0;
+    let fd = fs.open(b"/churned", OpenFlags::RDWR.create(), 0o644).unwrap();
+    fs.pwrite(fd, &[7; 4096], 0).unwrap();
+    churn_log(&fs, fd, 7, buffered);
+    fs.close(fd).unwrap();
+    // Durable before the crash (a buffered mount has no persister thread).
+    fs.engine().sync_all().unwrap();
+    let (fs, report) = ferrite_tests::remount_as(fs, crash, &opts);
+    if crash {
+        assert!(report.dead_log_pages >= 1, "the churned file keeps no dead log page: nothing to find");
+    } else {
+        assert_eq!(report.dead_log_pages, 0, "a clean unmount left dead log pages");
+    }
     let engine = fs.engine();
     let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
     let page = vec![0x5au8; 4096];
     let fill = |from: u64| grow_until_refused(&fs, |k| fs.pwrite(filler, &page, (from + k) * 4096).map(|_| ()));
-    let filled = fill(0);
-    let dead = dead_log_pages_after_sync(&fs);
-    assert!(dead >= 1, "the file churned before the remount keeps no dead log page: nothing to find");
-    let visits = engine.other_log_visits();
-    assert_eq!(fs.stat(b"/churned").unwrap().perm, 0o640);
-    let filled = filled + fill(filled);
-    assert!(engine.other_log_visits() > visits, "no refused write visited the rebuilt log");
-    assert_eq!(dead_log_pages_after_sync(&fs), 0, "a write was refused while a rebuilt log held dead pages");
+    let mut filled = fill(0);
+    if crash {
+        let dead = dead_log_pages_after_sync(&fs);
+        assert!(dead >= 1, "the fill took the dead pages of a file it never looked at");
+        let visits = engine.other_log_visits();
+        assert_eq!(fs.stat(b"/churned").unwrap().perm, 0o640);
+        filled += fill(filled);
+        assert!(engine.other_log_visits() > visits, "no refused write visited the rebuilt log");
+    }
+    assert_eq!(dead_log_pages_after_sync(&fs), 0, "a write was refused while a log held dead pages");
     let fd = fs.open(b"/churned", OpenFlags::RDONLY, 0).unwrap();
     let mut back = vec![0u8; 4096];
     assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), 4096);
@@ -766,13 +778,23 @@ fn dead_pages_of_a_log_rebuilt_after_mount(buffered: bool) {
 }
 
 #[test]
-fn a_write_on_a_full_pool_finds_dead_pages_of_a_log_rebuilt_after_mount() {
-    dead_pages_of_a_log_rebuilt_after_mount(false);
+fn a_clean_unmount_collects_dead_log_pages() {
+    dead_pages_from_before_a_mount(false, false);
 }
 
 #[test]
-fn a_write_on_a_full_buffered_pool_finds_dead_pages_of_a_log_rebuilt_after_mount() {
-    dead_pages_of_a_log_rebuilt_after_mount(true);
+fn a_clean_unmount_of_a_buffered_mount_collects_dead_log_pages() {
+    dead_pages_from_before_a_mount(true, false);
+}
+
+#[test]
+fn a_write_on_a_full_pool_finds_dead_pages_of_a_log_rebuilt_after_a_crash() {
+    dead_pages_from_before_a_mount(false, true);
+}
+
+#[test]
+fn a_write_on_a_full_buffered_pool_finds_dead_pages_of_a_log_rebuilt_after_a_crash() {
+    dead_pages_from_before_a_mount(true, true);
 }
 
 /// Threads that fill a pool over and over while they churn their files'
