@@ -561,17 +561,21 @@ impl Ferrite {
         collected
     }
 
-    /// Fast GC of every cached inode's log, for a clean unmount (after
-    /// the buffered queue is drained and every fsync-atomic epoch
-    /// committed): a log's dead pages would otherwise stay linked through
-    /// the next mount, which rebuilds an inode only at its first use, so
-    /// that a full pool would refuse changes while logs of files nobody
-    /// has touched since the mount held pages nothing needs. Nothing else
-    /// runs, so every lock is free and the visit takes every dead page
-    /// (`dead_pages_unvisited` says whether there is one). Returns the
-    /// pages collected.
+    /// Fast GC of every cached inode's log whose lock is free, for a
+    /// caller that holds no inode lock: a patch buffer that found no page
+    /// (`alloc_pages_anywhere`), and a clean unmount (after the buffered
+    /// queue is drained and every fsync-atomic epoch committed), where a
+    /// log's dead pages would otherwise stay linked through the next mount,
+    /// which rebuilds an inode only at its first use, so that a full pool
+    /// would refuse changes while logs of files nobody has touched since
+    /// the mount held pages nothing needs. At an unmount nothing else runs,
+    /// so every lock is free and the visit takes every dead page. As in
+    /// `collect_for_space`, this thread's deferral of flushes is set
+    /// aside. Returns the pages collected.
     pub(crate) fn collect_every_log(&self) -> usize {
+        let suspended = self.media.suspend_deferral();
         let collected = self.collect_other_logs(None);
+        self.media.resume_deferral(suspended);
         self.gc_pages.fetch_add(collected as u64, Ordering::Relaxed);
         collected
     }
@@ -583,6 +587,16 @@ impl Ferrite {
     pub(crate) fn alloc_pages_for(&self, inode: &Inode, d: &mut InodeData, count: u64) -> FsResult<Runs> {
         match self.pages.alloc(count) {
             Err(Errno::ENOSPC) if self.collect_for_space(inode, d) => self.pages.alloc(count),
+            r => r,
+        }
+    }
+
+    /// `count` pages for a caller that holds no inode lock (a patch
+    /// buffer): out of pages, dead log pages of every cached inode are
+    /// collected (`collect_every_log`) and the allocation tried once more.
+    pub(crate) fn alloc_pages_anywhere(&self, count: u64) -> FsResult<Runs> {
+        match self.pages.alloc(count) {
+            Err(Errno::ENOSPC) if self.collect_every_log() > 0 => self.pages.alloc(count),
             r => r,
         }
     }

@@ -192,8 +192,10 @@ impl Ferrite {
         let mut fresh = Fresh::none();
         if let Some(target) = symlink_target {
             debug_assert_eq!(kind, FileType::Symlink);
-            let page = match self.pages.alloc_one() {
-                Ok(p) => p,
+            // On a full pool the target's page may come from dead log
+            // pages, the directory's own or another file's.
+            let page = match self.alloc_pages_for(dir, &mut pd, 1) {
+                Ok(runs) => runs[0].0,
                 Err(e) => {
                     self.inodes_free.free(ino);
                     return Err(e);

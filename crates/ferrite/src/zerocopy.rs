@@ -368,7 +368,7 @@ impl Ferrite {
         if self.zero_copy.buffers.lock().len() >= limits::BUFFERS_MAX {
             return Err(Errno::ENOMEM);
         }
-        let runs = self.pages.alloc(len.div_ceil(PAGE_SIZE))?;
+        let runs = self.alloc_pages_anywhere(len.div_ceil(PAGE_SIZE))?;
         let offsets: Vec<(PoolOffset, u64)> = runs.iter().map(|&(s, n)| (s.offset(), n as u64)).collect();
         let window = match self.media.pmem.map_buffer(&offsets) {
             Ok(w) => w,

@@ -14,7 +14,9 @@
 //! file, before it is refused (on a buffered mount their deaths become
 //! durable first), also while other threads change those files; and that a
 //! refusal while no log holds a dead page visits no other log, while pages
-//! that died since, or that a log rebuilt after mount kept, are found.
+//! that died since, or that a log rebuilt after a crash kept, are found;
+//! that a clean unmount leaves no dead log page; and that a patch buffer
+//! and a symlink's target page take dead log pages too.
 
 use ferrite::{
     BufferedOptions, Errno, FallocateMode, Fd, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session,
@@ -795,6 +797,70 @@ fn a_write_on_a_full_pool_finds_dead_pages_of_a_log_rebuilt_after_a_crash() {
 #[test]
 fn a_write_on_a_full_buffered_pool_finds_dead_pages_of_a_log_rebuilt_after_a_crash() {
     dead_pages_from_before_a_mount(true, true);
+}
+
+/// The two allocations outside a change's commit also take dead log
+/// pages before they are refused (stop 46): a patch buffer, whose caller
+/// holds no inode (`alloc_pages_anywhere`), and a symlink's target page,
+/// allocated under its directory's lock. Dead pages made on a full pool
+/// would only repay the removal reserve they came from, so three files
+/// are churned before a crash, which leaves their dead pages in the pool;
+/// the next mount rebuilds none until a fill has been refused. Then a
+/// `stat` rebuilds the first, and a patch buffer of a page must be
+/// granted; after another fill two more `stat`s rebuild the others, and a
+/// symlink must be made, whose target reads back.
+fn allocations_outside_a_commit(buffered: bool) {
+    let fs = attribute_pool();
+    for k in 0..3u8 {
+        let fd = fs.open(format!("/churned{k}").as_bytes(), OpenFlags::RDWR.create(), 0o644).unwrap();
+        fs.pwrite(fd, &[k; 4096], 0).unwrap();
+        churn_log(&fs, fd, k, false);
+        fs.close(fd).unwrap();
+    }
+    let opts = MountOptions {
+        buffered: buffered.then(|| BufferedOptions { persister_thread: false, ..Default::default() }),
+        ..Default::default()
+    };
+    let (fs, report) = ferrite_tests::remount_as(fs, true, &opts);
+    assert!(report.dead_log_pages >= 3, "the churned files keep {} dead log pages", report.dead_log_pages);
+    let engine = fs.engine();
+    let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
+    let page = vec![0x5au8; 4096];
+    let filled = grow_until_refused(&fs, |k| fs.pwrite(filler, &page, k * 4096).map(|_| ()));
+    fs.stat(b"/churned0").unwrap();
+    let collected = engine.gc_pages_collected();
+    let b =
+        fs.patch_buffer(4096).unwrap_or_else(|e| panic!("a patch buffer refused while a log held dead pages: {e:?}"));
+    assert!(engine.gc_pages_collected() > collected, "the patch buffer took no dead log page");
+    fs.free_buffer(b.id).unwrap();
+    // Appended past the first fill: new pages, never a page replaced.
+    grow_until_refused(&fs, |k| fs.pwrite(filler, &page, (filled + k) * 4096).map(|_| ()));
+    // A symlink takes two pages: its target's and its log's first.
+    fs.stat(b"/churned1").unwrap();
+    fs.stat(b"/churned2").unwrap();
+    fs.symlink(b"/churned0", b"/link")
+        .unwrap_or_else(|e| panic!("a symlink refused while a log held dead pages: {e:?}"));
+    assert_eq!(fs.readlink(b"/link").unwrap(), b"/churned0");
+    assert_eq!(dead_log_pages_after_sync(&fs), 0, "dead log pages left");
+    for k in 0..3u8 {
+        let fd = fs.open(format!("/churned{k}").as_bytes(), OpenFlags::RDONLY, 0).unwrap();
+        let mut back = vec![0u8; 4096];
+        assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), 4096);
+        assert!(back.iter().all(|&b| b == k + 1), "churned file {k} lost its bytes");
+        fs.close(fd).unwrap();
+    }
+    fs.close(filler).unwrap();
+    fsck_clean(&fs);
+}
+
+#[test]
+fn a_patch_buffer_and_a_symlink_on_a_full_pool_take_dead_log_pages() {
+    allocations_outside_a_commit(false);
+}
+
+#[test]
+fn a_patch_buffer_and_a_symlink_on_a_full_buffered_pool_take_dead_log_pages() {
+    allocations_outside_a_commit(true);
 }
 
 /// Threads that fill a pool over and over while they churn their files'
