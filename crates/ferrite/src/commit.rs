@@ -512,11 +512,12 @@ impl Ferrite {
 
     /// Fast GC of every cached inode but `except` whose lock is free right
     /// now, for a change that found no page (`collect_for_space`), or of
-    /// every one at a clean unmount (`collect_every_log`): another
+    /// every one (`collect_every_log`: a patch buffer that found no page, a
+    /// clean unmount): another
     /// file's dead log pages otherwise wait for its own next extension,
     /// which may never come (about one page per changed file in a test of
-    /// buffered mounts). The caller holds inode locks, so no lock is waited
-    /// for: an inode another thread holds, locked or being rebuilt, is
+    /// buffered mounts). The caller may hold inode locks, so no lock is
+    /// waited for: an inode another thread holds, locked or being rebuilt, is
     /// skipped, and so are freed inodes and those with an fsync-atomic
     /// epoch pending. On a buffered mount the queue is made durable again
     /// under each inode's lock: an operation queued on it since the

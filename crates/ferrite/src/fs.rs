@@ -141,7 +141,7 @@ pub struct Ferrite {
     /// find nothing (`collect_other_logs`). Per engine, never per process,
     /// so that the crash harness's runs do not depend on each other.
     pub(crate) dead_pages_unvisited: AtomicBool,
-    /// Visits of other inodes' logs made since mount.
+    /// Visits of the cached inodes' logs made since mount.
     pub(crate) other_log_visits: AtomicU64,
     /// Logs compacted (thorough GC) since mount.
     pub(crate) compactions: AtomicU64,
@@ -352,9 +352,10 @@ impl Ferrite {
         self.gc_pages_for_others.load(Ordering::Relaxed)
     }
 
-    /// Visits of other inodes' logs for a change that found no page (each
-    /// tries every cached inode); a refused change makes none while no log
-    /// holds a dead page that an earlier visit has not seen.
+    /// Visits of the cached inodes' logs for dead pages (each tries every
+    /// cached inode): by a change or a patch buffer that found no page,
+    /// and by a clean unmount. None is made while no log holds a dead page
+    /// that an earlier visit has not seen.
     pub fn other_log_visits(&self) -> u64 {
         self.other_log_visits.load(Ordering::Relaxed)
     }
