@@ -653,6 +653,17 @@ fn churn_log(fs: &Session, fd: Fd, k: u8, buffered: bool) {
     fs.fchmod(fd, 0o640).unwrap();
 }
 
+/// What `churn_log(.., k, ..)` left in the file at `path`: a first page of
+/// `k + 1` and permissions 0o640.
+fn check_churned(fs: &Session, path: &str, k: u8) {
+    let fd = fs.open(path.as_bytes(), OpenFlags::RDONLY, 0).unwrap();
+    let mut back = vec![0u8; 4096];
+    assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), 4096);
+    assert!(back.iter().all(|&b| b == k + 1), "{path} lost its bytes");
+    assert_eq!(fs.fstat(fd).unwrap().perm, 0o640, "{path} lost its permissions");
+    fs.close(fd).unwrap();
+}
+
 /// A change on a full pool whose own file's log holds no dead page gets
 /// the dead log pages of other files (stop 45): fast GC collects a log's
 /// dead pages only at that log's next extension (on a buffered mount, once
@@ -706,12 +717,9 @@ fn another_files_dead_log_pages(fs: Session, buffered: bool) {
     let collected = engine.gc_pages_collected() - collected_before;
     assert!(collected >= dead_again, "the second fill collected {collected} of {dead_again} dead log pages");
     assert_eq!(dead_log_pages_after_sync(&fs), 0, "a write was refused while logs held dead pages");
-    let mut back = vec![0u8; 4096];
-    for (k, &fd) in fds.iter().enumerate() {
-        assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), 4096);
-        assert!(back.iter().all(|&b| b == k as u8 + 1), "churned file {k} lost its bytes");
-        assert_eq!(fs.fstat(fd).unwrap().perm, 0o640);
+    for (k, fd) in fds.into_iter().enumerate() {
         fs.close(fd).unwrap();
+        check_churned(&fs, &format!("/churned{k}"), k as u8);
     }
     fs.close(filler).unwrap();
     assert_eq!(fs.stat(b"/filler").unwrap().size, filled * 4096);
@@ -769,11 +777,7 @@ fn dead_pages_from_before_a_mount(buffered: bool, crash: bool) {
         assert!(engine.other_log_visits() > visits, "no refused write visited the rebuilt log");
     }
     assert_eq!(dead_log_pages_after_sync(&fs), 0, "a write was refused while a log held dead pages");
-    let fd = fs.open(b"/churned", OpenFlags::RDONLY, 0).unwrap();
-    let mut back = vec![0u8; 4096];
-    assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), 4096);
-    assert!(back.iter().all(|&b| b == 8), "the churned file lost its bytes");
-    fs.close(fd).unwrap();
+    check_churned(&fs, "/churned", 7);
     fs.close(filler).unwrap();
     assert_eq!(fs.stat(b"/filler").unwrap().size, filled * 4096);
     fsck_clean(&fs);
@@ -843,11 +847,7 @@ fn allocations_outside_a_commit(buffered: bool) {
     assert_eq!(fs.readlink(b"/link").unwrap(), b"/churned0");
     assert_eq!(dead_log_pages_after_sync(&fs), 0, "dead log pages left");
     for k in 0..3u8 {
-        let fd = fs.open(format!("/churned{k}").as_bytes(), OpenFlags::RDONLY, 0).unwrap();
-        let mut back = vec![0u8; 4096];
-        assert_eq!(fs.pread(fd, &mut back, 0).unwrap(), 4096);
-        assert!(back.iter().all(|&b| b == k + 1), "churned file {k} lost its bytes");
-        fs.close(fd).unwrap();
+        check_churned(&fs, &format!("/churned{k}"), k);
     }
     fs.close(filler).unwrap();
     fsck_clean(&fs);
