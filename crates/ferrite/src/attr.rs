@@ -143,7 +143,7 @@ impl Ferrite {
                 FileType::Regular => {}
                 _ => return Err(Errno::EINVAL),
             }
-            let (e, c) = self.truncate_entries(d, size, now)?;
+            let (e, c) = self.truncate_entries(inode, d, size, now)?;
             entries.extend(e);
             cow = c;
         }
