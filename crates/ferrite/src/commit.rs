@@ -218,9 +218,22 @@ impl Ferrite {
             None => None,
             Some(n) => {
                 let ino = n.ino;
-                match self.stage_new_inode(n) {
+                // Its first log page (a symlink's, say) may come from dead
+                // log pages, as the parts' entries may: collected for the
+                // first part kept alive (the parent directory), whose lock
+                // is held.
+                let collect_for = parts.iter().position(|p| !p.free);
+                let staged = match self.stage_new_inode(n) {
+                    Err((Errno::ENOSPC, n))
+                        if collect_for.is_some_and(|i| self.collect_for_space(parts[i].inode, guards[i])) =>
+                    {
+                        self.stage_new_inode(n)
+                    }
+                    other => other,
+                };
+                match staged {
                     Ok(v) => Some(v),
-                    Err(e) => {
+                    Err((e, _)) => {
                         self.inodes_free.free(ino);
                         self.abandon(fresh, Vec::new());
                         return Err(e);
@@ -529,6 +542,12 @@ impl Ferrite {
     fn collect_other_logs(&self, except: Option<InodeNo>) -> usize {
         // No log has gained a dead page since the last visit, which took
         // or noted all it found: this one would find nothing.
+        if !self.dead_pages_unvisited.load(Ordering::Acquire) {
+            return 0;
+        }
+        // Logs crash recovery found holding dead pages are cached first
+        // (each rebuild notes its pages), so that the visit sees them.
+        let recovery_found_left = self.rebuild_logs_recovery_found();
         if !self.dead_pages_unvisited.swap(false, Ordering::AcqRel) {
             return 0;
         }
@@ -556,7 +575,7 @@ impl Ferrite {
             // Deaths queued since the persist above are not durable yet.
             missed |= od.holds_collectable_dead_pages();
         });
-        if missed || slots_locked > 0 {
+        if missed || slots_locked > 0 || recovery_found_left {
             self.dead_pages_unvisited.store(true, Ordering::Release);
         }
         collected
@@ -645,7 +664,7 @@ impl Ferrite {
     /// Prepare a new inode: write its slot (identity, head, tail) and its
     /// first entries (an Attr snapshot, then `new.entries`), all flushed but
     /// not live: the caller's transaction sets the state word.
-    fn stage_new_inode(&self, new: NewInode) -> FsResult<(Arc<Inode>, Staged)> {
+    fn stage_new_inode(&self, new: NewInode) -> Result<(Arc<Inode>, Staged), (Errno, NewInode)> {
         let NewInode { ino, kind, rdev, attrs, entries: extra } = new;
         assert!(rdev == 0 || kind.has_rdev(), "a device number on a {kind:?}");
         let generation = self.media.slot_generation(ino).wrapping_add(1).max(1);
@@ -660,8 +679,10 @@ impl Ferrite {
             Staged::nothing()
         } else {
             let seqs = (1..=extra.len() as u64).collect();
-            write_log_entries(&self.media, &self.pages, ino, generation, format::NO_LOG, extra, seqs, None)
-                .map_err(|(e, _)| e)?
+            match write_log_entries(&self.media, &self.pages, ino, generation, format::NO_LOG, extra, seqs, None) {
+                Ok(staged) => staged,
+                Err((e, entries)) => return Err((e, NewInode { ino, kind, rdev, attrs, entries })),
+            }
         };
         self.media.write_slot_identity(
             ino,

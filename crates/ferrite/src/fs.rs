@@ -141,6 +141,15 @@ pub struct Ferrite {
     /// find nothing (`collect_other_logs`). Per engine, never per process,
     /// so that the crash harness's runs do not depend on each other.
     pub(crate) dead_pages_unvisited: AtomicBool,
+    /// Inodes whose logs crash recovery found holding dead pages (for a
+    /// directory, whose names recovery does not index: a log of more than
+    /// one page), not rebuilt yet. Recovery reads every log but collects
+    /// nothing, and a visit sees only cached inodes: a visit rebuilds these
+    /// first (`rebuild_logs_recovery_found`), so that a full pool right
+    /// after a crash does not refuse changes while logs of files nobody
+    /// has touched since hold pages nothing needs. Empty after a clean
+    /// mount (a clean unmount leaves no dead log page) and once visited.
+    pub(crate) logs_recovery_found: Mutex<Vec<InodeNo>>,
     /// Visits of the cached inodes' logs made since mount.
     pub(crate) other_log_visits: AtomicU64,
     /// Logs compacted (thorough GC) since mount.
@@ -288,6 +297,7 @@ impl Ferrite {
             // Nothing is cached yet: each lazy rebuild notes the dead pages
             // its log kept from before the mount (`inode`).
             dead_pages_unvisited: AtomicBool::new(false),
+            logs_recovery_found: Mutex::new(Vec::new()),
             other_log_visits: AtomicU64::new(0),
             compactions: AtomicU64::new(0),
             default_mode: AtomicU8::new(FileMode::Strict as u8),
@@ -450,6 +460,12 @@ impl Ferrite {
         let Some(mut cached) = self.inodes.slot(ino) else {
             return Err(Errno::ENOENT);
         };
+        self.cached_or_rebuilt(ino, &mut cached)
+    }
+
+    /// The inode in `cached`, its locked cache slot, rebuilt from its log
+    /// and stored there if it was not cached yet.
+    fn cached_or_rebuilt(&self, ino: InodeNo, cached: &mut Option<Arc<Inode>>) -> FsResult<Arc<Inode>> {
         if let Some(i) = cached.as_ref() {
             return Ok(i.clone());
         }
@@ -475,6 +491,29 @@ impl Ferrite {
         let inode = Arc::new(Inode::new(ino, header.kind, header.generation, header.rdev, data));
         *cached = Some(inode.clone());
         Ok(inode)
+    }
+
+    /// Rebuild the inodes whose logs crash recovery found holding dead
+    /// pages (`logs_recovery_found`), for a visit of the cached logs that
+    /// is about to start: each rebuild notes what its log keeps
+    /// (`note_dead_log_pages`), and the visit then takes it. Never waits,
+    /// as the visit's caller may hold inode locks: an inode whose cache
+    /// slot another thread holds (it is rebuilding it) stays on the list,
+    /// and so does the whole list while another visit rebuilds from it.
+    /// An inode freed since, or whose log is corrupt (reported here and at
+    /// its next use), leaves the list. Returns whether any was left.
+    pub(crate) fn rebuild_logs_recovery_found(&self) -> bool {
+        let Some(mut found) = self.logs_recovery_found.try_lock() else {
+            return true;
+        };
+        found.retain(|&ino| match self.inodes.try_slot(ino) {
+            None => true,
+            Some(mut cached) => {
+                let _ = self.cached_or_rebuilt(ino, &mut cached);
+                false
+            }
+        });
+        !found.is_empty()
     }
 
     /// Report a corrupt structure met while serving an operation.

@@ -43,6 +43,19 @@ impl InodeCache {
         Some(chunk[i % SLOTS_PER_CHUNK].lock())
     }
 
+    /// The slot of `ino`, locked, unless another thread holds it right now
+    /// (it is rebuilding that inode): never waits. None too for a number
+    /// outside the table, whose slot no thread can hold.
+    pub(crate) fn try_slot(&self, ino: InodeNo) -> Option<MutexGuard<'_, Option<Arc<Inode>>>> {
+        if ino.0 >= self.inode_count {
+            return None;
+        }
+        let i = ino.0 as usize;
+        let chunk =
+            self.chunks[i / SLOTS_PER_CHUNK].get_or_init(|| (0..SLOTS_PER_CHUNK).map(|_| Mutex::new(None)).collect());
+        chunk[i % SLOTS_PER_CHUNK].try_lock()
+    }
+
     /// The cached inode `ino`, if it has been rebuilt (never rebuilds it).
     pub(crate) fn get(&self, ino: InodeNo) -> Option<Arc<Inode>> {
         if ino.0 >= self.inode_count {

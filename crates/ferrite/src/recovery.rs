@@ -146,6 +146,17 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
                                 if d.attrs.nlink == 0 {
                                     scan.orphans.push(ino);
                                 } else {
+                                    // A directory's names are not indexed
+                                    // here, so its liveness is unknown: any
+                                    // log past its tail page may hold some.
+                                    let dead_pages = if header.kind == FileType::Directory {
+                                        d.log.live.page_count() > 1
+                                    } else {
+                                        d.holds_collectable_dead_pages()
+                                    };
+                                    if dead_pages {
+                                        scan.with_dead_log_pages.push(ino);
+                                    }
                                     scan.live.push(ino);
                                     scan.owners.extend(std::iter::repeat_n(ino, owned.len()));
                                     scan.owned.extend(owned);
@@ -165,8 +176,10 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
     }
     let mut live = vec![false; count as usize];
     let mut orphans = Vec::new();
+    let mut with_dead_log_pages = Vec::new();
     for r in results {
         let scan = r?;
+        with_dead_log_pages.extend(scan.with_dead_log_pages);
         for (&p, &ino) in scan.owned.iter().zip(&scan.owners) {
             if bitmap_get(&used, p.0) {
                 return Err(PoolError::Corrupt(format!("page {} is owned twice (second owner inode {})", p.0, ino.0)));
@@ -203,6 +216,13 @@ fn recover_after_crash(fs: &mut Ferrite, threads: usize) -> Result<(), PoolError
         }
     }
     fs.inodes_free.fill((2..count).filter(|&i| !live[i as usize]));
+    // Their dead pages go back at the first visit of the cached logs: a
+    // change refused for space, a patch buffer that found none, or the
+    // clean unmount (`collect_other_logs`).
+    if !with_dead_log_pages.is_empty() {
+        *fs.logs_recovery_found.get_mut() = with_dead_log_pages;
+        *fs.dead_pages_unvisited.get_mut() = true;
+    }
     Ok(())
 }
 
@@ -218,6 +238,8 @@ struct Scan {
     live: Vec<InodeNo>,
     /// Inodes with no link left: freed by recovery.
     orphans: Vec<InodeNo>,
+    /// Live inodes whose logs may hold dead pages GC can take.
+    with_dead_log_pages: Vec<InodeNo>,
 }
 
 /// Save the allocator and mark the pool clean (the last act of unmount).

@@ -14,9 +14,11 @@
 //! file, before it is refused (on a buffered mount their deaths become
 //! durable first), also while other threads change those files; and that a
 //! refusal while no log holds a dead page visits no other log, while pages
-//! that died since, or that a log rebuilt after a crash kept, are found;
-//! that a clean unmount leaves no dead log page; and that a patch buffer
-//! and a symlink's target page take dead log pages too.
+//! that died since, or that crash recovery found in logs nobody has
+//! touched since, are found; that a clean unmount leaves no dead log page,
+//! also right after a crash; and that a patch buffer, a symlink's target
+//! page and a shrinking truncate's copy of its cut page (engine tests in
+//! `file.rs`) take dead log pages too.
 
 use ferrite::{
     BufferedOptions, Errno, FallocateMode, Fd, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session,
@@ -739,12 +741,13 @@ fn a_write_on_a_full_buffered_pool_reuses_other_files_dead_log_pages() {
 /// Dead log pages from before a mount. A clean unmount collects every
 /// cached inode's (`collect_every_log`), so that a file nobody touches
 /// after the next mount does not keep them: the image it leaves holds no
-/// dead log page. After a crash they stay, and a log rebuilt after mount
-/// may hold them: a refused change must find them even when an earlier
-/// refusal's visit of the cached inodes found nothing (the rebuild tells
-/// the engine, `note_dead_log_pages`). So: a file churned before the
-/// remount, a fill refused once, then a `stat` that rebuilds the file, and
-/// the next fill must take its dead pages.
+/// dead log page. After a crash they stay in the image, and the next
+/// mount rebuilds an inode only at its first use; crash recovery lists
+/// the logs it found holding dead pages, and the first refused change
+/// rebuilds them and takes their pages (before, they waited for a
+/// `stat` of the file). So: a file churned before the remount, and a fill
+/// of another file until refused, which must leave no dead log page
+/// behind although it never looked at the churned file.
 fn dead_pages_from_before_a_mount(buffered: bool, crash: bool) {
     let opts = MountOptions {
         buffered: buffered.then(|| BufferedOptions { persister_thread: false, ..Default::default() }),
@@ -764,17 +767,16 @@ fn dead_pages_from_before_a_mount(buffered: bool, crash: bool) {
         assert_eq!(report.dead_log_pages, 0, "a clean unmount left dead log pages");
     }
     let engine = fs.engine();
+    let collected = engine.gc_pages_collected_for_others();
     let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
     let page = vec![0x5au8; 4096];
-    let fill = |from: u64| grow_until_refused(&fs, |k| fs.pwrite(filler, &page, (from + k) * 4096).map(|_| ()));
-    let mut filled = fill(0);
+    let filled = grow_until_refused(&fs, |k| fs.pwrite(filler, &page, k * 4096).map(|_| ()));
     if crash {
-        let dead = dead_log_pages_after_sync(&fs);
-        assert!(dead >= 1, "the fill took the dead pages of a file it never looked at");
-        let visits = engine.other_log_visits();
-        assert_eq!(fs.stat(b"/churned").unwrap().perm, 0o640);
-        filled += fill(filled);
-        assert!(engine.other_log_visits() > visits, "no refused write visited the rebuilt log");
+        assert!(engine.other_log_visits() > 0, "no refused write visited other logs");
+        assert!(
+            engine.gc_pages_collected_for_others() - collected >= report.dead_log_pages,
+            "the fill did not take the dead log pages recovery found"
+        );
     }
     assert_eq!(dead_log_pages_after_sync(&fs), 0, "a write was refused while a log held dead pages");
     check_churned(&fs, "/churned", 7);
@@ -794,26 +796,38 @@ fn a_clean_unmount_of_a_buffered_mount_collects_dead_log_pages() {
 }
 
 #[test]
-fn a_write_on_a_full_pool_finds_dead_pages_of_a_log_rebuilt_after_a_crash() {
+fn a_write_on_a_full_pool_finds_dead_log_pages_recovery_found() {
     dead_pages_from_before_a_mount(false, true);
 }
 
 #[test]
-fn a_write_on_a_full_buffered_pool_finds_dead_pages_of_a_log_rebuilt_after_a_crash() {
+fn a_write_on_a_full_buffered_pool_finds_dead_log_pages_recovery_found() {
     dead_pages_from_before_a_mount(true, true);
 }
 
-/// The two allocations outside a change's commit also take dead log
-/// pages before they are refused (stop 46): a patch buffer, whose caller
-/// holds no inode (`alloc_pages_anywhere`), and a symlink's target page,
-/// allocated under its directory's lock. Dead pages made on a full pool
-/// would only repay the removal reserve they came from, so three files
-/// are churned before a crash, which leaves their dead pages in the pool;
-/// the next mount rebuilds none until a fill has been refused. Then a
-/// `stat` rebuilds the first, and a patch buffer of a page must be
-/// granted; after another fill two more `stat`s rebuild the others, and a
-/// symlink must be made, whose target reads back.
-fn allocations_outside_a_commit(buffered: bool) {
+/// An allocation outside a change's commit, on a full pool.
+#[derive(Clone, Copy, PartialEq)]
+enum Allocation {
+    /// A patch buffer of a page: its caller holds no inode
+    /// (`alloc_pages_anywhere`).
+    PatchBuffer,
+    /// A symlink's target page, allocated under its directory's lock.
+    Symlink,
+    /// A clean unmount, which allocates nothing but must collect.
+    Unmount,
+}
+
+/// The allocations outside a change's commit also take dead log pages
+/// before they are refused (stop 46), and a clean unmount right after a
+/// crash's recovery leaves none behind. Three files are churned before a
+/// crash, which leaves their dead pages in the pool; the next mount has
+/// rebuilt none of the three when the allocation comes, so only recovery's
+/// list of logs with dead pages leads to them. The pool is filled to at
+/// most one available page without a refusal (a refused write would
+/// visit the logs first), then a patch buffer of one page more than is
+/// available must be granted, a symlink made (its target reads back), or
+/// an unmount leave no dead log page in the image.
+fn allocations_outside_a_commit(buffered: bool, allocation: Allocation) {
     let fs = attribute_pool();
     for k in 0..3u8 {
         let fd = fs.open(format!("/churned{k}").as_bytes(), OpenFlags::RDWR.create(), 0o644).unwrap();
@@ -830,37 +844,76 @@ fn allocations_outside_a_commit(buffered: bool) {
     let engine = fs.engine();
     let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
     let page = vec![0x5au8; 4096];
-    let filled = grow_until_refused(&fs, |k| fs.pwrite(filler, &page, k * 4096).map(|_| ()));
-    fs.stat(b"/churned0").unwrap();
+    let mut filled = 0;
+    // A page and perhaps a log page per write.
+    while engine.available_pages() >= 2 {
+        fs.pwrite(filler, &page, filled * 4096).unwrap();
+        filled += 1;
+    }
+    fs.close(filler).unwrap();
+    assert_eq!(engine.other_log_visits(), 0, "the fill visited the logs");
     let collected = engine.gc_pages_collected();
-    let b =
-        fs.patch_buffer(4096).unwrap_or_else(|e| panic!("a patch buffer refused while a log held dead pages: {e:?}"));
-    assert!(engine.gc_pages_collected() > collected, "the patch buffer took no dead log page");
-    fs.free_buffer(b.id).unwrap();
-    // Appended past the first fill: new pages, never a page replaced.
-    grow_until_refused(&fs, |k| fs.pwrite(filler, &page, (filled + k) * 4096).map(|_| ()));
-    // A symlink takes two pages: its target's and its log's first.
-    fs.stat(b"/churned1").unwrap();
-    fs.stat(b"/churned2").unwrap();
-    fs.symlink(b"/churned0", b"/link")
-        .unwrap_or_else(|e| panic!("a symlink refused while a log held dead pages: {e:?}"));
-    assert_eq!(fs.readlink(b"/link").unwrap(), b"/churned0");
+    match allocation {
+        Allocation::PatchBuffer => {
+            let len = (engine.available_pages() + 1) * 4096;
+            let b = fs
+                .patch_buffer(len)
+                .unwrap_or_else(|e| panic!("a patch buffer refused while logs held dead pages: {e:?}"));
+            fs.free_buffer(b.id).unwrap();
+        }
+        Allocation::Symlink => {
+            // Two pages: its target's and its log's first.
+            fs.symlink(b"/churned0", b"/link")
+                .unwrap_or_else(|e| panic!("a symlink refused while logs held dead pages: {e:?}"));
+            assert_eq!(fs.readlink(b"/link").unwrap(), b"/churned0");
+        }
+        Allocation::Unmount => {
+            let (fs, report) = ferrite_tests::remount_as(fs, false, &opts);
+            assert_eq!(report.dead_log_pages, 0, "a clean unmount after recovery left dead log pages");
+            for k in 0..3u8 {
+                check_churned(&fs, &format!("/churned{k}"), k);
+            }
+            fsck_clean(&fs);
+            return;
+        }
+    }
+    assert!(engine.gc_pages_collected() > collected, "the allocation took no dead log page");
     assert_eq!(dead_log_pages_after_sync(&fs), 0, "dead log pages left");
     for k in 0..3u8 {
         check_churned(&fs, &format!("/churned{k}"), k);
     }
-    fs.close(filler).unwrap();
+    assert_eq!(fs.stat(b"/filler").unwrap().size, filled * 4096);
     fsck_clean(&fs);
 }
 
 #[test]
-fn a_patch_buffer_and_a_symlink_on_a_full_pool_take_dead_log_pages() {
-    allocations_outside_a_commit(false);
+fn a_patch_buffer_on_a_full_pool_takes_dead_log_pages() {
+    allocations_outside_a_commit(false, Allocation::PatchBuffer);
 }
 
 #[test]
-fn a_patch_buffer_and_a_symlink_on_a_full_buffered_pool_take_dead_log_pages() {
-    allocations_outside_a_commit(true);
+fn a_patch_buffer_on_a_full_buffered_pool_takes_dead_log_pages() {
+    allocations_outside_a_commit(true, Allocation::PatchBuffer);
+}
+
+#[test]
+fn a_symlink_on_a_full_pool_takes_dead_log_pages() {
+    allocations_outside_a_commit(false, Allocation::Symlink);
+}
+
+#[test]
+fn a_symlink_on_a_full_buffered_pool_takes_dead_log_pages() {
+    allocations_outside_a_commit(true, Allocation::Symlink);
+}
+
+#[test]
+fn a_clean_unmount_after_recovery_collects_the_dead_log_pages_it_found() {
+    allocations_outside_a_commit(false, Allocation::Unmount);
+}
+
+#[test]
+fn a_clean_unmount_of_a_buffered_mount_after_recovery_collects_the_dead_log_pages_it_found() {
+    allocations_outside_a_commit(true, Allocation::Unmount);
 }
 
 /// Threads that fill a pool over and over while they churn their files'
