@@ -811,8 +811,10 @@ enum Allocation {
     /// A patch buffer of a page: its caller holds no inode
     /// (`alloc_pages_anywhere`).
     PatchBuffer,
-    /// A symlink's target page, allocated under its directory's lock.
-    Symlink,
+    /// A symlink, with this many pages available: with none its target's
+    /// page (allocated under its directory's lock, `alloc_pages_for`)
+    /// finds none; with one its first log page does (`stage_new_inode`).
+    Symlink { available: u64 },
     /// A clean unmount, which allocates nothing but must collect.
     Unmount,
 }
@@ -822,11 +824,12 @@ enum Allocation {
 /// crash's recovery leaves none behind. Three files are churned before a
 /// crash, which leaves their dead pages in the pool; the next mount has
 /// rebuilt none of the three when the allocation comes, so only recovery's
-/// list of logs with dead pages leads to them. The pool is filled to at
-/// most one available page without a refusal (a refused write would
-/// visit the logs first), then a patch buffer of one page more than is
-/// available must be granted, a symlink made (its target reads back), or
-/// an unmount leave no dead log page in the image.
+/// list of logs with dead pages leads to them. The pool is filled to one
+/// or two available pages without a refusal (a refused write would visit
+/// the logs first), then a patch buffer of one page more than is
+/// available must be granted, a symlink made (its target reads back) with
+/// no page or one available, or an unmount leave no dead log page in the
+/// image.
 fn allocations_outside_a_commit(buffered: bool, allocation: Allocation) {
     let fs = attribute_pool();
     for k in 0..3u8 {
@@ -845,8 +848,8 @@ fn allocations_outside_a_commit(buffered: bool, allocation: Allocation) {
     let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
     let page = vec![0x5au8; 4096];
     let mut filled = 0;
-    // A page and perhaps a log page per write.
-    while engine.available_pages() >= 2 {
+    // A page and perhaps a log page per write: one or two are left.
+    while engine.available_pages() >= 3 {
         fs.pwrite(filler, &page, filled * 4096).unwrap();
         filled += 1;
     }
@@ -861,11 +864,19 @@ fn allocations_outside_a_commit(buffered: bool, allocation: Allocation) {
                 .unwrap_or_else(|e| panic!("a patch buffer refused while logs held dead pages: {e:?}"));
             fs.free_buffer(b.id).unwrap();
         }
-        Allocation::Symlink => {
+        Allocation::Symlink { available } => {
+            // The pages beyond `available` held, without a refusal.
+            let held = engine.available_pages() - available;
+            let hold = (held > 0).then(|| fs.patch_buffer(held * 4096).unwrap());
+            assert_eq!(engine.gc_pages_collected(), collected);
+            assert_eq!(engine.available_pages(), available);
             // Two pages: its target's and its log's first.
             fs.symlink(b"/churned0", b"/link")
                 .unwrap_or_else(|e| panic!("a symlink refused while logs held dead pages: {e:?}"));
             assert_eq!(fs.readlink(b"/link").unwrap(), b"/churned0");
+            if let Some(b) = hold {
+                fs.free_buffer(b.id).unwrap();
+            }
         }
         Allocation::Unmount => {
             let (fs, report) = ferrite_tests::remount_as(fs, false, &opts);
@@ -897,13 +908,23 @@ fn a_patch_buffer_on_a_full_buffered_pool_takes_dead_log_pages() {
 }
 
 #[test]
-fn a_symlink_on_a_full_pool_takes_dead_log_pages() {
-    allocations_outside_a_commit(false, Allocation::Symlink);
+fn a_symlinks_target_on_a_full_pool_takes_dead_log_pages() {
+    allocations_outside_a_commit(false, Allocation::Symlink { available: 0 });
 }
 
 #[test]
-fn a_symlink_on_a_full_buffered_pool_takes_dead_log_pages() {
-    allocations_outside_a_commit(true, Allocation::Symlink);
+fn a_symlinks_target_on_a_full_buffered_pool_takes_dead_log_pages() {
+    allocations_outside_a_commit(true, Allocation::Symlink { available: 0 });
+}
+
+#[test]
+fn a_symlinks_first_log_page_on_a_full_pool_takes_dead_log_pages() {
+    allocations_outside_a_commit(false, Allocation::Symlink { available: 1 });
+}
+
+#[test]
+fn a_symlinks_first_log_page_on_a_full_buffered_pool_takes_dead_log_pages() {
+    allocations_outside_a_commit(true, Allocation::Symlink { available: 1 });
 }
 
 #[test]
