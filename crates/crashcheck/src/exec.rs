@@ -548,8 +548,36 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
             divergences.push(format!("preparing call {i} {c}: engine {e:?}, model {m:?}"));
         }
     }
+    let mut engine = engine;
     for (i, c) in w.setup.iter().enumerate() {
         clock.set(TimeSpec { sec: T_CALL - 5, nsec: i as u32 });
+        if *c == Call::CrashRemount {
+            // Every returned operation durable, the engine dropped without
+            // an unmount, and the pool mounted again: recovery runs, and
+            // the recorded calls meet the engine it left. The model's
+            // state is that of the operations made durable; its
+            // descriptors are closed, as the crash closed the engine's.
+            if let Err(e) = engine.engine().sync_all() {
+                divergences.push(format!("setup call {c}: sync_all before the crash failed: {e:?}"));
+            }
+            let image = engine.pmem().image();
+            drop(engine);
+            let pool = match backing {
+                Backing::Heap => Pmem::from_image(&image),
+                Backing::File => file_pool(&image),
+            };
+            engine = Session::mount(pool, &workload_mount_options(&clock, w.buffered))
+                .unwrap_or_else(|e| panic!("mount after the crash in the setup of workload {}: {e}", w.id));
+            assert!(engine.engine().mount_report().recovered, "the mount after a crash did not recover");
+            // Everything durable, as after a sync, for the fsync-atomic
+            // oracle's bookkeeping.
+            let plan = tracker.plan(&model, &ms, c);
+            tracker.settle(&model, &ms, plan, true);
+            es.reopen();
+            model.close_all();
+            ms.reopen();
+            continue;
+        }
         let e = run_call(&engine, &mut es, c);
         let plan = tracker.plan(&model, &ms, c);
         let m = run_call(&model, &mut ms, c);
@@ -567,7 +595,6 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
         }
     }
     let mut prefix = crate::prefix::Prefix::default();
-    let mut engine = engine;
     let mut pmem = engine.pmem().clone();
     let base = Arc::new(pmem.image());
     let first = Arc::new(model.tree());
@@ -585,6 +612,7 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
         pmem.mark(begin_mark(i));
         let mut carried = Vec::new();
         let mut unmount_gc_pages = 0;
+        assert!(*c != Call::CrashRemount, "workload {}: a crash and mount is a setup call", w.id);
         if *c == Call::Remount {
             // A clean unmount, then a mount of the same pool (continuing
             // the trace on a new recording pool that starts from the image

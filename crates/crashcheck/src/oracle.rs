@@ -264,7 +264,7 @@ impl Tracker {
                     p.alone.extend(by_path(path, true));
                 }
             }
-            Call::Sync | Call::Remount => p.all = true,
+            Call::Sync | Call::Remount | Call::CrashRemount => p.all = true,
             Call::Link { from, .. } => p.with_names.extend(by_path(from, false)),
             Call::Unlink { path } | Call::WriteRacingUnlink { path, .. } => {
                 p.with_names.extend(by_path(path, false))

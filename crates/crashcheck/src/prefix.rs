@@ -50,7 +50,7 @@ pub fn is_sync_point(call: &Call, slots: &Slots, r: &CallResult) -> bool {
     }
     let sync_fd = |slot: &u8| slots.sync.get(*slot as usize).copied().unwrap_or(false);
     match call {
-        Call::Fsync { .. } | Call::Fdatasync { .. } | Call::Sync | Call::Remount => true,
+        Call::Fsync { .. } | Call::Fdatasync { .. } | Call::Sync | Call::Remount | Call::CrashRemount => true,
         Call::Pwrite { len: 0, .. } | Call::Write { len: 0, .. } | Call::Patch { len: 0, .. } => false,
         Call::Pwrite { slot, .. } | Call::Write { slot, .. } | Call::Patch { slot, .. } => sync_fd(slot),
         _ => false,

@@ -22,6 +22,12 @@
 //! page the epoch set aside, log GC at an fsync-atomic file's commit point,
 //! and the compaction of a log that holds live inline deltas.
 //!
+//! A scenario's setup may crash and mount the pool
+//! ([`Call::CrashRemount`]: every returned operation durable, then a mount
+//! that recovers), so that its recorded calls meet the engine crash
+//! recovery left (`gc_after_crash`: the logs recovery found holding dead
+//! pages, collected for a change that finds no page).
+//!
 //! Each scenario says what its first recorded call must do ([`Expect`]);
 //! the CI test (`tests/scenarios.rs`) checks it on every start image from
 //! the engine's counters, so the coverage cannot silently disappear.
@@ -554,6 +560,19 @@ fn build() -> Vec<Scenario> {
             unmount_collects(),
             vec![],
             vec![Call::Remount, open(0, "/gcu/w", OpenFlags::WRONLY.create())],
+        ),
+        // After a crash, recovery lists the logs it finds holding dead
+        // pages (stop 47): on the nearly full image an append to
+        // `/F/fill` finds no page, and the visit of the cached logs
+        // rebuilds `/gcr`, which nothing has touched since the mount, and
+        // collects its dead page for the write; then a chmod of `/gcr`,
+        // and a clean unmount and a mount.
+        sc(
+            "gc_after_crash",
+            FastGcWhereRun,
+            dir_with_a_dead_page_no_space("/gcr"),
+            vec![Call::CrashRemount, open(1, "/F/fill", OpenFlags::WRONLY.append())],
+            vec![Call::Write { slot: 1, len: 4096, tag: 47 }, chmod("/gcr", 0o750), Call::Remount],
         ),
         // A chmod that collects a file's truncate page; then a clean
         // unmount and a mount.

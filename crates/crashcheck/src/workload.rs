@@ -122,6 +122,12 @@ pub enum Call {
     /// closed). Only the recorded runs know how (`exec::record`);
     /// elsewhere it is a no-op that returns 0.
     Remount,
+    /// A crash with every returned operation durable (a buffered mount's
+    /// queue made durable first), then a mount of the same pool, which
+    /// recovers (every descriptor is closed). Setup calls only (before
+    /// recording: `exec::record_on`), so that the recorded calls run on
+    /// the engine crash recovery left; elsewhere a no-op that returns 0.
+    CrashRemount,
     /// sync(2) (`Ferrite::sync_all`): a commit point of every fsync-atomic
     /// file. Nothing on the model.
     Sync,
@@ -266,6 +272,7 @@ impl std::fmt::Display for Call {
                 write!(f, "utimens({}, {atime:?}, {mtime:?})", show_path(path))
             }
             Call::Remount => write!(f, "unmount + mount"),
+            Call::CrashRemount => write!(f, "crash + mount"),
             Call::Sync => write!(f, "sync()"),
             Call::PersistAllBut { newest } => write!(f, "persist_all_but({newest})"),
             Call::SetMode { slot, mode } => {
@@ -620,7 +627,7 @@ pub fn run_call(fs: &dyn Target, slots: &mut Slots, call: &Call) -> CallResult {
         Call::Chmod { path, perm } => fs.chmod(path, *perm).map(|_| 0),
         Call::Chown { path, uid, gid } => fs.chown(path, *uid, *gid).map(|_| 0),
         Call::Utimens { path, atime, mtime } => fs.utimens(path, *atime, *mtime).map(|_| 0),
-        Call::Remount => Ok(0),
+        Call::Remount | Call::CrashRemount => Ok(0),
         Call::Sync => match fs.engine_fs() {
             Some(e) => e.sync_all().map(|_| 0),
             None => Ok(0),
