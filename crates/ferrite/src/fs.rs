@@ -328,7 +328,7 @@ impl Ferrite {
         // A clean unmount is a commit point of every fsync-atomic file.
         self.commit_all_pending();
         // Dead log pages go back before the allocator is saved.
-        self.collect_every_log();
+        self.collect_every_log(usize::MAX);
         crate::recovery::save_and_mark_clean(&self);
         self.unmounted.store(true, Ordering::SeqCst);
         Ok(())
@@ -493,26 +493,35 @@ impl Ferrite {
         Ok(inode)
     }
 
-    /// Rebuild the inodes whose logs crash recovery found holding dead
-    /// pages (`logs_recovery_found`), for a visit of the cached logs that
-    /// is about to start: each rebuild notes what its log keeps
-    /// (`note_dead_log_pages`), and the visit then takes it. Never waits,
-    /// as the visit's caller may hold inode locks: an inode whose cache
-    /// slot another thread holds (it is rebuilding it) stays on the list,
-    /// and so does the whole list while another visit rebuilds from it.
-    /// An inode freed since, or whose log is corrupt (reported here and at
-    /// its next use), leaves the list. Returns whether any was left.
-    pub(crate) fn rebuild_logs_recovery_found(&self) -> bool {
+    /// Rebuild up to `rebuilds_max` of the inodes whose logs crash
+    /// recovery found holding dead pages (`logs_recovery_found`), for a
+    /// visit of the cached logs that is about to start: each rebuild notes
+    /// what its log keeps (`note_dead_log_pages`), and the visit then takes
+    /// it. Never waits, as the visit's caller may hold inode locks: an
+    /// inode whose cache slot another thread holds (it is rebuilding it)
+    /// stays on the list, and so does the whole list while another visit
+    /// rebuilds from it. An inode cached since, freed since, or whose log
+    /// is corrupt (reported here and at its next use) leaves the list.
+    /// Returns whether any was left.
+    pub(crate) fn rebuild_logs_recovery_found(&self, rebuilds_max: usize) -> bool {
         let Some(mut found) = self.logs_recovery_found.try_lock() else {
             return true;
         };
-        found.retain(|&ino| match self.inodes.try_slot(ino) {
-            None => true,
-            Some(mut cached) => {
-                let _ = self.cached_or_rebuilt(ino, &mut cached);
-                false
+        let mut held_elsewhere = Vec::new();
+        let mut rebuilds = 0;
+        while rebuilds < rebuilds_max {
+            let Some(ino) = found.pop() else { break };
+            match self.inodes.try_slot(ino) {
+                None => held_elsewhere.push(ino),
+                Some(mut cached) => {
+                    if cached.is_none() {
+                        rebuilds += 1;
+                    }
+                    let _ = self.cached_or_rebuilt(ino, &mut cached);
+                }
             }
-        });
+        }
+        found.extend(held_elsewhere);
         !found.is_empty()
     }
 

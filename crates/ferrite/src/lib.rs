@@ -50,6 +50,8 @@ pub(crate) type PageList = smallvec::SmallVec<[format::PageNo; 4]>;
 pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 pub use buffered::{BufferedOptions, BufferedStats, BATCH_WORDS_MIN, BUFFERED_LAG_NS_MAX, BUFFERED_OPS_MAX};
+#[doc(hidden)]
+pub use commit::RECOVERY_REBUILDS_PER_VISIT_MAX;
 pub use dir::NodeSpec;
 pub use file::COPY_BYTES_MAX;
 #[doc(hidden)]

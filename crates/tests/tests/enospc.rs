@@ -805,6 +805,44 @@ fn a_write_on_a_full_buffered_pool_finds_dead_log_pages_recovery_found() {
     dead_pages_from_before_a_mount(true, true);
 }
 
+/// A visit of the cached logs for a refused change rebuilds at most
+/// `RECOVERY_REBUILDS_PER_VISIT_MAX` of the inodes crash recovery found
+/// holding dead pages (so that one refusal after a crash does not pay for
+/// thousands), and the next refusal goes on with the rest: a tenth more
+/// churned files than one visit rebuilds, a crash, then a fill until
+/// refused, which must have visited at least twice and left no dead log
+/// page in any of them.
+#[test]
+fn refusals_after_a_crash_rebuild_the_logs_recovery_found_a_visit_at_a_time() {
+    let files = ferrite::RECOVERY_REBUILDS_PER_VISIT_MAX * 11 / 10;
+    let byte = |k: usize| (k % 200) as u8;
+    let fs = Session::format(
+        Pmem::heap(16384 * 4096),
+        &FormatOptions { lanes: 2, inodes: Some(files as u64 + 64), ..Default::default() },
+    )
+    .unwrap();
+    for k in 0..files {
+        let fd = fs.open(format!("/churned{k}").as_bytes(), OpenFlags::RDWR.create(), 0o644).unwrap();
+        fs.pwrite(fd, &[byte(k); 4096], 0).unwrap();
+        churn_log(&fs, fd, byte(k), false);
+        fs.close(fd).unwrap();
+    }
+    let (fs, report) = ferrite_tests::remount_as(fs, true, &MountOptions::default());
+    assert!(report.dead_log_pages >= files as u64, "the churned files keep {} dead log pages", report.dead_log_pages);
+    let engine = fs.engine();
+    let filler = fs.open(b"/filler", OpenFlags::WRONLY.create(), 0o644).unwrap();
+    let page = vec![0x5au8; 4096];
+    grow_until_refused(&fs, |k| fs.pwrite(filler, &page, k * 4096).map(|_| ()));
+    assert!(engine.other_log_visits() >= 2, "{} visits rebuilt {files} logs", engine.other_log_visits());
+    assert!(engine.gc_pages_collected_for_others() >= report.dead_log_pages, "the fill left dead log pages");
+    assert_eq!(dead_log_pages_after_sync(&fs), 0, "a write was refused while a log held dead pages");
+    for k in (0..files).step_by(97) {
+        check_churned(&fs, &format!("/churned{k}"), byte(k));
+    }
+    fs.close(filler).unwrap();
+    fsck_clean(&fs);
+}
+
 /// An allocation outside a change's commit, on a full pool.
 #[derive(Clone, Copy, PartialEq)]
 enum Allocation {
