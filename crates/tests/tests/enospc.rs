@@ -18,7 +18,8 @@
 //! touched since, are found; that a clean unmount leaves no dead log page,
 //! also right after a crash; and that a patch buffer, a symlink's target
 //! page and a shrinking truncate's copy of its cut page (engine tests in
-//! `file.rs`) take dead log pages too.
+//! `file.rs`) take dead log pages too; and that one refusal rebuilds a
+//! bounded number of the logs recovery found, the next the rest.
 
 use ferrite::{
     BufferedOptions, Errno, FallocateMode, Fd, FormatOptions, MountOptions, OpenFlags, PathFs, RenameFlags, Session,
