@@ -225,24 +225,24 @@ impl Ferrite {
         // The new inode first: its slot (not live) and its first log page.
         let new_inode = match new {
             None => None,
-            Some(n) => {
+            Some(mut n) => {
                 let ino = n.ino;
                 // Its first log page (a symlink's, say) may come from dead
                 // log pages, as the parts' entries may: collected for the
                 // first part kept alive (the parent directory), whose lock
                 // is held.
                 let collect_for = parts.iter().position(|p| !p.free);
-                let staged = match self.stage_new_inode(n) {
-                    Err((Errno::ENOSPC, n))
+                let staged = match self.stage_new_inode(&mut n) {
+                    Err(Errno::ENOSPC)
                         if collect_for.is_some_and(|i| self.collect_for_space(parts[i].inode, guards[i])) =>
                     {
-                        self.stage_new_inode(n)
+                        self.stage_new_inode(&mut n)
                     }
                     other => other,
                 };
                 match staged {
                     Ok(v) => Some(v),
-                    Err((e, _)) => {
+                    Err(e) => {
                         self.inodes_free.free(ino);
                         self.abandon(fresh, Vec::new());
                         return Err(e);
@@ -679,8 +679,11 @@ impl Ferrite {
     /// Prepare a new inode: write its slot (identity, head, tail) and its
     /// first entries (an Attr snapshot, then `new.entries`), all flushed but
     /// not live: the caller's transaction sets the state word.
-    fn stage_new_inode(&self, new: NewInode) -> Result<(Arc<Inode>, Staged), (Errno, NewInode)> {
-        let NewInode { ino, kind, rdev, attrs, entries: extra } = new;
+    /// On error nothing is written, and `new` is as it was (a caller may
+    /// collect dead log pages and try again).
+    fn stage_new_inode(&self, new: &mut NewInode) -> FsResult<(Arc<Inode>, Staged)> {
+        let NewInode { ino, kind, rdev, attrs, .. } = *new;
+        let extra = std::mem::take(&mut new.entries);
         assert!(rdev == 0 || kind.has_rdev(), "a device number on a {kind:?}");
         let generation = self.media.slot_generation(ino).wrapping_add(1).max(1);
         // The DRAM object before the slot: making it may take a lock (the
@@ -696,7 +699,10 @@ impl Ferrite {
             let seqs = (1..=extra.len() as u64).collect();
             match write_log_entries(&self.media, &self.pages, ino, generation, format::NO_LOG, extra, seqs, None) {
                 Ok(staged) => staged,
-                Err((e, entries)) => return Err((e, NewInode { ino, kind, rdev, attrs, entries })),
+                Err((e, entries)) => {
+                    new.entries = entries;
+                    return Err(e);
+                }
             }
         };
         self.media.write_slot_identity(
