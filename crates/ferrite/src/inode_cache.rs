@@ -32,28 +32,28 @@ impl InodeCache {
         InodeCache { chunks: (0..chunks).map(|_| OnceLock::new()).collect(), inode_count }
     }
 
-    /// The slot of `ino`, locked; None for a number outside the table.
-    pub(crate) fn slot(&self, ino: InodeNo) -> Option<MutexGuard<'_, Option<Arc<Inode>>>> {
+    /// The slot of `ino` (its chunk allocated at first use); None for a
+    /// number outside the table.
+    fn slot_of(&self, ino: InodeNo) -> Option<&Slot> {
         if ino.0 >= self.inode_count {
             return None;
         }
         let i = ino.0 as usize;
         let chunk =
             self.chunks[i / SLOTS_PER_CHUNK].get_or_init(|| (0..SLOTS_PER_CHUNK).map(|_| Mutex::new(None)).collect());
-        Some(chunk[i % SLOTS_PER_CHUNK].lock())
+        Some(&chunk[i % SLOTS_PER_CHUNK])
+    }
+
+    /// The slot of `ino`, locked; None for a number outside the table.
+    pub(crate) fn slot(&self, ino: InodeNo) -> Option<MutexGuard<'_, Option<Arc<Inode>>>> {
+        self.slot_of(ino).map(|s| s.lock())
     }
 
     /// The slot of `ino`, locked, unless another thread holds it right now
     /// (it is rebuilding that inode): never waits. None too for a number
     /// outside the table, whose slot no thread can hold.
     pub(crate) fn try_slot(&self, ino: InodeNo) -> Option<MutexGuard<'_, Option<Arc<Inode>>>> {
-        if ino.0 >= self.inode_count {
-            return None;
-        }
-        let i = ino.0 as usize;
-        let chunk =
-            self.chunks[i / SLOTS_PER_CHUNK].get_or_init(|| (0..SLOTS_PER_CHUNK).map(|_| Mutex::new(None)).collect());
-        chunk[i % SLOTS_PER_CHUNK].try_lock()
+        self.slot_of(ino)?.try_lock()
     }
 
     /// The cached inode `ino`, if it has been rebuilt (never rebuilds it).
