@@ -524,14 +524,21 @@ fn file_pool(image: &[u8]) -> Pmem {
     p
 }
 
+/// `image` mounted for workload `w` on a pool of `backing`, not recording
+/// yet (a crash's image is recovered).
+fn mount_for(image: &[u8], backing: Backing, clock: &Arc<ManualClock>, w: &Workload) -> Session {
+    let pool = match backing {
+        Backing::Heap => Pmem::from_image(image),
+        Backing::File => file_pool(image),
+    };
+    Session::mount(pool, &workload_mount_options(clock, w.buffered))
+        .unwrap_or_else(|e| panic!("mount for workload {}: {e}", w.id))
+}
+
 /// [`record`] on a pool of `backing`.
 pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recording {
     let clock = clock_at(T_CALL - 10);
-    let pool = match backing {
-        Backing::Heap => Pmem::from_image(&start.image),
-        Backing::File => file_pool(&start.image),
-    };
-    let engine = Session::mount(pool, &workload_mount_options(&clock, w.buffered)).expect("mount the start image");
+    let engine = mount_for(&start.image, backing, &clock, w);
     let model = ModelFs::from_state(start.model.clone(), clock.clone());
     let layout = engine.layout();
     let mut es = Slots::default();
@@ -562,12 +569,7 @@ pub fn record_on(start: &Arc<Start>, w: &Workload, backing: Backing) -> Recordin
             }
             let image = engine.pmem().image();
             drop(engine);
-            let pool = match backing {
-                Backing::Heap => Pmem::from_image(&image),
-                Backing::File => file_pool(&image),
-            };
-            engine = Session::mount(pool, &workload_mount_options(&clock, w.buffered))
-                .unwrap_or_else(|e| panic!("mount after the crash in the setup of workload {}: {e}", w.id));
+            engine = mount_for(&image, backing, &clock, w);
             assert!(engine.engine().mount_report().recovered, "the mount after a crash did not recover");
             // Everything durable, as after a sync, for the fsync-atomic
             // oracle's bookkeeping.
