@@ -39,6 +39,9 @@ pub struct Journals {
 #[derive(Default)]
 pub struct Transaction {
     pub words: smallvec::SmallVec<[(PoolOffset, u64); 4]>,
+    /// Old values the caller read from media itself (`set_with_old`), so
+    /// the transaction need not read them again.
+    olds_read: smallvec::SmallVec<[(PoolOffset, u64); 1]>,
 }
 
 impl Transaction {
@@ -46,6 +49,25 @@ impl Transaction {
         assert!(offset.0.is_multiple_of(8), "journaled word at {offset} is not aligned");
         assert!(!self.words.iter().any(|w| w.0 == offset), "word journaled twice");
         self.words.push((offset, value));
+    }
+
+    /// `set`, with the word's value on media, which the caller read while
+    /// holding what keeps anyone else from changing it (a new inode's
+    /// state word, read before its slot's other words were written and
+    /// flushed). The record's old value is then not read back from a line
+    /// that the flush has just evicted, a wait for memory on the commit
+    /// path (about a tenth of a create on the AMD VM, BENCHMARKS.md).
+    pub fn set_with_old(&mut self, offset: PoolOffset, value: u64, old: u64) {
+        self.set(offset, value);
+        self.olds_read.push((offset, old));
+    }
+
+    /// The value on media of word `offset` before this transaction.
+    fn old_value(&self, media: &Media, offset: PoolOffset) -> u64 {
+        match self.olds_read.iter().find(|w| w.0 == offset) {
+            Some(&(_, old)) => old,
+            None => media.read_u64(offset),
+        }
     }
 }
 
@@ -103,7 +125,7 @@ impl Journals {
         *seq += 1;
         let page = media.layout.journal_page(lane as u32).offset();
         let records: smallvec::SmallVec<[JournalRecord; 4]> =
-            tx.words.iter().map(|&(offset, _)| JournalRecord { offset, old: media.read_u64(offset) }).collect();
+            tx.words.iter().map(|&(offset, _)| JournalRecord { offset, old: tx.old_value(media, offset) }).collect();
         let mut bytes = format::journal_encode(*seq & ((1 << 48) - 1), &records);
         // Whole lines, streamed: the rest of the last record's line is zero.
         bytes.resize(bytes.len().next_multiple_of(ferrite_pmem::CACHE_LINE as usize), 0);

@@ -98,6 +98,10 @@ impl Media {
             .ok_or_else(|| corrupt!("read of {} bytes at {offset} outside the pool", buf.len()))
     }
 
+    pub fn prefetch(&self, offset: PoolOffset) {
+        self.pmem.prefetch(offset)
+    }
+
     pub fn read_u64(&self, offset: PoolOffset) -> u64 {
         self.pmem.read_u64(offset)
     }

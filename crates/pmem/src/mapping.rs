@@ -174,6 +174,22 @@ impl Region {
         unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }
     }
 
+    /// Asks the cache for the line holding `off`, without waiting for it
+    /// (a hint: nothing is read or written, and a later load finds the line
+    /// if it arrived).
+    #[inline]
+    pub(crate) fn prefetch(&self, off: usize) {
+        let p = self.at(off, 1);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch reads nothing architecturally and cannot
+        // fault; `p` is inside the region anyway (checked by `at`).
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>().cast_const())
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+
     #[inline]
     pub(crate) fn load_u64(&self, off: usize) -> u64 {
         self.word(off).load(Ordering::Acquire)

@@ -278,6 +278,15 @@ impl Pmem {
         Some(())
     }
 
+    /// Starts bringing the line holding `offset` into the cache, so that a
+    /// read of it a little later does not wait for memory. Panics if
+    /// `offset` is outside the pool.
+    #[inline]
+    pub fn prefetch(&self, offset: PoolOffset) {
+        let off = self.range_or_panic("prefetch", offset, 1);
+        self.region.prefetch(off);
+    }
+
     /// Atomic 8-byte load (Acquire). Panics if `offset` is not 8-aligned or
     /// out of bounds.
     #[inline]

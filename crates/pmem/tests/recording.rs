@@ -5,7 +5,7 @@
 //! no events; take/stop behave; and replaying the Store/NtStore/Commit events
 //! onto the image the recording started from reproduces `image()`, also for
 //! a random workload and for threads racing on overlapping bytes (the trace
-//! order is the store order).
+//! order is the store order). A prefetch is no event and changes no byte.
 
 use ferrite_pmem::{replay_stores, Event, Pmem, PoolOffset};
 use std::sync::Arc;
@@ -129,6 +129,22 @@ fn recording_started_late_keeps_only_later_events() {
     let mut replayed = start;
     replay_stores(&mut replayed, &events);
     assert_eq!(replayed, pool.image());
+}
+
+/// A prefetch is a hint to the cache: the crash harness must see nothing of
+/// it, and the pool's bytes stay as they were. Outside the pool it panics,
+/// as a read there does (a bug in the caller).
+#[test]
+fn a_prefetch_records_nothing_and_changes_nothing() {
+    let start: Vec<u8> = (0..8192u32).map(|i| (i * 13) as u8).collect();
+    let pool = Pmem::recording_from_image(&start);
+    for offset in [0, 8, 63, 64, 4095, 8191] {
+        pool.prefetch(PoolOffset(offset));
+    }
+    assert!(pool.take_events().is_empty());
+    assert_eq!(pool.image(), start);
+    let outside = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.prefetch(PoolOffset(8192))));
+    assert!(outside.is_err(), "a prefetch past the pool's end must panic");
 }
 
 /// xorshift64*, so the workload is the same on every run.
