@@ -56,7 +56,7 @@ impl Transaction {
     /// state word, read before its slot's other words were written and
     /// flushed). The record's old value is then not read back from a line
     /// that the flush has just evicted, a wait for memory on the commit
-    /// path (about a tenth of a create on the AMD VM, BENCHMARKS.md).
+    /// path (BENCHMARKS.md, "The journal's old values").
     pub fn set_with_old(&mut self, offset: PoolOffset, value: u64, old: u64) {
         self.set(offset, value);
         self.olds_read.push((offset, old));
