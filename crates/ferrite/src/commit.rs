@@ -218,14 +218,12 @@ impl Ferrite {
         // for its records after the staging, and their lines were written
         // back (and, on AMD machines, evicted) by the last change to them,
         // so each read would wait for memory (about 0.1-0.2 µs on these
-        // VMs). Asked for now, they arrive while the entries are staged.
+        // VMs). Asked for now, they arrive while the entries are staged. (A
+        // new inode's state word is read at once, below.)
         if self.buffered.is_none() {
             for part in parts.iter() {
                 let slot = self.media.slot_offset(part.inode.ino);
                 self.media.prefetch(slot + if part.free { INODE_STATE_OFFSET } else { INODE_TAIL_OFFSET });
-            }
-            if let Some(n) = &new {
-                self.media.prefetch(self.media.slot_offset(n.ino));
             }
         }
         // A buffered change leaves the flushes of its staging to the
