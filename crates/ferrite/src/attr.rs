@@ -17,7 +17,7 @@ impl Ferrite {
 
     /// getattr of an inode already held (ENOENT once it has been freed).
     pub(crate) fn getattr_inode(&self, i: &Arc<Inode>) -> FsResult<Stat> {
-        let d = i.data.read();
+        let d = i.lock_read();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
@@ -31,7 +31,7 @@ impl Ferrite {
 
     /// setattr of an inode already held (ENOENT once it has been freed).
     pub(crate) fn setattr_inode(&self, inode: &Arc<Inode>, set: &SetAttr) -> FsResult<Stat> {
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
@@ -53,7 +53,7 @@ impl Ferrite {
         c: &Credentials,
         why: PrivilegeDrop,
     ) -> FsResult<Stat> {
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
@@ -70,7 +70,7 @@ impl Ferrite {
         if inode.nosec.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         if !d.alive {
             // The change that follows answers ENOENT or EBADF itself.
             return Ok(());

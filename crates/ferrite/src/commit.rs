@@ -412,7 +412,7 @@ impl Ferrite {
         }
         let new = new_inode.map(|(new, s)| {
             let mut none = PageList::new();
-            new.data.write().commit_staged(new.kind, s, &mut none);
+            new.lock_write().commit_staged(new.kind, s, &mut none);
             assert!(none.is_empty(), "a new inode {} released pages", new.ino.0);
             self.cache_insert(new.clone());
             new
@@ -754,7 +754,7 @@ impl Ferrite {
                 continue;
             }
             last = Some(inodes[i].ino);
-            guards[i] = Some(inodes[i].data.write());
+            guards[i] = Some(inodes[i].lock_write());
         }
         guards
     }
@@ -819,7 +819,7 @@ impl Ferrite {
     /// and buffered modes make this their commit point.
     pub fn fsync_ino(&self, ino: InodeNo, data_only: bool) -> FsResult<()> {
         let inode = self.inode(ino)?;
-        if !inode.data.read().alive {
+        if !inode.lock_read().alive {
             return Err(Errno::ENOENT);
         }
         self.fsync_inode(&inode, data_only)
@@ -836,7 +836,7 @@ impl Ferrite {
         // stale `true` (an epoch committed meanwhile) costs the lock, and
         // `commit_pending` then finds nothing.
         if inode.kind == FileType::Regular && inode.epoch_pending.load(Ordering::Acquire) {
-            let mut d = inode.data.write();
+            let mut d = inode.lock_write();
             self.commit_pending(inode, &mut d);
         }
         // Buffered: everything queued before this call becomes durable, not

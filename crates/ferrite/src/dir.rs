@@ -76,7 +76,7 @@ impl Ferrite {
     /// keeps its inode alive, so its number cannot belong to another inode
     /// at that moment (once freed, a number is reused).
     pub(crate) fn child_of(&self, dir: &Inode, name: &[u8], de: &Dentry) -> FsResult<Option<Arc<Inode>>> {
-        let d = dir.data.read();
+        let d = dir.lock_read();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
@@ -99,7 +99,7 @@ impl Ferrite {
     /// alive, so its number cannot belong to another inode at that moment
     /// (path resolution's lookup: one probe of the index, no retry).
     pub(crate) fn lookup_child(&self, dir: &Inode, name: &[u8]) -> FsResult<Option<(Dentry, Arc<Inode>)>> {
-        let d = dir.data.read();
+        let d = dir.lock_read();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
@@ -115,7 +115,7 @@ impl Ferrite {
 
     /// Look a name up in a directory (read lock only).
     pub(crate) fn lookup_dentry(&self, dir: &Inode, name: &[u8]) -> FsResult<Option<Dentry>> {
-        let d = dir.data.read();
+        let d = dir.lock_read();
         // A removed directory that is still someone's working directory
         // (or open) is alive with no links: it holds no names and takes
         // none, and Linux's lookup in it answers ENOENT before any
@@ -135,7 +135,7 @@ impl Ferrite {
             return self.getattr(parent);
         }
         if name == b".." {
-            let p = dir.data.read().attrs.parent;
+            let p = dir.lock_read().attrs.parent;
             return self.getattr(p);
         }
         // The inode the name names now, never a later owner of its number
@@ -179,7 +179,7 @@ impl Ferrite {
         if is_dot(name) {
             return Err(Errno::EEXIST);
         }
-        let mut pd = dir.data.write();
+        let mut pd = dir.lock_write();
         if !pd.alive || pd.attrs.nlink == 0 {
             return Err(Errno::ENOENT);
         }
@@ -238,7 +238,7 @@ impl Ferrite {
         }];
         let new = NewInode { ino, kind, rdev, attrs, entries: extra };
         let child = self.commit_journaled(parts, &mut [&mut pd], Some(new), fresh)?.expect("a new inode");
-        let st = child.stat(&child.data.read());
+        let st = child.stat(&child.lock_read());
         Ok((st, child))
     }
 
@@ -412,7 +412,7 @@ impl Ferrite {
                 return Ok(false);
             }
             let i = self.inode(cur)?;
-            cur = i.data.read().attrs.parent;
+            cur = i.lock_read().attrs.parent;
         }
         Err(self.corrupt(crate::format::corrupt!("directory parents form a cycle")))
     }
@@ -665,7 +665,7 @@ impl Ferrite {
 
     /// Readdir on an inode already held (an open directory, even removed).
     pub(crate) fn readdir_inode(&self, dir: &Inode, cookie: u64, max: usize) -> FsResult<Vec<DirEntry>> {
-        let d = dir.data.read();
+        let d = dir.lock_read();
         // A removed directory lists nothing: ENOENT, as Linux's IS_DEADDIR.
         if !d.alive || d.attrs.nlink == 0 {
             return Err(Errno::ENOENT);
@@ -757,7 +757,7 @@ mod tests {
         let second = fs.create_node(dir.ino, b"a", &file()).unwrap();
         assert_eq!(second.ino, first.ino, "the freed number is reused at once (the case under test)");
         fs.write_ino(second.ino, 0, &[7u8; 3 * PAGE_SIZE as usize]).unwrap();
-        assert!(!old.data.read().alive, "the inode resolved first is gone");
+        assert!(!old.lock_read().alive, "the inode resolved first is gone");
         fs.remove_in(&dir, b"a", false, Some(&old)).unwrap();
         assert_eq!(fs.lookup(dir.ino, b"a"), Err(Errno::ENOENT));
         assert_eq!(fs.inode(second.ino).err(), Some(Errno::ENOENT), "the new inode is the one freed");

@@ -142,7 +142,7 @@ impl Ferrite {
             let Some(inode) = self.cached(ino) else {
                 continue;
             };
-            let mut d = inode.data.write();
+            let mut d = inode.lock_write();
             if d.alive {
                 self.commit_pending(&inode, &mut d);
             }
@@ -171,7 +171,7 @@ impl Ferrite {
     /// A file's consistency mode (strict for anything but a regular file).
     pub fn file_mode_ino(&self, ino: InodeNo) -> FsResult<FileMode> {
         let inode = self.inode(ino)?;
-        let d = inode.data.read();
+        let d = inode.lock_read();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
@@ -186,7 +186,7 @@ impl Ferrite {
         if inode.kind != FileType::Regular {
             return Err(Errno::EINVAL);
         }
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }

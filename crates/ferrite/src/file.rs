@@ -253,7 +253,7 @@ impl Ferrite {
         let others = inode.writers_in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&inode.writers_in_flight);
         if others == 0 && !inode.data.is_locked() && !FORCE_WRITE_PRECOPY.load(Ordering::Relaxed) {
-            let mut d = inode.data.write();
+            let mut d = inode.lock_write();
             return self.write_locked(inode, &mut d, offset, data);
         }
         let whole_pages = !data.is_empty() && offset.is_multiple_of(PAGE_SIZE) && data.len().is_multiple_of(PAGE);
@@ -269,7 +269,7 @@ impl Ferrite {
         if !whole_pages || end > limits::FILE_SIZE_MAX || pending_seen {
             // Another writer is about: wait for it on plain loads, as the
             // copied path below does, not in the lock's yielding loop.
-            let mut d = inode.write_contended();
+            let mut d = inode.lock_write();
             return self.write_locked(inode, &mut d, offset, data);
         }
         let runs = match self.pages.alloc(data.len() as u64 / PAGE_SIZE) {
@@ -277,7 +277,7 @@ impl Ferrite {
             // Whether the write may borrow the removal reserve (it only
             // replaces pages) is known under the lock only.
             Err(Errno::ENOSPC) => {
-                let mut d = inode.write_contended();
+                let mut d = inode.lock_write();
                 return self.write_locked(inode, &mut d, offset, data);
             }
             Err(e) => return Err(e),
@@ -295,7 +295,7 @@ impl Ferrite {
         for (k, page) in fresh.iter().enumerate() {
             self.media.write_nt(page.offset(), &data[k * PAGE..(k + 1) * PAGE]);
         }
-        let mut d = inode.write_contended();
+        let mut d = inode.lock_write();
         let first = offset >> PAGE_SHIFT;
         let in_epoch = d.pending.as_ref().is_some_and(|e| {
             (first..first + fresh.len() as u64)
@@ -734,7 +734,7 @@ impl Ferrite {
         if inode.kind == FileType::Directory {
             return Err(Errno::EISDIR);
         }
-        let d = inode.data.read();
+        let d = inode.lock_read();
         Ok(self.read_file(&inode, &d, offset, buf))
     }
 
@@ -743,7 +743,7 @@ impl Ferrite {
         if inode.kind != FileType::Regular {
             return Err(Errno::EISDIR);
         }
-        if !inode.data.read().alive {
+        if !inode.lock_read().alive {
             return Err(Errno::ENOENT);
         }
         self.write_inode_at(&inode, offset, data)
@@ -805,13 +805,13 @@ impl Ferrite {
         if inode.kind != FileType::Regular {
             return Err(Errno::EINVAL);
         }
-        let d = inode.data.read();
+        let d = inode.lock_read();
         self.seek_data_hole(&d, offset, data)
     }
 
     pub fn fallocate_ino(&self, ino: InodeNo, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
         let inode = self.inode(ino)?;
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
@@ -831,7 +831,7 @@ impl Ferrite {
         c: &Credentials,
     ) -> FsResult<()> {
         let inode = self.inode(ino)?;
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
@@ -848,7 +848,7 @@ impl Ferrite {
         if inode.kind != FileType::Symlink {
             return Err(Errno::EINVAL);
         }
-        let d = inode.data.read();
+        let d = inode.lock_read();
         if d.attrs.size == 0 || d.attrs.size > limits::SYMLINK_MAX as u64 {
             return Err(self.corrupt(crate::format::corrupt!(
                 "symlink {} has a target of {} bytes",

@@ -549,7 +549,7 @@ impl Ferrite {
     /// Count one more open handle on an inode already held (ENOENT once it
     /// has been freed).
     pub(crate) fn open_inode(&self, inode: &Arc<Inode>) -> FsResult<()> {
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
@@ -559,7 +559,7 @@ impl Ferrite {
 
     /// Drop an open handle; the last one frees an unlinked inode.
     pub fn release_ino(&self, inode: &Inode) {
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         assert!(d.open_count > 0, "release without open");
         d.open_count -= 1;
         if d.open_count == 0 && d.alive && d.attrs.nlink == 0 {

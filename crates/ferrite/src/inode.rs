@@ -13,7 +13,7 @@ use crate::format::{AttrEntry, PageNo, PoolOffset, NO_LOG, PAGE_SIZE};
 pub use crate::log::{Liveness, Log, Staged};
 use crate::types::{FileMode, FileType, InodeNo, Stat, TimeSpec};
 use crate::Map;
-use parking_lot::{RwLock, RwLockWriteGuard};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 
@@ -357,37 +357,59 @@ impl Inode {
         Stat { rdev: self.rdev, ..d.stat(self.ino, self.kind) }
     }
 
-    /// The write lock, for a caller that expects another thread to hold
-    /// it for a short while (a write to a file another write is in). It
-    /// waits on plain loads and takes the lock as soon as it looks free,
-    /// and blocks only after `CONTENDED_SPIN_ROUNDS`. parking_lot's own
-    /// wait spins a few times and then calls `sched_yield` on every
-    /// further attempt: two threads writing one file made 279,000 of those
-    /// system calls in a one-round `scaling-2t` run of about a second
-    /// (issue 14, BENCHMARKS.md), each longer than the holder's critical
-    /// section.
-    pub fn write_contended(&self) -> RwLockWriteGuard<'_, InodeData> {
+    /// The read lock. Every acquisition of an inode's lock goes through
+    /// `lock_read` or `lock_write`: they wait on plain loads while another
+    /// thread holds the lock, take it as soon as it looks free, and block
+    /// only after `CONTENDED_SPIN_ROUNDS`. The lock's critical sections
+    /// are a few microseconds (a commit's stores and fences, a DRAM
+    /// update), and a thread that blocks pays a cross-core wake-up, tens
+    /// of microseconds in these VMs. parking_lot's own wait spins a few
+    /// times, then calls `sched_yield`, and parks at once when another
+    /// waiter is already parked, so one slow hand-over became a convoy:
+    /// two threads working in one directory (`varmail`) parked about 1,000
+    /// times in a buffered run of 0.3 s, at lookups (BENCHMARKS.md,
+    /// "Buffered mode", stop 49). Two threads writing one file made
+    /// 279,000 `sched_yield` calls in a one-round `scaling-2t` run of about
+    /// a second before the write lock waited this way (issue 14).
+    pub fn lock_read(&self) -> RwLockReadGuard<'_, InodeData> {
         for _ in 0..CONTENDED_SPIN_ROUNDS {
-            // A plain load first: a failed `try_write` is a locked
+            // A plain load first: a failed `try_read` is a locked
             // instruction that takes the lock's line from its holder.
+            if !self.data.is_locked_exclusive() {
+                if let Some(d) = self.data.try_read() {
+                    return d;
+                }
+            }
+            spin_round();
+        }
+        self.data.read()
+    }
+
+    /// The write lock, waiting as `lock_read` does.
+    pub fn lock_write(&self) -> RwLockWriteGuard<'_, InodeData> {
+        for _ in 0..CONTENDED_SPIN_ROUNDS {
             if !self.data.is_locked() {
                 if let Some(d) = self.data.try_write() {
                     return d;
                 }
             }
-            for _ in 0..4 {
-                std::hint::spin_loop();
-            }
+            spin_round();
         }
         self.data.write()
     }
 }
 
-/// How long `Inode::write_contended` waits before it blocks: rounds of
-/// four `pause` instructions, about 50 µs on the AMD VM (a pause takes
-/// 25 ns there). A write's critical section is under a microsecond; a
-/// holder that takes longer has been preempted, and then blocking is the
-/// better wait.
+fn spin_round() {
+    for _ in 0..4 {
+        std::hint::spin_loop();
+    }
+}
+
+/// How long `Inode::lock_read` and `lock_write` wait before they block:
+/// rounds of four `pause` instructions, about 50 µs on the AMD VM (a pause
+/// takes 25 ns there). A critical section is a few microseconds; a holder
+/// that takes longer has been preempted or is doing a long operation (a
+/// large write, a truncate), and then blocking is the better wait.
 const CONTENDED_SPIN_ROUNDS: u32 = 512;
 
 impl InodeData {

@@ -110,7 +110,7 @@ impl Drop for InodeCache {
         for chunk in self.chunks.iter_mut().filter_map(|c| c.get_mut()) {
             for slot in chunk.iter_mut() {
                 if let Some(inode) = slot.get_mut() {
-                    let mut d = inode.data.write();
+                    let mut d = inode.lock_write();
                     if let crate::inode::Body::Dir(dir) = &mut d.body {
                         for name in dir.names.values_mut() {
                             name.inode.take();

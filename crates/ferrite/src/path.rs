@@ -32,7 +32,7 @@ pub(crate) const RESOLVE_AGAIN: Errno = Errno(libc::ESTALE);
 
 /// Has an inode this resolution holds been freed since?
 pub(crate) fn stale(r: &Resolved) -> bool {
-    !r.dir.data.read().alive || r.target_inode.as_ref().is_some_and(|i| !i.data.read().alive)
+    !r.dir.lock_read().alive || r.target_inode.as_ref().is_some_and(|i| !i.lock_read().alive)
 }
 
 /// How often an operation may find that an inode it resolved was freed
@@ -42,7 +42,7 @@ pub(crate) const RACE_RETRIES_MAX: u32 = 64;
 
 /// The owner and mode of an inode, for the permission rules.
 pub(crate) fn owner_of(i: &Inode) -> Owner {
-    let d = i.data.read();
+    let d = i.lock_read();
     Owner { kind: i.kind, perm: d.attrs.perm, uid: d.attrs.uid, gid: d.attrs.gid }
 }
 
@@ -65,7 +65,7 @@ pub(crate) fn may_search(dir: &Inode, c: &Credentials) -> FsResult<()> {
 
 /// Is this directory removed (a name in it can be neither found nor made)?
 pub(crate) fn dead_dir(dir: &Inode) -> bool {
-    let d = dir.data.read();
+    let d = dir.lock_read();
     !d.alive || d.attrs.nlink == 0
 }
 
@@ -137,7 +137,7 @@ impl Resolved {
 impl Ferrite {
     pub(crate) fn parent_of(&self, dir: InodeNo) -> FsResult<InodeNo> {
         let i = self.inode(dir)?;
-        let d = i.data.read();
+        let d = i.lock_read();
         Ok(d.attrs.parent)
     }
 
@@ -343,7 +343,7 @@ impl Ferrite {
         let mut cur = dir.clone();
         for _ in 0..self.media.layout.inode_count {
             let parent = {
-                let d = cur.data.read();
+                let d = cur.lock_read();
                 if !d.alive || d.attrs.nlink == 0 {
                     return Err(Errno::ENOENT);
                 }
@@ -362,7 +362,7 @@ impl Ferrite {
             }
             let pi = self.inode(parent)?;
             let name = {
-                let pd = pi.data.read();
+                let pd = pi.lock_read();
                 if !pd.alive {
                     return Err(Errno::ENOENT);
                 }

@@ -498,7 +498,7 @@ impl Session {
         // generic_write_checks come first).
         let modifies = |at: u64| at.checked_add(data.len() as u64).is_some_and(|end| end <= limits::FILE_SIZE_MAX);
         let n = if f.append() {
-            let mut d = f.inode.data.write();
+            let mut d = f.inode.lock_write();
             let at = d.attrs.size;
             if !data.is_empty() && modifies(at) && !f.inode.nosec.load(Ordering::Acquire) {
                 let set = SetAttr::default();
@@ -580,7 +580,7 @@ impl Session {
                 }
                 fs.open_inode(&inode)?;
                 if flags.trunc && kind == FileType::Regular {
-                    let mut d = inode.data.write();
+                    let mut d = inode.lock_write();
                     let set = SetAttr { size: Some(0), ..Default::default() };
                     if let Err(e) = fs.setattr_as_locked(&inode, &mut d, &set, c, PrivilegeDrop::Modify) {
                         drop(d);
@@ -808,7 +808,7 @@ impl PathFs for Session {
 
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize> {
         let f = self.readable(fd)?;
-        let d = f.inode.data.read();
+        let d = f.inode.lock_read();
         Ok(self.fs.read_file(&f.inode, &d, offset, buf))
     }
 
@@ -820,7 +820,7 @@ impl PathFs for Session {
     fn read(&self, fd: Fd, buf: &mut [u8]) -> FsResult<usize> {
         let f = self.readable(fd)?;
         let mut pos = f.pos.lock();
-        let d = f.inode.data.read();
+        let d = f.inode.lock_read();
         let n = self.fs.read_file(&f.inode, &d, *pos, buf);
         *pos += n as u64;
         Ok(n)
@@ -839,7 +839,7 @@ impl PathFs for Session {
     fn lseek(&self, fd: Fd, offset: i64, whence: Whence) -> FsResult<u64> {
         let f = self.io_file(fd)?;
         let mut pos = f.pos.lock();
-        let d = f.inode.data.read();
+        let d = f.inode.lock_read();
         let new = match whence {
             Whence::Set => offset,
             Whence::Cur => (*pos as i64).checked_add(offset).ok_or(Errno::EOVERFLOW)?,
@@ -867,7 +867,7 @@ impl PathFs for Session {
             return Err(Errno::EINVAL);
         }
         let c = self.credentials();
-        let mut d = f.inode.data.write();
+        let mut d = f.inode.lock_write();
         let set = SetAttr { size: Some(size), ..Default::default() };
         self.fs.setattr_as_locked(&f.inode, &mut d, &set, &c, PrivilegeDrop::Modify)
     }
@@ -885,13 +885,13 @@ impl PathFs for Session {
     fn fallocate(&self, fd: Fd, mode: FallocateMode, offset: u64, len: u64) -> FsResult<()> {
         let f = self.writable(fd)?;
         let c = self.credentials();
-        let mut d = f.inode.data.write();
+        let mut d = f.inode.lock_write();
         self.fs.fallocate_locked(&f.inode, &mut d, mode, offset, len, Some(&c))
     }
 
     fn fstat(&self, fd: Fd) -> FsResult<Stat> {
         let f = self.any_file(fd)?;
-        let d = f.inode.data.read();
+        let d = f.inode.lock_read();
         Ok(f.inode.stat(&d))
     }
 

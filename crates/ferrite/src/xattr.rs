@@ -37,14 +37,14 @@ impl Ferrite {
             }
             return Ok(stored.as_str().as_bytes().to_vec());
         }
-        let d = inode.data.read();
+        let d = inode.lock_read();
         d.xattrs.get(name).map(|(v, _)| v.to_vec()).ok_or(Errno::ENODATA)
     }
 
     /// The names of an inode's extended attributes, in byte order.
     pub fn listxattr(&self, ino: InodeNo) -> FsResult<Vec<Vec<u8>>> {
         let inode = self.inode(ino)?;
-        let d = inode.data.read();
+        let d = inode.lock_read();
         Ok(d.xattrs.keys().map(|k| k.to_vec()).collect())
     }
 
@@ -107,7 +107,7 @@ impl Ferrite {
     fn set_acl_access(&self, ino: InodeNo, value: &[u8]) -> FsResult<()> {
         let bits = if value.is_empty() { None } else { Some(xattr_name::acl_access_mode(value)?) };
         let inode = self.inode(ino)?;
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
@@ -120,7 +120,7 @@ impl Ferrite {
 
     fn change_xattr(&self, ino: InodeNo, name: &[u8], value: Option<&[u8]>, mode: XattrSetMode) -> FsResult<()> {
         let inode = self.inode(ino)?;
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }

@@ -205,7 +205,7 @@ impl Ferrite {
         let mut run: Option<PageNo> = None;
         let mut pinned: Vec<PageNo> = Vec::new();
         {
-            let d = inode.data.read();
+            let d = inode.lock_read();
             if !d.alive {
                 return Err(Errno::ENOENT);
             }
@@ -467,7 +467,7 @@ impl Ferrite {
     /// The body of `patch`: returns how many of the buffer's pages the file
     /// took.
     fn patch_locked(&self, inode: &Inode, offset: u64, buf: &Buffer, len: u64) -> FsResult<usize> {
-        let mut d = inode.data.write();
+        let mut d = inode.lock_write();
         if !d.alive {
             return Err(Errno::ENOENT);
         }
