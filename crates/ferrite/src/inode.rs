@@ -371,7 +371,17 @@ impl Inode {
     /// "Buffered mode", stop 49). Two threads writing one file made
     /// 279,000 `sched_yield` calls in a one-round `scaling-2t` run of about
     /// a second before the write lock waited this way (issue 14).
+    #[inline]
     pub fn lock_read(&self) -> RwLockReadGuard<'_, InodeData> {
+        match self.data.try_read() {
+            Some(d) => d,
+            None => self.lock_read_contended(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_read_contended(&self) -> RwLockReadGuard<'_, InodeData> {
         for _ in 0..CONTENDED_SPIN_ROUNDS {
             // A plain load first: a failed `try_read` is a locked
             // instruction that takes the lock's line from its holder.
@@ -386,7 +396,17 @@ impl Inode {
     }
 
     /// The write lock, waiting as `lock_read` does.
+    #[inline]
     pub fn lock_write(&self) -> RwLockWriteGuard<'_, InodeData> {
+        match self.data.try_write() {
+            Some(d) => d,
+            None => self.lock_write_contended(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_write_contended(&self) -> RwLockWriteGuard<'_, InodeData> {
         for _ in 0..CONTENDED_SPIN_ROUNDS {
             if !self.data.is_locked() {
                 if let Some(d) = self.data.try_write() {
