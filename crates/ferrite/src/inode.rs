@@ -366,9 +366,10 @@ impl Inode {
     /// of microseconds in these VMs. parking_lot's own wait spins a few
     /// times, then calls `sched_yield`, and parks at once when another
     /// waiter is already parked, so one slow hand-over became a convoy:
-    /// two threads working in one directory (`varmail`) parked about 1,000
-    /// times in a buffered run of 0.3 s, at lookups (BENCHMARKS.md,
-    /// "Buffered mode", stop 49). Two threads writing one file made
+    /// two threads working in one directory (`varmail`) made 750–1,600
+    /// context switches in a five-round strict run and 1,150–1,700 in a
+    /// buffered one, most of them at lookups (BENCHMARKS.md, "Two threads
+    /// in one directory"). Two threads writing one file made
     /// 279,000 `sched_yield` calls in a one-round `scaling-2t` run of about
     /// a second before the write lock waited this way (issue 14).
     #[inline]
