@@ -714,6 +714,21 @@ mod tests {
         pmem.image()
     }
 
+    /// A buffered mount of a fresh 64 MiB pool (4,096 inode slots) on which
+    /// nothing persists unless the test asks: no persister thread, no lag
+    /// bound, no back-pressure.
+    fn quiet_buffered_mount() -> Session {
+        let image = formatted_image(16_384);
+        let opts =
+            BufferedOptions { lag_ns_max: u64::MAX, ops_max: 1 << 20, persister_thread: false, ..Default::default() };
+        Session::mount(Pmem::from_image(&image), &MountOptions { buffered: Some(opts), ..Default::default() }).unwrap()
+    }
+
+    fn create_file(fs: &Session, i: u64) {
+        let fd = fs.open(format!("/f{i:04}").as_bytes(), OpenFlags::WRONLY.create().excl(), 0o644).unwrap();
+        fs.close(fd).unwrap();
+    }
+
     #[test]
     fn batch_words_outside_their_limits_are_refused() {
         let image = formatted_image(4096);
@@ -735,16 +750,8 @@ mod tests {
 
     #[test]
     fn a_partial_persist_leaves_the_rest_first_in_line() {
-        // 64 MiB: 4,096 inode slots.
-        let image = formatted_image(16_384);
-        let opts =
-            BufferedOptions { lag_ns_max: u64::MAX, ops_max: 1 << 20, persister_thread: false, ..Default::default() };
-        let fs = Session::mount(Pmem::from_image(&image), &MountOptions { buffered: Some(opts), ..Default::default() })
-            .unwrap();
-        let create = |i: u64| {
-            let fd = fs.open(format!("/f{i:04}").as_bytes(), OpenFlags::WRONLY.create().excl(), 0o644).unwrap();
-            fs.close(fd).unwrap();
-        };
+        let fs = quiet_buffered_mount();
+        let create = |i: u64| create_file(&fs, i);
         // Each create sets a word of its own (the new inode's state), so 600
         // of them take three journal transactions.
         (0..600).for_each(create);
@@ -769,15 +776,8 @@ mod tests {
     /// decided by the same check under the queue's lock.
     #[test]
     fn a_sync_point_waiting_on_another_persist_gets_its_outcome() {
-        let image = formatted_image(16_384);
-        let opts =
-            BufferedOptions { lag_ns_max: u64::MAX, ops_max: 1 << 20, persister_thread: false, ..Default::default() };
-        let fs = Session::mount(Pmem::from_image(&image), &MountOptions { buffered: Some(opts), ..Default::default() })
-            .unwrap();
-        let create = |i: u64| {
-            let fd = fs.open(format!("/f{i:04}").as_bytes(), OpenFlags::WRONLY.create().excl(), 0o644).unwrap();
-            fs.close(fd).unwrap();
-        };
+        let fs = quiet_buffered_mount();
+        let create = |i: u64| create_file(&fs, i);
         (0..20).for_each(create);
         let b = fs.engine().buffered.clone().expect("a buffered mount");
         let seq = b.last_seq();

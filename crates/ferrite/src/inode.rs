@@ -383,17 +383,7 @@ impl Inode {
     #[cold]
     #[inline(never)]
     fn lock_read_contended(&self) -> RwLockReadGuard<'_, InodeData> {
-        for _ in 0..CONTENDED_SPIN_ROUNDS {
-            // A plain load first: a failed `try_read` is a locked
-            // instruction that takes the lock's line from its holder.
-            if !self.data.is_locked_exclusive() {
-                if let Some(d) = self.data.try_read() {
-                    return d;
-                }
-            }
-            spin_round();
-        }
-        self.data.read()
+        spin_then_block(|| !self.data.is_locked_exclusive(), || self.data.try_read(), || self.data.read())
     }
 
     /// The write lock, waiting as `lock_read` does.
@@ -408,22 +398,27 @@ impl Inode {
     #[cold]
     #[inline(never)]
     fn lock_write_contended(&self) -> RwLockWriteGuard<'_, InodeData> {
-        for _ in 0..CONTENDED_SPIN_ROUNDS {
-            if !self.data.is_locked() {
-                if let Some(d) = self.data.try_write() {
-                    return d;
-                }
-            }
-            spin_round();
-        }
-        self.data.write()
+        spin_then_block(|| !self.data.is_locked(), || self.data.try_write(), || self.data.write())
     }
 }
 
-fn spin_round() {
-    for _ in 0..4 {
-        std::hint::spin_loop();
+/// The wait of `Inode::lock_read` and `lock_write`: up to
+/// `CONTENDED_SPIN_ROUNDS` of looking (`looks_free`, a plain load) and, when
+/// the lock looks free, trying (`try_take`); then `block`. The plain load
+/// comes first because a failed try is a locked instruction that takes the
+/// lock's line from its holder.
+fn spin_then_block<G>(looks_free: impl Fn() -> bool, try_take: impl Fn() -> Option<G>, block: impl FnOnce() -> G) -> G {
+    for _ in 0..CONTENDED_SPIN_ROUNDS {
+        if looks_free() {
+            if let Some(guard) = try_take() {
+                return guard;
+            }
+        }
+        for _ in 0..4 {
+            std::hint::spin_loop();
+        }
     }
+    block()
 }
 
 /// How long `Inode::lock_read` and `lock_write` wait before they block:
