@@ -357,8 +357,9 @@ impl Inode {
         Stat { rdev: self.rdev, ..d.stat(self.ino, self.kind) }
     }
 
-    /// The read lock. Every acquisition of an inode's lock goes through
-    /// `lock_read` or `lock_write`: they wait on plain loads while another
+    /// The read lock. Every wait for an inode's lock goes through
+    /// `lock_read` or `lock_write` (two callers only `try_read` or
+    /// `try_write` and go on without it): they wait on plain loads while another
     /// thread holds the lock, take it as soon as it looks free, and block
     /// only after `CONTENDED_SPIN_ROUNDS`. The lock's critical sections
     /// are a few microseconds (a commit's stores and fences, a DRAM
