@@ -192,8 +192,8 @@ struct QueueState {
 const PERSISTER_IDLE_WAITS: u32 = 400;
 
 /// How long a sync point waits on plain loads for another thread's batch
-/// before it blocks (`Buffered::persist_lock_or_durable`): rounds of four
-/// `pause` instructions, about 100 µs on the AMD VM (a pause takes 25 ns
+/// before it blocks (`Buffered::persist_lock_or_durable`): rounds of
+/// `crate::spin_until`, about 100 µs on the AMD VM (a pause takes 25 ns
 /// there). A batch a caller runs holds a few operations and takes a few
 /// microseconds, the persister thread's about 250 and 33–86 µs; a holder
 /// that takes longer has been preempted, and then blocking is the better
@@ -436,22 +436,16 @@ impl Buffered {
     /// cross-core wake-up, tens of microseconds in these VMs, where the
     /// batch took a few.
     fn persist_lock_or_durable(&self, seq: u64) -> Option<MutexGuard<'_, VecDeque<Queued>>> {
-        for _ in 0..PERSIST_WAIT_SPIN_ROUNDS {
-            // A plain load first: a failed `try_lock` is a locked
-            // instruction that takes the lock's line from its holder.
+        let waited = crate::spin_until(PERSIST_WAIT_SPIN_ROUNDS, || {
             if !self.persist_lock.is_locked() {
                 if let Some(taken) = self.persist_lock.try_lock() {
-                    return Some(taken);
+                    return Some(Some(taken));
                 }
             }
-            if self.durable_seq() >= seq || self.failed_now.load(Ordering::Acquire) {
-                return None;
-            }
-            for _ in 0..4 {
-                std::hint::spin_loop();
-            }
-        }
-        Some(self.persist_lock.lock())
+            let decided = self.durable_seq() >= seq || self.failed_now.load(Ordering::Acquire);
+            decided.then_some(None)
+        });
+        waited.unwrap_or_else(|| Some(self.persist_lock.lock()))
     }
 
     /// Out of pages or inode numbers: make the queue durable, so that what

@@ -384,7 +384,8 @@ impl Inode {
     #[cold]
     #[inline(never)]
     fn lock_read_contended(&self) -> RwLockReadGuard<'_, InodeData> {
-        spin_then_block(|| !self.data.is_locked_exclusive(), || self.data.try_read(), || self.data.read())
+        let free = || if self.data.is_locked_exclusive() { None } else { self.data.try_read() };
+        crate::spin_until(CONTENDED_SPIN_ROUNDS, free).unwrap_or_else(|| self.data.read())
     }
 
     /// The write lock, waiting as `lock_read` does.
@@ -399,31 +400,13 @@ impl Inode {
     #[cold]
     #[inline(never)]
     fn lock_write_contended(&self) -> RwLockWriteGuard<'_, InodeData> {
-        spin_then_block(|| !self.data.is_locked(), || self.data.try_write(), || self.data.write())
+        let free = || if self.data.is_locked() { None } else { self.data.try_write() };
+        crate::spin_until(CONTENDED_SPIN_ROUNDS, free).unwrap_or_else(|| self.data.write())
     }
-}
-
-/// The wait of `Inode::lock_read` and `lock_write`: up to
-/// `CONTENDED_SPIN_ROUNDS` of looking (`looks_free`, a plain load) and, when
-/// the lock looks free, trying (`try_take`); then `block`. The plain load
-/// comes first because a failed try is a locked instruction that takes the
-/// lock's line from its holder.
-fn spin_then_block<G>(looks_free: impl Fn() -> bool, try_take: impl Fn() -> Option<G>, block: impl FnOnce() -> G) -> G {
-    for _ in 0..CONTENDED_SPIN_ROUNDS {
-        if looks_free() {
-            if let Some(guard) = try_take() {
-                return guard;
-            }
-        }
-        for _ in 0..4 {
-            std::hint::spin_loop();
-        }
-    }
-    block()
 }
 
 /// How long `Inode::lock_read` and `lock_write` wait before they block:
-/// rounds of four `pause` instructions, about 50 µs on the AMD VM (a pause
+/// rounds of `crate::spin_until`, about 50 µs on the AMD VM (a pause
 /// takes 25 ns there). A critical section is a few microseconds; a holder
 /// that takes longer has been preempted or is doing a long operation (a
 /// large write, a truncate), and then blocking is the better wait.

@@ -49,6 +49,26 @@ pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::Rand
 pub(crate) type PageList = smallvec::SmallVec<[format::PageNo; 4]>;
 pub(crate) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
+/// A wait on another thread without a system call: up to `rounds` rounds of
+/// `poll` followed by four `pause` instructions (25 ns each on the AMD VM),
+/// until `poll` gives an answer; `None` when the rounds ran out and the
+/// caller should block instead. Used where the other thread's work takes
+/// a few microseconds and a blocked thread's wake-up from another core
+/// takes tens (`Inode::lock_read`, `Buffered::persist_upto`). A `poll`
+/// looks with plain loads before it tries a locked instruction, which would
+/// take the line from the thread it waits for.
+pub(crate) fn spin_until<T>(rounds: u32, mut poll: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..rounds {
+        if let Some(answer) = poll() {
+            return Some(answer);
+        }
+        for _ in 0..4 {
+            std::hint::spin_loop();
+        }
+    }
+    None
+}
+
 pub use buffered::{BufferedOptions, BufferedStats, BATCH_WORDS_MIN, BUFFERED_LAG_NS_MAX, BUFFERED_OPS_MAX};
 #[doc(hidden)]
 pub use commit::RECOVERY_REBUILDS_PER_VISIT_MAX;
