@@ -473,9 +473,12 @@ impl Buffered {
     fn persist_batch(&self, batch: Vec<Queued>, taken: &VecDeque<Queued>, inline: bool) {
         assert!(!self.fail_next.swap(false, Ordering::Relaxed), "injected persister failure");
         // Merge the words: the last value of each word wins; the journal
-        // records each word's durable (old) value once.
-        let mut index: Map<u64, usize> = Map::default();
-        let mut words: Vec<(PoolOffset, u64)> = Vec::new();
+        // records each word's durable (old) value once. Sized for all of
+        // them at once: grown from empty, the map rehashed its way up to
+        // a batch's 250 words every time.
+        let words_queued: usize = batch.iter().map(|op| op.words.len()).sum();
+        let mut index: Map<u64, usize> = Map::with_capacity_and_hasher(words_queued, Default::default());
+        let mut words: Vec<(PoolOffset, u64)> = Vec::with_capacity(words_queued);
         for op in &batch {
             for &(off, value) in &op.words {
                 match index.get(&off.0) {
@@ -510,13 +513,7 @@ impl Buffered {
                 self.media.store_commit_word(off, value);
                 self.media.fence();
             }
-            _ => {
-                let mut tx = Transaction::default();
-                for (off, value) in words {
-                    tx.set(off, value);
-                }
-                self.journals.run(&self.media, &tx);
-            }
+            _ => self.journals.run(&self.media, &Transaction::from_distinct(&words)),
         }
         // Durable: free what the batch released, then say so.
         let first = batch[0].seq;
@@ -670,7 +667,8 @@ impl Drop for FailOnUnwind<'_> {
 /// most `words_max` words (at least one operation: one never has more
 /// words than a transaction holds).
 fn take_batch(ops: &mut VecDeque<Queued>, words_max: usize) -> Vec<Queued> {
-    let mut seen: crate::Set<u64> = Default::default();
+    // Sized for a whole batch (see `persist_batch`'s map).
+    let mut seen: crate::Set<u64> = crate::Set::with_capacity_and_hasher(words_max + 4, Default::default());
     let mut n = 0;
     for op in ops.iter() {
         let new = op.words.iter().filter(|w| !seen.contains(&w.0 .0)).count();
