@@ -408,7 +408,7 @@ impl Buffered {
                 }
             }
             let batch = take_batch(&mut taken, self.opts.batch_words_max);
-            assert!(!batch.is_empty(), "operations up to {seq} are not durable but none is queued");
+            assert!(!batch.ops.is_empty(), "operations up to {seq} are not durable but none is queued");
             // A batch taken from the queue and not made durable is lost:
             // nothing after it may be persisted, or the durable state would
             // skip operations. A panic on the way (an assertion, on any
@@ -470,26 +470,9 @@ impl Buffered {
 
     /// Set a batch's words atomically and durably, then free what its
     /// operations released. The caller holds `persist_lock`.
-    fn persist_batch(&self, batch: Vec<Queued>, taken: &VecDeque<Queued>, inline: bool) {
+    fn persist_batch(&self, batch: Batch, taken: &VecDeque<Queued>, inline: bool) {
         assert!(!self.fail_next.swap(false, Ordering::Relaxed), "injected persister failure");
-        // Merge the words: the last value of each word wins; the journal
-        // records each word's durable (old) value once. Sized for all of
-        // them at once: grown from empty, the map rehashed its way up to
-        // a batch's 250 words every time.
-        let words_queued: usize = batch.iter().map(|op| op.words.len()).sum();
-        let mut index: Map<u64, usize> = Map::with_capacity_and_hasher(words_queued, Default::default());
-        let mut words: Vec<(PoolOffset, u64)> = Vec::with_capacity(words_queued);
-        for op in &batch {
-            for &(off, value) in &op.words {
-                match index.get(&off.0) {
-                    Some(&i) => words[i].1 = value,
-                    None => {
-                        index.insert(off.0, words.len());
-                        words.push((off, value));
-                    }
-                }
-            }
-        }
+        let Batch { ops: batch, mut words } = batch;
         words.retain(|&(off, value)| self.media.read_u64(off) != value);
         // What the operations staged, written back first: the journal's
         // first fence (or the fence below) orders it before any word.
@@ -513,7 +496,7 @@ impl Buffered {
                 self.media.store_commit_word(off, value);
                 self.media.fence();
             }
-            _ => self.journals.run(&self.media, &Transaction::from_distinct(&words)),
+            _ => self.journals.run(&self.media, &Transaction::from_distinct(words)),
         }
         // Durable: free what the batch released, then say so.
         let first = batch[0].seq;
@@ -663,27 +646,43 @@ impl Drop for FailOnUnwind<'_> {
     }
 }
 
+/// Operations persisted together, and the words they set, merged: each
+/// word once, with the last value an operation gave it, in the order the
+/// words were first set (the journal records each word's old value once).
+struct Batch {
+    ops: Vec<Queued>,
+    words: Vec<(PoolOffset, u64)>,
+}
+
 /// The longest prefix of the queue whose merged words fit one batch of at
 /// most `words_max` words (at least one operation: one never has more
-/// words than a transaction holds).
-fn take_batch(ops: &mut VecDeque<Queued>, words_max: usize) -> Vec<Queued> {
-    // Sized for a whole batch (see `persist_batch`'s map).
-    let mut seen: crate::Set<u64> = crate::Set::with_capacity_and_hasher(words_max + 4, Default::default());
+/// words than a transaction holds), merged as it is cut. The map is sized
+/// for a whole batch: grown from empty, it rehashed its way up to a
+/// batch's 250 words every time.
+fn take_batch(ops: &mut VecDeque<Queued>, words_max: usize) -> Batch {
+    let mut index: Map<u64, usize> = Map::with_capacity_and_hasher(words_max + 4, Default::default());
+    let mut words: Vec<(PoolOffset, u64)> = Vec::with_capacity(words_max + 4);
     let mut n = 0;
     for op in ops.iter() {
-        let new = op.words.iter().filter(|w| !seen.contains(&w.0 .0)).count();
-        if n > 0 && seen.len() + new > words_max {
+        let new = op.words.iter().filter(|w| !index.contains_key(&w.0 .0)).count();
+        if n > 0 && words.len() + new > words_max {
             break;
         }
         // One operation always fits a transaction, and goes alone when it
         // sets more than a (test's) smaller limit allows.
         assert!(new <= JOURNAL_RECORDS_MAX, "operation {} sets {new} words", op.seq);
-        for w in &op.words {
-            seen.insert(w.0 .0);
+        for &(off, value) in &op.words {
+            match index.get(&off.0) {
+                Some(&i) => words[i].1 = value,
+                None => {
+                    index.insert(off.0, words.len());
+                    words.push((off, value));
+                }
+            }
         }
         n += 1;
     }
-    ops.drain(..n).collect()
+    Batch { ops: ops.drain(..n).collect(), words }
 }
 
 #[cfg(test)]

@@ -58,12 +58,12 @@ impl Transaction {
     /// of 250 words cost about 31,000 comparisons, with the merge map's
     /// rehashing about 30 % of the persister thread's CPU in
     /// `sustained-dirops` (docs/BENCHMARKS.md, "Probes on the Zen 3 host").
-    pub fn from_distinct(words: &[(PoolOffset, u64)]) -> Transaction {
+    pub fn from_distinct(words: Vec<(PoolOffset, u64)>) -> Transaction {
         let mut offsets: smallvec::SmallVec<[u64; 8]> = words.iter().map(|w| w.0 .0).collect();
         offsets.sort_unstable();
         assert!(offsets.iter().all(|o| o.is_multiple_of(8)), "a journaled word is not aligned");
         assert!(offsets.windows(2).all(|pair| pair[0] != pair[1]), "word journaled twice");
-        Transaction { words: words.iter().copied().collect(), olds_read: smallvec::SmallVec::new() }
+        Transaction { words: smallvec::SmallVec::from_vec(words), olds_read: smallvec::SmallVec::new() }
     }
 
     /// `set`, with the word's value on media, which the caller read while
@@ -272,13 +272,13 @@ mod tests {
     #[test]
     fn distinct_words_keep_their_order() {
         let words = [(PoolOffset(4096), 1), (PoolOffset(64), 2), (PoolOffset(8192), 3)];
-        assert_eq!(&Transaction::from_distinct(&words).words[..], &words[..]);
+        assert_eq!(&Transaction::from_distinct(words.to_vec()).words[..], &words[..]);
     }
 
     #[test]
     #[should_panic(expected = "word journaled twice")]
     fn a_word_given_twice_is_refused() {
-        let _ = Transaction::from_distinct(&[(PoolOffset(4096), 1), (PoolOffset(64), 2), (PoolOffset(4096), 3)]);
+        let _ = Transaction::from_distinct(vec![(PoolOffset(4096), 1), (PoolOffset(64), 2), (PoolOffset(4096), 3)]);
     }
 
     #[test]
@@ -286,12 +286,12 @@ mod tests {
     fn a_word_given_twice_among_many_is_refused() {
         let mut words: Vec<(PoolOffset, u64)> = (0..250u64).map(|i| (PoolOffset(8 * (1000 - i)), i)).collect();
         words[200].0 = words[17].0;
-        let _ = Transaction::from_distinct(&words);
+        let _ = Transaction::from_distinct(words);
     }
 
     #[test]
     #[should_panic(expected = "not aligned")]
     fn an_unaligned_word_is_refused() {
-        let _ = Transaction::from_distinct(&[(PoolOffset(4100), 1), (PoolOffset(64), 2)]);
+        let _ = Transaction::from_distinct(vec![(PoolOffset(4100), 1), (PoolOffset(64), 2)]);
     }
 }
