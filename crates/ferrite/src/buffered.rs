@@ -672,10 +672,11 @@ fn take_batch(ops: &mut VecDeque<Queued>, words_max: usize) -> Batch {
         // sets more than a (test's) smaller limit allows.
         assert!(new <= JOURNAL_RECORDS_MAX, "operation {} sets {new} words", op.seq);
         for &(off, value) in &op.words {
-            match index.get(&off.0) {
-                Some(&i) => words[i].1 = value,
-                None => {
-                    index.insert(off.0, words.len());
+            // One hash per word: a new word's probe is also its insert.
+            match index.entry(off.0) {
+                std::collections::hash_map::Entry::Occupied(e) => words[*e.get()].1 = value,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(words.len());
                     words.push((off, value));
                 }
             }
