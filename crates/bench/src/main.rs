@@ -38,7 +38,7 @@ use clap::Parser;
 
 use report::{AcctOut, WorkloadResult};
 use target::{FerriteLib, HwLimit, PosixDir, Target};
-use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, Remount, Workload};
+use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, ReadOffset, Remount, Workload};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -192,6 +192,7 @@ fn all_workloads(s: &Scale, quick: bool, base: &Path, pool_len: u64) -> Vec<Box<
         fio("seqwrite-4k", "fio", 4096, false, 0, 0, 1, true, n),
         fio("randread-4k", "fio", 4096, true, 100, 0, 1, true, n),
         fio("randwrite-4k", "fio", 4096, true, 0, 0, 1, true, n),
+        Box::new(ReadOffset { file_size: s.file_size, reads: n }),
     ];
     for (name, size) in
         [("randwrite-128", 128), ("randwrite-1k", 1024), ("randwrite-64k", 64 << 10), ("randwrite-2m", 2 << 20)]

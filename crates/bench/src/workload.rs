@@ -646,6 +646,130 @@ impl Prepared for LookupRun<'_> {
     }
 }
 
+// ---------------------------------------------------------------- read-offset
+
+/// Random 4 KiB reads from a preallocated file into a page-aligned buffer
+/// and into one 16 bytes past a page boundary (where glibc's `malloc`
+/// places a block of 128 KiB or more, which it maps for itself), alternating
+/// in chunks of 10,000 so both see the same phases of the machine. File
+/// pages start at page boundaries, so the second buffer puts the copy's
+/// destination 16 bytes past its source modulo 4 KiB: the short distance
+/// at which `rep movsb` (glibc's `memcpy` and the kernel's copy to user
+/// space for copies of a few KiB) has run an order of magnitude slower on
+/// an AMD Zen 3 host (docs/BENCHMARKS.md). Every other read workload reads
+/// into a buffer from `malloc`, wherever the allocator put it.
+pub struct ReadOffset {
+    pub file_size: u64,
+    pub reads: usize,
+}
+
+/// Where the second buffer starts past a page boundary.
+const READ_OFFSET_BYTES: usize = 16;
+
+static READ_OFFSET_METRICS: [Metric; 3] = [
+    Metric {
+        key: "aligned_us",
+        label: "4 KiB pread into a page-aligned buffer, mean",
+        unit: "us",
+        better: Better::Lower,
+    },
+    Metric {
+        key: "offset16_us",
+        label: "4 KiB pread into a buffer 16 bytes past a page boundary, mean",
+        unit: "us",
+        better: Better::Lower,
+    },
+    Metric { key: "offset16_over_aligned", label: "offset 16 / aligned time", unit: "x", better: Better::Lower },
+];
+
+impl Workload for ReadOffset {
+    fn name(&self) -> &str {
+        "read-offset"
+    }
+    fn group(&self) -> &'static str {
+        "fio"
+    }
+    fn params(&self) -> String {
+        format!(
+            "pread of 4 KiB at uniform random 4 KiB-aligned offsets of a preallocated {} MiB file, into a \
+             page-aligned buffer and into one starting {READ_OFFSET_BYTES} bytes past a page boundary (what \
+             malloc returns for 128 KiB and more); {} reads into each per round, alternating in chunks of \
+             10,000; 1 thread",
+            self.file_size >> 20,
+            self.reads
+        )
+    }
+    fn metrics(&self) -> &'static [Metric] {
+        &READ_OFFSET_METRICS
+    }
+    fn prepare<'t>(&self, t: &'t dyn Target) -> io::Result<Option<Box<dyn Prepared + 't>>> {
+        let block = pattern(4096);
+        let path = t.prepare("/read-offset.dat");
+        let f = t.open(&path, true)?;
+        fill(t, f, self.file_size, &block)?;
+        t.close(f)?;
+        let f = t.open(&path, false)?;
+        Ok(Some(Box::new(ReadOffsetRun {
+            t,
+            path,
+            f,
+            pages: self.file_size / 4096,
+            reads: self.reads,
+            buf: vec![0u8; 3 * 4096],
+            block,
+            picks: Vec::new(),
+        })))
+    }
+}
+
+struct ReadOffsetRun<'t> {
+    t: &'t dyn Target,
+    path: TPath,
+    f: FileId,
+    pages: u64,
+    reads: usize,
+    /// Room for a page-aligned page and one 16 bytes further on.
+    buf: Vec<u8>,
+    block: Vec<u8>,
+    picks: Vec<u64>,
+}
+
+impl Prepared for ReadOffsetRun<'_> {
+    fn run(&mut self, seed: u64) -> io::Result<RunOut> {
+        let t = self.t;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let aligned = (4096 - self.buf.as_ptr() as usize % 4096) % 4096;
+        let mut total = [Duration::ZERO; 2];
+        let mut done = 0;
+        while done < self.reads {
+            let chunk = 10_000.min(self.reads - done);
+            for (k, start) in [aligned, aligned + READ_OFFSET_BYTES].into_iter().enumerate() {
+                self.picks.clear();
+                self.picks.extend((0..chunk).map(|_| rng.gen_range(0..self.pages) * 4096));
+                let buf = &mut self.buf[start..start + 4096];
+                let t0 = Instant::now();
+                for &off in &self.picks {
+                    t.pread(self.f, buf, off)?;
+                }
+                total[k] += t0.elapsed();
+                if buf[..] != self.block[..] {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{}: pread returned wrong data", t.name()),
+                    ));
+                }
+            }
+            done += chunk;
+        }
+        let (a, o) = (mean_us(total[0], self.reads), mean_us(total[1], self.reads));
+        Ok(RunOut { values: vec![a, o, o / a], bytes_written: 0, ops: 2 * self.reads as u64 })
+    }
+    fn cleanup(self: Box<Self>) -> io::Result<()> {
+        self.t.close(self.f)?;
+        self.t.unlink(&self.path)
+    }
+}
+
 // ---------------------------------------------------------------- remount
 
 /// Remount time of a second file system of the target's kind holding

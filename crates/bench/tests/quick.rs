@@ -30,12 +30,13 @@ impl Drop for TempDir {
     }
 }
 
-const WORKLOADS: [&str; 30] = [
+const WORKLOADS: [&str; 31] = [
     "scaling-2t",
     "seqread-4k",
     "seqwrite-4k",
     "randread-4k",
     "randwrite-4k",
+    "read-offset",
     "randwrite-128",
     "randwrite-1k",
     "randwrite-64k",

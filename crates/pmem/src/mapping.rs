@@ -141,7 +141,7 @@ impl Region {
         // SAFETY: `src` is valid for `buf.len()` bytes (checked by `at`);
         // `buf` is a Rust slice and cannot overlap the pool, because this
         // crate never hands out references into pool memory.
-        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) }
+        unsafe { crate::arch::copy(buf.as_mut_ptr(), src, buf.len()) }
     }
 
     /// Copies `data` into the pool at `off` with ordinary (cached) stores.
@@ -150,7 +150,7 @@ impl Region {
         let dst = self.at(off, data.len());
         // SAFETY: `dst` is valid for `data.len()` bytes (checked by `at`);
         // `data` cannot overlap the pool (see `copy_out`).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
+        unsafe { crate::arch::copy(dst, data.as_ptr(), data.len()) }
     }
 
     /// Sets `len` bytes at `off` to `byte` with ordinary stores.
@@ -806,14 +806,14 @@ impl WindowMap {
         let dst = self.at(at, data.len());
         // SAFETY: in bounds (checked by `at`); `data` is a Rust slice, which
         // cannot overlap window memory because no reference into it exists.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
+        unsafe { crate::arch::copy(dst, data.as_ptr(), data.len()) }
     }
 
     /// Copies window bytes at `at` into `buf`.
     pub(crate) fn copy_out(&self, at: usize, buf: &mut [u8]) {
         let src = self.at(at, buf.len());
         // SAFETY: in bounds (checked by `at`), and see `copy_in` on overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) }
+        unsafe { crate::arch::copy(buf.as_mut_ptr(), src, buf.len()) }
     }
 
     fn check_pages(&self, at: usize, len: usize) {
