@@ -261,8 +261,9 @@ mod imp {
     /// bytes, no overlap.
     #[inline]
     pub unsafe fn copy_vectors(dst: *mut u8, src: *const u8, len: usize) {
-        // SAFETY: the caller's contract, and AVX2 only where the CPU has it.
-        unsafe { copy_vectors_using(std::arch::is_x86_feature_detected!("avx2"), dst, src, len) }
+        // SAFETY: the caller's contract, and AVX2 only where the CPU has it
+        // (the same check that lets a pool choose the AVX2 streaming copy).
+        unsafe { copy_vectors_using(nt_supported(NtKind::Avx2), dst, src, len) }
     }
 
     /// `copy_vectors` with the instruction set chosen by the caller (the
