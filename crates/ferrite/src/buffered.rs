@@ -462,6 +462,13 @@ impl Buffered {
         self.persist_upto(seq, true).is_ok()
     }
 
+    /// Run `f` while no batch can run (`persist_lock` held), so that the
+    /// persister changes nothing in the pool meanwhile.
+    pub fn with_batches_held<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _held = self.persist_lock.lock();
+        f()
+    }
+
     /// Make every queued operation durable.
     pub fn persist_all(&self) -> FsResult<()> {
         let seq = self.last_seq();

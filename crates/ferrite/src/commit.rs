@@ -869,6 +869,18 @@ impl Ferrite {
         self.sync_all()
     }
 
+    /// Run `f` with the pool left alone by the persister: on a buffered
+    /// mount no batch runs until it returns (a copy of a pool that a batch
+    /// writes meanwhile would mix two states, which no crash can leave);
+    /// on a strict one, `f` runs as is. Operations of other threads still
+    /// change the pool: the caller keeps them away.
+    pub fn with_persister_held<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.buffered {
+            Some(b) => b.with_batches_held(f),
+            None => f(),
+        }
+    }
+
     /// Make durable every operation that has returned but the newest
     /// `newest_left` of them, as a persister thread that wakes while
     /// callers keep queueing does: it persists up to an operation and

@@ -837,8 +837,10 @@ fn then_clean_remount(seed: u64, buffered: bool) {
     let when = format!("{mode}after the threads joined (seed {seed:#x})");
     verify_all(&fs, &shadows, &when);
     // On a buffered mount the pool as it stands is some prefix of the
-    // operations, and that too is a clean file system.
-    fsck_clean(&fs.pmem().image(), &when);
+    // operations, and that too is a clean file system. It is copied with
+    // the persister held: a batch running during the copy would put parts
+    // of two states into one image.
+    fsck_clean(&fs.with_persister_held(|| fs.pmem().image()), &when);
     let tree = tree_of(&*fs).expect("tree");
     let fs = Arc::try_unwrap(fs).unwrap_or_else(|_| panic!("threads still hold the fs"));
     let pmem = fs.pmem().clone();
