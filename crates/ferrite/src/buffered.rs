@@ -511,8 +511,11 @@ impl Buffered {
         let now = Instant::now();
         let oldest_ns = now.duration_since(batch[0].queued_at).as_nanos() as u64;
         let count = batch.len() as u64;
-        let mut freed_inodes = Vec::new();
-        let mut freed_pages: Vec<PageNo> = Vec::new();
+        // Inline up to a few dozen: the batches of sync points are a few
+        // operations each, and a heap vector cost them a `malloc` and a
+        // `free` apiece.
+        let mut freed_inodes: SmallVec<[InodeNo; 8]> = SmallVec::new();
+        let mut freed_pages: SmallVec<[PageNo; 32]> = SmallVec::new();
         for op in batch {
             freed_pages.extend(op.free_pages.iter().copied());
             freed_inodes.extend(op.free_inodes);
@@ -661,36 +664,86 @@ struct Batch {
     words: Vec<(PoolOffset, u64)>,
 }
 
+/// Merged words a batch holds before it indexes them in a map: below this
+/// a scan of the words is cheaper than a map's allocation, and the batches
+/// a sync point cuts are mostly this small (`varmail`: two operations and
+/// three words per batch, where the map sized for a whole batch and its
+/// allocation were a quarter of cutting it).
+const BATCH_WORDS_SCANNED_MAX: usize = 16;
+
+/// A batch's words, merged as they are added: the last value of each word
+/// wins, and each word appears once, in the order it was first set.
+struct MergedWords {
+    words: Vec<(PoolOffset, u64)>,
+    /// Word offset -> its index in `words`, once there are more than
+    /// `BATCH_WORDS_SCANNED_MAX` of them; sized then for a whole batch, so
+    /// that it never rehashes (grown from empty, it rehashed its way up to a
+    /// batch's 250 words every time).
+    index: Option<Map<u64, usize>>,
+    words_max: usize,
+}
+
+impl MergedWords {
+    fn new(words_max: usize) -> MergedWords {
+        MergedWords { words: Vec::with_capacity(BATCH_WORDS_SCANNED_MAX), index: None, words_max }
+    }
+
+    fn contains(&self, off: PoolOffset) -> bool {
+        match &self.index {
+            Some(index) => index.contains_key(&off.0),
+            None => self.words.iter().any(|w| w.0 == off),
+        }
+    }
+
+    fn set(&mut self, off: PoolOffset, value: u64) {
+        if self.index.is_none() {
+            if let Some(w) = self.words.iter_mut().find(|w| w.0 == off) {
+                w.1 = value;
+                return;
+            }
+            if self.words.len() < BATCH_WORDS_SCANNED_MAX {
+                self.words.push((off, value));
+                return;
+            }
+            // A test's smaller limit still lets one operation's many words in.
+            let capacity = (self.words_max + 4).max(2 * BATCH_WORDS_SCANNED_MAX);
+            let mut index: Map<u64, usize> = Map::with_capacity_and_hasher(capacity, Default::default());
+            index.extend(self.words.iter().enumerate().map(|(i, w)| (w.0 .0, i)));
+            self.words.reserve(capacity.saturating_sub(self.words.len()));
+            self.index = Some(index);
+        }
+        let index = self.index.as_mut().expect("indexed above");
+        // One hash per word: a new word's probe is also its insert.
+        match index.entry(off.0) {
+            std::collections::hash_map::Entry::Occupied(e) => self.words[*e.get()].1 = value,
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(self.words.len());
+                self.words.push((off, value));
+            }
+        }
+    }
+}
+
 /// The longest prefix of the queue whose merged words fit one batch of at
 /// most `words_max` words (at least one operation: one never has more
-/// words than a transaction holds), merged as it is cut. The map is sized
-/// for a whole batch: grown from empty, it rehashed its way up to a
-/// batch's 250 words every time.
+/// words than a transaction holds), merged as it is cut.
 fn take_batch(ops: &mut VecDeque<Queued>, words_max: usize) -> Batch {
-    let mut index: Map<u64, usize> = Map::with_capacity_and_hasher(words_max + 4, Default::default());
-    let mut words: Vec<(PoolOffset, u64)> = Vec::with_capacity(words_max + 4);
+    let mut merged = MergedWords::new(words_max);
     let mut n = 0;
     for op in ops.iter() {
-        let new = op.words.iter().filter(|w| !index.contains_key(&w.0 .0)).count();
-        if n > 0 && words.len() + new > words_max {
+        let new = op.words.iter().filter(|w| !merged.contains(w.0)).count();
+        if n > 0 && merged.words.len() + new > words_max {
             break;
         }
         // One operation always fits a transaction, and goes alone when it
         // sets more than a (test's) smaller limit allows.
         assert!(new <= JOURNAL_RECORDS_MAX, "operation {} sets {new} words", op.seq);
         for &(off, value) in &op.words {
-            // One hash per word: a new word's probe is also its insert.
-            match index.entry(off.0) {
-                std::collections::hash_map::Entry::Occupied(e) => words[*e.get()].1 = value,
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(words.len());
-                    words.push((off, value));
-                }
-            }
+            merged.set(off, value);
         }
         n += 1;
     }
-    Batch { ops: ops.drain(..n).collect(), words }
+    Batch { ops: ops.drain(..n).collect(), words: merged.words }
 }
 
 #[cfg(test)]
@@ -726,6 +779,78 @@ mod tests {
     fn create_file(fs: &Session, i: u64) {
         let fd = fs.open(format!("/f{i:04}").as_bytes(), OpenFlags::WRONLY.create().excl(), 0o644).unwrap();
         fs.close(fd).unwrap();
+    }
+
+    /// `take_batch` against a plain reference: every batch it cuts from a
+    /// queue of operations setting random words (few distinct offsets, so
+    /// that words repeat, and batches past `BATCH_WORDS_SCANNED_MAX` words,
+    /// where the scan gives way to a map) is the longest prefix whose
+    /// distinct words fit, with each word once, in the order first set,
+    /// holding its last value; and the batches together take the queue
+    /// in order.
+    #[test]
+    fn batches_merge_their_words_as_a_plain_scan_does() {
+        use super::{take_batch, Queued, BATCH_WORDS_SCANNED_MAX};
+        use ferrite_pmem::PoolOffset;
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        };
+        let mut scanned_past = 0;
+        for round in 0..400 {
+            let words_max = [4, 8, 20, 64, 250][round % 5];
+            let offsets = [6, 40, 400][round % 3];
+            let mut queue = std::collections::VecDeque::new();
+            for seq in 1..=1 + next(120) {
+                // An operation sets each of its words once.
+                let mut words: smallvec::SmallVec<[(PoolOffset, u64); 4]> = smallvec::SmallVec::new();
+                for _ in 0..1 + next(6) {
+                    let off = PoolOffset(8 * next(offsets));
+                    if !words.iter().any(|w| w.0 == off) {
+                        words.push((off, next(1 << 40)));
+                    }
+                }
+                queue.push_back(Queued {
+                    seq,
+                    words,
+                    flushes: Default::default(),
+                    free_pages: Default::default(),
+                    free_inodes: Default::default(),
+                    queued_at: std::time::Instant::now(),
+                });
+            }
+            let mut expect_seq = 1;
+            while !queue.is_empty() {
+                // The reference: merge operation by operation with a scan.
+                let mut merged: Vec<(PoolOffset, u64)> = Vec::new();
+                let mut n = 0;
+                for op in &queue {
+                    let mut next_merged = merged.clone();
+                    for &(off, value) in &op.words {
+                        match next_merged.iter_mut().find(|w| w.0 == off) {
+                            Some(w) => w.1 = value,
+                            None => next_merged.push((off, value)),
+                        }
+                    }
+                    if n > 0 && next_merged.len() > words_max {
+                        break;
+                    }
+                    merged = next_merged;
+                    n += 1;
+                }
+                let batch = take_batch(&mut queue, words_max);
+                let seqs: Vec<u64> = batch.ops.iter().map(|op| op.seq).collect();
+                let want: Vec<u64> = (expect_seq..expect_seq + n as u64).collect();
+                assert_eq!(seqs, want, "round {round}: the operations of the batch");
+                assert_eq!(batch.words, merged, "round {round}: the merged words of operations {want:?}");
+                scanned_past += usize::from(batch.words.len() > BATCH_WORDS_SCANNED_MAX);
+                expect_seq += n as u64;
+            }
+        }
+        assert!(scanned_past > 50, "only {scanned_past} batches went past the scan");
     }
 
     #[test]
