@@ -828,6 +828,18 @@ impl Ferrite {
     /// `fsync_ino` of an inode the caller holds open (a descriptor's), so
     /// that it is alive: no lookup. The commit point of an fsync-atomic
     /// file (fsync and fdatasync alike: its data and metadata commit as one).
+    /// Whether an fsync of `inode` has nothing to do: a strict mount (no
+    /// queue to persist) on media that needs no system call to be durable,
+    /// and no fsync-atomic epoch pending on the file. Read without a lock,
+    /// as `fsync_inode` reads it; a stale answer is as safe as there: an
+    /// epoch committed meanwhile leaves nothing to do, and one opened
+    /// meanwhile belongs to a write that has not returned before this call.
+    pub(crate) fn fsync_is_noop(&self, inode: &Inode) -> bool {
+        self.buffered.is_none()
+            && self.media.pmem.domain() != ferrite_pmem::PersistenceDomain::PageCache
+            && !(inode.kind == FileType::Regular && inode.epoch_pending.load(Ordering::Acquire))
+    }
+
     pub(crate) fn fsync_inode(&self, inode: &Inode, data_only: bool) -> FsResult<()> {
         let _ = data_only;
         // A strict file (or one with nothing pending) has nothing to

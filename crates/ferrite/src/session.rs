@@ -170,6 +170,14 @@ impl FdTable {
         self.shard(fd.0).lock().get(&fd.0).cloned().ok_or(Errno::EBADF)
     }
 
+    /// `f` of the description at `fd`, under its shard's lock and without
+    /// taking a reference to it (two locked instructions fewer than `get`).
+    /// For checks that take nanoseconds: the shard's other descriptors
+    /// wait meanwhile.
+    fn with<R>(&self, fd: Fd, f: impl FnOnce(&OpenFile) -> R) -> FsResult<R> {
+        self.shard(fd.0).lock().get(&fd.0).map(|e| f(&e.file)).ok_or(Errno::EBADF)
+    }
+
     fn set_cloexec(&self, fd: Fd, on: bool) -> FsResult<()> {
         self.shard(fd.0).lock().get_mut(&fd.0).map(|e| e.cloexec = on).ok_or(Errno::EBADF)
     }
@@ -462,6 +470,14 @@ impl Session {
     /// A descriptor of any kind (O_PATH included).
     fn any_file(&self, fd: Fd) -> FsResult<Arc<OpenFile>> {
         Ok(self.fds.get(fd)?.file)
+    }
+
+    /// Whether an fsync or fdatasync of `fd` has nothing to do (strict
+    /// mode, where every call was durable when it returned: the common
+    /// case, checked without taking a reference to the description); EBADF
+    /// as `io_file`.
+    fn fsync_is_noop(&self, fd: Fd) -> FsResult<bool> {
+        self.fds.with(fd, |f| if f.flags.path { Err(Errno::EBADF) } else { Ok(self.fs.fsync_is_noop(&f.inode)) })?
     }
 
     /// A descriptor for I/O and attribute calls: EBADF for O_PATH.
@@ -873,11 +889,17 @@ impl PathFs for Session {
     }
 
     fn fsync(&self, fd: Fd) -> FsResult<()> {
+        if self.fsync_is_noop(fd)? {
+            return Ok(());
+        }
         let f = self.io_file(fd)?;
         self.fs.fsync_inode(&f.inode, false)
     }
 
     fn fdatasync(&self, fd: Fd) -> FsResult<()> {
+        if self.fsync_is_noop(fd)? {
+            return Ok(());
+        }
         let f = self.io_file(fd)?;
         self.fs.fsync_inode(&f.inode, true)
     }
