@@ -505,11 +505,14 @@ impl InodeData {
 
     /// Every pool page this inode owns: its log pages and its data pages.
     pub fn owned_pages(&self) -> Vec<PageNo> {
-        let mut v = self.log.live.page_list();
-        if let Body::Pages(map) = &self.body {
-            v.extend(map.values().map(|r| r.pool));
+        match &self.body {
+            Body::Pages(map) => {
+                let mut v = self.log.live.page_list_with_room(map.len());
+                v.extend(map.values().map(|r| r.pool));
+                v
+            }
+            Body::Dir(_) => self.log.live.page_list(),
         }
-        v
     }
 }
 

@@ -223,7 +223,13 @@ impl Liveness {
 
     /// The pages from head to tail.
     pub fn page_list(&self) -> Vec<PageNo> {
-        let mut v = Vec::with_capacity(self.pages.len());
+        self.page_list_with_room(0)
+    }
+
+    /// `page_list`, with room for `more` pages after them (a freed file's
+    /// data pages: growing the list to take them cost a `realloc`).
+    pub fn page_list_with_room(&self, more: usize) -> Vec<PageNo> {
+        let mut v = Vec::with_capacity(self.pages.len() + more);
         let mut p = self.first;
         while p != NO_PAGE {
             v.push(p);
