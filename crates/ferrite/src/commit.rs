@@ -825,9 +825,6 @@ impl Ferrite {
         self.fsync_inode(&inode, data_only)
     }
 
-    /// `fsync_ino` of an inode the caller holds open (a descriptor's), so
-    /// that it is alive: no lookup. The commit point of an fsync-atomic
-    /// file (fsync and fdatasync alike: its data and metadata commit as one).
     /// Whether an fsync of `inode` has nothing to do: a strict mount (no
     /// queue to persist) on media that needs no system call to be durable,
     /// and no fsync-atomic epoch pending on the file. Read without a lock,
@@ -840,6 +837,9 @@ impl Ferrite {
             && !(inode.kind == FileType::Regular && inode.epoch_pending.load(Ordering::Acquire))
     }
 
+    /// `fsync_ino` of an inode the caller holds open (a descriptor's), so
+    /// that it is alive: no lookup. The commit point of an fsync-atomic
+    /// file (fsync and fdatasync alike: its data and metadata commit as one).
     pub(crate) fn fsync_inode(&self, inode: &Inode, data_only: bool) -> FsResult<()> {
         let _ = data_only;
         // A strict file (or one with nothing pending) has nothing to
