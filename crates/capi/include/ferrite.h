@@ -319,8 +319,9 @@ int ferrite_fsync(struct ferrite_fs *fs, int fd);
 int ferrite_fdatasync(struct ferrite_fs *fs, int fd);
 
 /**
- * fallocate(2) with mode 0, FALLOC_FL_KEEP_SIZE or
- * FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (other modes: EOPNOTSUPP).
+ * fallocate(2) with mode 0, FALLOC_FL_KEEP_SIZE,
+ * FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE or
+ * FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE (other modes: EOPNOTSUPP).
  * Returns 0, or -1 with errno set.
  */
 int ferrite_fallocate(struct ferrite_fs *fs, int fd, int mode, off_t offset, off_t len);

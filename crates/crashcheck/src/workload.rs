@@ -246,6 +246,8 @@ impl std::fmt::Display for Call {
                     FallocateMode::Default => "0",
                     FallocateMode::KeepSize => "KEEP_SIZE",
                     FallocateMode::PunchHole => "PUNCH_HOLE|KEEP_SIZE",
+                    FallocateMode::ZeroRange => "ZERO_RANGE",
+                    FallocateMode::ZeroRangeKeepSize => "ZERO_RANGE|KEEP_SIZE",
                 };
                 write!(f, "fallocate(fd{slot}, {m}, {off}, {len})")
             }
@@ -944,6 +946,29 @@ pub fn catalogue() -> Vec<OpDef> {
             rdwr,
             Call::Fallocate { slot: 0, mode: FallocateMode::PunchHole, off: 1000, len: 7192 },
         ),
+        // Page 0 copied with bytes from 1000 zeroed, page 1 whole replaced
+        // by a zeroed page, page 2 (past the end) a zeroed page, the size
+        // grown to 10000: one commit.
+        on_fd(
+            "fallocate_zero_range",
+            "/A/foo",
+            rdwr,
+            Call::Fallocate { slot: 0, mode: FallocateMode::ZeroRange, off: 1000, len: 9000 },
+        ),
+        // Zeroed pages past the end of file, the size grown to 23000.
+        on_fd(
+            "fallocate_zero_range_extend",
+            "/bar",
+            rdwr,
+            Call::Fallocate { slot: 0, mode: FallocateMode::ZeroRange, off: 3000, len: 20000 },
+        ),
+        // Holes and mapped pages alike allocated, the size kept.
+        on_fd(
+            "fallocate_zero_range_keep_size",
+            "/A/bar",
+            rdwr,
+            Call::Fallocate { slot: 0, mode: FallocateMode::ZeroRangeKeepSize, off: 100, len: 16000 },
+        ),
         // ---- link, unlink, rmdir ----
         one("link", Call::Link { from: p("/foo"), to: p("/B/foo") }),
         one("link_same_dir", Call::Link { from: p("/A/foo"), to: p("/A/C/new") }),
@@ -1114,6 +1139,22 @@ pub fn atomic_catalogue() -> Vec<OpDef> {
             "/A/foo",
             rdwr,
             Call::Fallocate { slot: 0, mode: FallocateMode::PunchHole, off: 1000, len: 7192 },
+        ),
+        // Committed by an fsync: every line the zeroed range streamed must
+        // be flushed and fenced when the fsync returns.
+        op(
+            "fa_zero_range_fsync",
+            vec![open(0, "/A/foo", rdwr)],
+            vec![
+                Call::Fallocate { slot: 0, mode: FallocateMode::ZeroRange, off: 1000, len: 9000 },
+                Call::Fsync { slot: 0 },
+            ],
+        ),
+        on_fd(
+            "fa_zero_range_keep_size",
+            "/A/bar",
+            rdwr,
+            Call::Fallocate { slot: 0, mode: FallocateMode::ZeroRangeKeepSize, off: 100, len: 16000 },
         ),
         one("fa_open_trunc", open(0, "/A/bar", OpenFlags::WRONLY.trunc())),
         // Writes to an unlinked open file (pending until it is freed).

@@ -583,8 +583,11 @@ impl Ferrite {
         if let Some(c) = by {
             self.setattr_as_locked(inode, d, &SetAttr::default(), c, PrivilegeDrop::Modify)?;
         }
-        if mode == FallocateMode::PunchHole {
-            return self.punch_hole_locked(inode, d, offset, end);
+        match mode {
+            FallocateMode::PunchHole => return self.punch_hole_locked(inode, d, offset, end),
+            FallocateMode::ZeroRange => return self.zero_range_locked(inode, d, offset, end, false),
+            FallocateMode::ZeroRangeKeepSize => return self.zero_range_locked(inode, d, offset, end, true),
+            FallocateMode::Default | FallocateMode::KeepSize => {}
         }
         let first = offset >> PAGE_SHIFT;
         let last = (end - 1) >> PAGE_SHIFT;
@@ -604,7 +607,9 @@ impl Ferrite {
         let new_size = match mode {
             FallocateMode::Default => d.attrs.size.max(end),
             FallocateMode::KeepSize => d.attrs.size,
-            FallocateMode::PunchHole => unreachable!("handled above"),
+            FallocateMode::PunchHole | FallocateMode::ZeroRange | FallocateMode::ZeroRangeKeepSize => {
+                unreachable!("handled above")
+            }
         };
         let now = self.now_ns();
         let (entries, runs) = if holes.is_empty() {
@@ -686,6 +691,50 @@ impl Ferrite {
             entries.push(Entry::Truncate(TruncateEntry { size, mtime_ns: now, ctime_ns: now, size_only: true }));
         }
         self.commit(inode, d, entries, fresh, Change::Data)
+    }
+
+    /// fallocate ZERO_RANGE (with KEEP_SIZE when `keep_size`): the bytes of
+    /// [offset, end) read as zeros afterwards and every page they touch is
+    /// allocated, all in one commit. Each page of the range gets a fresh
+    /// page, mapped by Write entries: a mapped page at either edge that the
+    /// range covers only in part is copied with the range zeroed, every
+    /// other page is zero-filled. Zeroing the old pages in place would not
+    /// be atomic (a crash halfway would leave some of them zeroed), and the
+    /// format has no unwritten extents, so the range needs as many free
+    /// pages as it spans until the commit frees the pages it replaced. The
+    /// size grows to `end` unless `keep_size`; the times change always (as
+    /// ext4).
+    fn zero_range_locked(
+        &self,
+        inode: &Inode,
+        d: &mut InodeData,
+        offset: u64,
+        end: u64,
+        keep_size: bool,
+    ) -> FsResult<()> {
+        let size = if keep_size { d.attrs.size } else { d.attrs.size.max(end) };
+        let first = offset >> PAGE_SHIFT;
+        let last = (end - 1) >> PAGE_SHIFT;
+        let count = last - first + 1;
+        let runs = self.alloc_pages_for(inode, d, count)?;
+        let mut pairs: Vec<(u64, PageNo)> = Vec::with_capacity(count as usize);
+        for (p, dest) in (first..=last).zip(flatten(&runs)) {
+            let start = p << PAGE_SHIFT;
+            let lo = offset.max(start) - start;
+            let hi = end.min(start + PAGE_SIZE) - start;
+            let whole = lo == 0 && hi == PAGE_SIZE;
+            if !whole && d.pages().get(&p).is_some() {
+                let mut buf = [0u8; PAGE];
+                self.read_page(d, p, &mut buf);
+                buf[lo as usize..hi as usize].fill(0);
+                self.media.write_nt(dest.offset(), &buf);
+            } else {
+                self.media.fill_nt(dest.offset(), PAGE_SIZE, 0);
+            }
+            pairs.push((p, dest));
+        }
+        let entries = write_entries(first, &pairs, size, self.now_ns());
+        self.commit(inode, d, entries, Fresh::runs(runs), Change::Data)
     }
 
     /// SEEK_DATA and SEEK_HOLE at page granularity.

@@ -529,6 +529,12 @@ pub enum FallocateMode {
     /// FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the range reads as zeros
     /// afterwards; whole pages in it are deallocated; the size stays.
     PunchHole,
+    /// FALLOC_FL_ZERO_RANGE: the range reads as zeros afterwards, every
+    /// page of it is allocated, and the size grows to the range's end.
+    ZeroRange,
+    /// FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE: as `ZeroRange`, the size
+    /// stays (pages past the end of file are allocated, as ext4 does).
+    ZeroRangeKeepSize,
 }
 
 /// `whence` of lseek.

@@ -1190,10 +1190,13 @@ impl Core {
         let how = match mode {
             0 => FallocateMode::Default,
             libc::FALLOC_FL_KEEP_SIZE => FallocateMode::KeepSize,
-            // The kernel drops its cached pages of the range itself.
+            // The kernel drops its cached pages of the range itself, for
+            // a punch and for a zeroed range.
             m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => FallocateMode::PunchHole,
+            libc::FALLOC_FL_ZERO_RANGE => FallocateMode::ZeroRange,
+            m if m == libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE => FallocateMode::ZeroRangeKeepSize,
             // Punching without KEEP_SIZE (EOPNOTSUPP on Linux too),
-            // collapsing, inserting, zeroing: not in the engine.
+            // collapsing, inserting: not in the engine.
             _ => return Err(Errno::EOPNOTSUPP),
         };
         self.writable()?;

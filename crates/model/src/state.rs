@@ -141,6 +141,20 @@ impl FileData {
         }
     }
 
+    /// fallocate ZERO_RANGE: [off, end) reads as zeros, every page it
+    /// touches is allocated; the caller sets the size.
+    fn zero_range(&mut self, off: u64, end: u64) {
+        for p in page_span(off, end - off) {
+            let start = p * PAGE;
+            let page = self.pages.entry(p).or_insert_with(Page::zeroed);
+            let lo = (off.max(start) - start) as usize;
+            let hi = (end.min(start + PAGE) - start) as usize;
+            if page.0[lo..hi].iter().any(|&b| b != 0) {
+                Arc::make_mut(&mut page.0)[lo..hi].fill(0);
+            }
+        }
+    }
+
     fn content(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.size as usize];
         self.read(0, &mut v);
@@ -1209,8 +1223,11 @@ impl ModelState {
         }
         self.data_change(ino);
         let f = self.file_mut(ino);
-        f.allocate(offset, len);
-        if mode == FallocateMode::Default {
+        match mode {
+            FallocateMode::ZeroRange | FallocateMode::ZeroRangeKeepSize => f.zero_range(offset, offset + len),
+            FallocateMode::Default | FallocateMode::KeepSize | FallocateMode::PunchHole => f.allocate(offset, len),
+        }
+        if matches!(mode, FallocateMode::Default | FallocateMode::ZeroRange) {
             f.size = f.size.max(offset + len);
         }
         self.inode_mut(ino).touch_mc(now);

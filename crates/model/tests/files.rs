@@ -339,6 +339,37 @@ fn fallocate_rules() {
     assert_eq!(err(fs.fallocate(fd, FallocateMode::Default, 0, 0)), Errno::EINVAL);
 }
 
+/// ZERO_RANGE as ext4 does it: the range reads as zeros, the bytes around
+/// it stay, every page it touches is allocated, the size grows to its end
+/// unless KEEP_SIZE.
+#[test]
+fn zero_range_rules() {
+    let (fs, _) = setup();
+    let fd = fs.open(p("/z"), rw_create(), 0o644).unwrap();
+    fs.pwrite(fd, &[5u8; 8192], 0).unwrap();
+    fs.fallocate(fd, FallocateMode::ZeroRange, 100, 200).unwrap();
+    let c = read_fd(&fs, fd);
+    assert!(c[..100].iter().all(|&b| b == 5) && c[100..300].iter().all(|&b| b == 0));
+    assert!(c[300..].iter().all(|&b| b == 5));
+    assert_eq!(fs.fstat(fd).unwrap().blocks, 16);
+    // Past the end: pages 2 and 3 allocated, the size grows to 14000.
+    fs.fallocate(fd, FallocateMode::ZeroRange, 9000, 5000).unwrap();
+    let st = fs.fstat(fd).unwrap();
+    assert_eq!((st.size, st.blocks), (14_000, 32));
+    assert!(read_fd(&fs, fd)[8192..].iter().all(|&b| b == 0));
+    // KEEP_SIZE: pages past the end allocated, the size stays.
+    fs.fallocate(fd, FallocateMode::ZeroRangeKeepSize, 20_000, 10).unwrap();
+    let st = fs.fstat(fd).unwrap();
+    assert_eq!((st.size, st.blocks), (14_000, 40));
+    // Over the last bytes of the file with KEEP_SIZE: zeros, no growth.
+    fs.fallocate(fd, FallocateMode::ZeroRangeKeepSize, 4000, 20_000).unwrap();
+    let c = read_fd(&fs, fd);
+    assert_eq!(c.len(), 14_000);
+    assert!(c[..100].iter().all(|&b| b == 5) && c[300..4000].iter().all(|&b| b == 5));
+    assert!(c[4000..].iter().all(|&b| b == 0));
+    assert_eq!(err(fs.fallocate(fd, FallocateMode::ZeroRange, 0, 0)), Errno::EINVAL);
+}
+
 #[test]
 fn unlink_while_open() {
     let (fs, _) = setup();

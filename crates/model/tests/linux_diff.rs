@@ -188,6 +188,9 @@ impl PathFs for HostFs {
             FallocateMode::Default => 0,
             FallocateMode::KeepSize => libc::FALLOC_FL_KEEP_SIZE,
             FallocateMode::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            // Not generated here: tmpfs answers EOPNOTSUPP to both.
+            FallocateMode::ZeroRange => libc::FALLOC_FL_ZERO_RANGE,
+            FallocateMode::ZeroRangeKeepSize => libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
         };
         check(unsafe { libc::fallocate(raw(fd), m, offset as i64, len as i64) })
     }

@@ -528,7 +528,14 @@ fn step(run: &mut Run, rng: &mut ChaCha8Rng, step: usize) {
         47..=49 => {
             what = "fallocate";
             if let Some((x, y, _)) = pick_fd(rng, &run.fds) {
-                let mode = if rng.gen_bool(0.6) { FallocateMode::PunchHole } else { FallocateMode::Default };
+                let mode = [
+                    FallocateMode::PunchHole,
+                    FallocateMode::PunchHole,
+                    FallocateMode::PunchHole,
+                    FallocateMode::Default,
+                    FallocateMode::ZeroRange,
+                    FallocateMode::ZeroRangeKeepSize,
+                ][rng.gen_range(0..6)];
                 let (off, len) = (offset(rng), rng.gen_range(1..20_000));
                 change = same!(e.fallocate(x, mode, off, len), m.fallocate(y, mode, off, len));
             }

@@ -726,7 +726,13 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
             let Some((x, y)) = pick_fd(rng, &p.fds) else {
                 return ("fallocate (none)".into(), Ok(()));
             };
-            let mode = [FallocateMode::Default, FallocateMode::KeepSize, FallocateMode::PunchHole][rng.gen_range(0..3)];
+            let mode = [
+                FallocateMode::Default,
+                FallocateMode::KeepSize,
+                FallocateMode::PunchHole,
+                FallocateMode::ZeroRange,
+                FallocateMode::ZeroRangeKeepSize,
+            ][rng.gen_range(0..5)];
             let (off, len) = (offset(rng), rng.gen_range(0..20_000));
             same!(
                 format!("fallocate {x:?} {mode:?} {off}+{len}"),
@@ -1390,9 +1396,14 @@ fn step_small(p: &mut Pair, rng: &mut ChaCha8Rng, recent: &mut Vec<(u64, usize)>
             agree!(format!("ftruncate {x:?} {size}"), e.ftruncate(x, size), m.ftruncate(y, size))
         }
         700..=729 => {
-            let mode =
-                [FallocateMode::PunchHole, FallocateMode::PunchHole, FallocateMode::KeepSize, FallocateMode::Default]
-                    [rng.gen_range(0..4)];
+            let mode = [
+                FallocateMode::PunchHole,
+                FallocateMode::PunchHole,
+                FallocateMode::KeepSize,
+                FallocateMode::Default,
+                FallocateMode::ZeroRange,
+                FallocateMode::ZeroRangeKeepSize,
+            ][rng.gen_range(0..6)];
             let (off, len) = (rng.gen_range(0..24_000), rng.gen_range(1..9000));
             agree!(
                 format!("fallocate {x:?} {mode:?} {off}+{len}"),

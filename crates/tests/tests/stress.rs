@@ -271,15 +271,27 @@ impl Worker {
                 let fd = self.ok(fs.open(path.as_bytes(), OpenFlags::RDWR, 0), || format!("open {path}"));
                 let at = self.rng.gen_range(0..MAX_FILE);
                 let len = self.rng.gen_range(1..16_384);
-                let mode = [FallocateMode::Default, FallocateMode::KeepSize, FallocateMode::PunchHole]
-                    [self.rng.gen_range(0..3)];
+                let mode = [
+                    FallocateMode::Default,
+                    FallocateMode::KeepSize,
+                    FallocateMode::PunchHole,
+                    FallocateMode::ZeroRange,
+                    FallocateMode::ZeroRangeKeepSize,
+                ][self.rng.gen_range(0..5)];
                 self.ok(fs.fallocate(fd, mode, at, len), || format!("fallocate {path}"));
                 self.ok(fs.close(fd), || "close".into());
                 let c = self.sh.contents.get_mut(&self.sh.names[&path]).expect("shadow");
                 match mode {
                     FallocateMode::Default if c.len() < (at + len) as usize => c.resize((at + len) as usize, 0),
-                    FallocateMode::PunchHole if (at as usize) < c.len() => {
+                    FallocateMode::PunchHole | FallocateMode::ZeroRangeKeepSize if (at as usize) < c.len() => {
                         let end = ((at + len) as usize).min(c.len());
+                        c[at as usize..end].fill(0);
+                    }
+                    FallocateMode::ZeroRange => {
+                        let end = (at + len) as usize;
+                        if c.len() < end {
+                            c.resize(end, 0);
+                        }
                         c[at as usize..end].fill(0);
                     }
                     _ => {}
@@ -991,7 +1003,13 @@ fn churn_step(fs: &Session, rng: &mut ChaCha8Rng) {
         }
         35..=41 => {
             let fd = fs.open(f.as_bytes(), OpenFlags::RDWR, 0).unwrap();
-            let mode = [FallocateMode::Default, FallocateMode::KeepSize, FallocateMode::PunchHole][rng.gen_range(0..3)];
+            let mode = [
+                FallocateMode::Default,
+                FallocateMode::KeepSize,
+                FallocateMode::PunchHole,
+                FallocateMode::ZeroRange,
+                FallocateMode::ZeroRangeKeepSize,
+            ][rng.gen_range(0..5)];
             let at = rng.gen_range(0..40_000);
             fs.fallocate(fd, mode, at, rng.gen_range(1..9000)).unwrap();
             fs.close(fd).unwrap();

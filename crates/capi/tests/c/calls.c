@@ -729,6 +729,10 @@ int main(int argc, char **argv) {
         say("e truncate negative", truncate(P("e/f"), -1));
         say("e fallocate zero length", fallocate(f, 0, 0, 0));
         say("e fallocate negative", fallocate(f, 0, -1, 10));
+        say("e fallocate punch without keep size", fallocate(f, FALLOC_FL_PUNCH_HOLE, 0, 10));
+        say("e fallocate zero and punch",
+            fallocate(f, FALLOC_FL_ZERO_RANGE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 10));
+        say("e fallocate collapse", fallocate(f, FALLOC_FL_COLLAPSE_RANGE, 0, 4096));
         int r = open(P("e/f"), O_RDONLY);
         say("e write to read-only", write(r, "x", 1));
         say("e ftruncate read-only", ftruncate(r, 1));
