@@ -220,13 +220,7 @@ pub fn workload_from_input(data: &[u8]) -> (StartKind, Workload) {
             7 => Call::Truncate { path: path(b), size: n % 20000 },
             8 => Call::Fallocate {
                 slot,
-                mode: [
-                    FallocateMode::Default,
-                    FallocateMode::KeepSize,
-                    FallocateMode::PunchHole,
-                    FallocateMode::ZeroRange,
-                    FallocateMode::ZeroRangeKeepSize,
-                ][n as usize % 5],
+                mode: FallocateMode::ALL[n as usize % FallocateMode::ALL.len()],
                 off: (n >> 1) % 16000,
                 len: 1 + u64::from(b.unwrap_or(0)) * 64,
             },

@@ -537,6 +537,17 @@ pub enum FallocateMode {
     ZeroRangeKeepSize,
 }
 
+impl FallocateMode {
+    /// Every mode, for tests that draw one.
+    pub const ALL: [FallocateMode; 5] = [
+        FallocateMode::Default,
+        FallocateMode::KeepSize,
+        FallocateMode::PunchHole,
+        FallocateMode::ZeroRange,
+        FallocateMode::ZeroRangeKeepSize,
+    ];
+}
+
 /// `whence` of lseek.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Whence {

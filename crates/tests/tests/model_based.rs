@@ -726,13 +726,7 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
             let Some((x, y)) = pick_fd(rng, &p.fds) else {
                 return ("fallocate (none)".into(), Ok(()));
             };
-            let mode = [
-                FallocateMode::Default,
-                FallocateMode::KeepSize,
-                FallocateMode::PunchHole,
-                FallocateMode::ZeroRange,
-                FallocateMode::ZeroRangeKeepSize,
-            ][rng.gen_range(0..5)];
+            let mode = FallocateMode::ALL[rng.gen_range(0..FallocateMode::ALL.len())];
             let (off, len) = (offset(rng), rng.gen_range(0..20_000));
             same!(
                 format!("fallocate {x:?} {mode:?} {off}+{len}"),

@@ -271,13 +271,7 @@ impl Worker {
                 let fd = self.ok(fs.open(path.as_bytes(), OpenFlags::RDWR, 0), || format!("open {path}"));
                 let at = self.rng.gen_range(0..MAX_FILE);
                 let len = self.rng.gen_range(1..16_384);
-                let mode = [
-                    FallocateMode::Default,
-                    FallocateMode::KeepSize,
-                    FallocateMode::PunchHole,
-                    FallocateMode::ZeroRange,
-                    FallocateMode::ZeroRangeKeepSize,
-                ][self.rng.gen_range(0..5)];
+                let mode = FallocateMode::ALL[self.rng.gen_range(0..FallocateMode::ALL.len())];
                 self.ok(fs.fallocate(fd, mode, at, len), || format!("fallocate {path}"));
                 self.ok(fs.close(fd), || "close".into());
                 let c = self.sh.contents.get_mut(&self.sh.names[&path]).expect("shadow");
@@ -1003,13 +997,7 @@ fn churn_step(fs: &Session, rng: &mut ChaCha8Rng) {
         }
         35..=41 => {
             let fd = fs.open(f.as_bytes(), OpenFlags::RDWR, 0).unwrap();
-            let mode = [
-                FallocateMode::Default,
-                FallocateMode::KeepSize,
-                FallocateMode::PunchHole,
-                FallocateMode::ZeroRange,
-                FallocateMode::ZeroRangeKeepSize,
-            ][rng.gen_range(0..5)];
+            let mode = FallocateMode::ALL[rng.gen_range(0..FallocateMode::ALL.len())];
             let at = rng.gen_range(0..40_000);
             fs.fallocate(fd, mode, at, rng.gen_range(1..9000)).unwrap();
             fs.close(fd).unwrap();

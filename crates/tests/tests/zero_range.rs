@@ -11,18 +11,9 @@
 
 use ferrite::{Errno, FallocateMode, FormatOptions, MountOptions, OpenFlags, PathFs, Session, Whence};
 use ferrite_pmem::Pmem;
-use ferrite_tests::remount;
+use ferrite_tests::{get, remount};
 
 const PAGE: u64 = 4096;
-
-fn content(fs: &Session, path: &[u8]) -> Vec<u8> {
-    let fd = fs.open(path, OpenFlags::RDONLY, 0).unwrap();
-    let size = fs.fstat(fd).unwrap().size;
-    let mut buf = vec![0u8; size as usize];
-    assert_eq!(fs.pread(fd, &mut buf, 0).unwrap(), size as usize);
-    fs.close(fd).unwrap();
-    buf
-}
 
 #[test]
 fn zeroed_ranges_read_as_zeros_and_stay_allocated() {
@@ -37,7 +28,7 @@ fn zeroed_ranges_read_as_zeros_and_stay_allocated() {
     // replaced by a fresh page, the old ones freed in the same commit.
     fs.fallocate(fd, FallocateMode::ZeroRange, PAGE + 100, 2 * PAGE - 50).unwrap();
     expect[(PAGE + 100) as usize..(3 * PAGE + 50) as usize].fill(0);
-    assert_eq!(content(&fs, b"/f"), expect);
+    assert_eq!(get(&fs, b"/f").unwrap(), expect);
     let st = fs.fstat(fd).unwrap();
     assert_eq!((st.size, st.blocks), (10 * PAGE, 80));
     assert_eq!(fs.free_pages(), free_before);
@@ -57,7 +48,7 @@ fn zeroed_ranges_read_as_zeros_and_stay_allocated() {
     fs.fallocate(fd, FallocateMode::ZeroRangeKeepSize, 12 * PAGE, 2 * PAGE).unwrap();
     let st = fs.fstat(fd).unwrap();
     assert_eq!((st.size, st.blocks), (10 * PAGE, 96));
-    assert_eq!(content(&fs, b"/f"), expect);
+    assert_eq!(get(&fs, b"/f").unwrap(), expect);
 
     // Without KEEP_SIZE the size grows to the range's end; the bytes
     // between the old end and the range read as zeros too.
@@ -65,7 +56,7 @@ fn zeroed_ranges_read_as_zeros_and_stay_allocated() {
     expect.resize((11 * PAGE) as usize, 0);
     let st = fs.fstat(fd).unwrap();
     assert_eq!((st.size, st.blocks), (11 * PAGE, 104));
-    assert_eq!(content(&fs, b"/f"), expect);
+    assert_eq!(get(&fs, b"/f").unwrap(), expect);
 
     // A range inside the size that ends mid-page leaves the rest of the
     // page as it was, and a zeroed range over zeros is still a change of
@@ -74,14 +65,14 @@ fn zeroed_ranges_read_as_zeros_and_stay_allocated() {
     expect[(11 * PAGE - 300) as usize..].fill(7);
     fs.fallocate(fd, FallocateMode::ZeroRangeKeepSize, 11 * PAGE - 300, 100).unwrap();
     expect[(11 * PAGE - 300) as usize..(11 * PAGE - 200) as usize].fill(0);
-    assert_eq!(content(&fs, b"/f"), expect);
+    assert_eq!(get(&fs, b"/f").unwrap(), expect);
     assert_eq!(fs.fallocate(fd, FallocateMode::ZeroRange, 0, 0), Err(Errno::EINVAL));
     fs.close(fd).unwrap();
 
     for crash in [false, true] {
         let fs2 =
             remount(Session::mount(Pmem::from_image(&fs.pmem().image()), &MountOptions::default()).unwrap(), crash);
-        assert_eq!(content(&fs2, b"/f"), expect);
+        assert_eq!(get(&fs2, b"/f").unwrap(), expect);
         let st = fs2.stat(b"/f").unwrap();
         assert_eq!((st.size, st.blocks), (11 * PAGE, 104));
         fs2.unmount().unwrap();
@@ -100,7 +91,7 @@ fn a_zeroed_range_refused_for_space_changes_nothing() {
     while fs.pwrite(fd, &chunk, at).is_ok() {
         at += PAGE;
     }
-    let before = content(&fs, b"/big");
+    let before = get(&fs, b"/big").unwrap();
     let st = fs.fstat(fd).unwrap();
     assert!(st.size >= 64 * PAGE, "the pool held only {} bytes", st.size);
     assert_eq!(
@@ -108,11 +99,11 @@ fn a_zeroed_range_refused_for_space_changes_nothing() {
         Err(Errno::ENOSPC),
         "no room for a fresh copy of the whole file"
     );
-    assert_eq!(content(&fs, b"/big"), before);
+    assert_eq!(get(&fs, b"/big").unwrap(), before);
     let after = fs.fstat(fd).unwrap();
     assert_eq!((after.size, after.blocks), (st.size, st.blocks));
     fs.close(fd).unwrap();
     let fs2 = remount(Session::mount(Pmem::from_image(&fs.pmem().image()), &MountOptions::default()).unwrap(), true);
-    assert_eq!(content(&fs2, b"/big"), before);
+    assert_eq!(get(&fs2, b"/big").unwrap(), before);
     fs2.unmount().unwrap();
 }
