@@ -29,8 +29,8 @@ use std::path::Path;
 
 use engine::{BufferId, ViewId};
 use engine::{
-    BufferedOptions, Credentials, Errno, Fd, Ferrite, FileMode, FileType, FormatOptions, MountOptions, OpenFlags,
-    PathFs, PoolError, RenameFlags, Session, XattrSetMode, AT_FDCWD,
+    BufferedOptions, Credentials, Errno, FallocateMode, Fd, Ferrite, FileMode, FileType, FormatOptions, MountOptions,
+    OpenFlags, PathFs, PoolError, RenameFlags, Session, XattrSetMode, AT_FDCWD,
 };
 use ferrite_pmem::{Pmem, PmemError};
 use libc::{c_char, c_int, c_uint, c_void, dev_t, gid_t, mode_t, off_t, ssize_t, uid_t};
@@ -724,7 +724,7 @@ pub unsafe extern "C" fn ferrite_fallocate(
         if offset < 0 || len <= 0 {
             return Err(Errno::EINVAL);
         }
-        s.fallocate(self::fd(fd)?, conv::fallocate_mode(mode)?, offset as u64, len as u64).map(|()| 0)
+        s.fallocate(self::fd(fd)?, FallocateMode::from_libc(mode)?, offset as u64, len as u64).map(|()| 0)
     })
 }
 
@@ -1625,16 +1625,15 @@ mod tests {
     /// and modes combined among them (tmpfs and ext4 answer so too).
     #[test]
     fn fallocate_mode_words() {
-        use engine::FallocateMode;
         use libc::{FALLOC_FL_COLLAPSE_RANGE as COLLAPSE, FALLOC_FL_KEEP_SIZE as KEEP};
         use libc::{FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO};
-        assert_eq!(conv::fallocate_mode(0), Ok(FallocateMode::Default));
-        assert_eq!(conv::fallocate_mode(KEEP), Ok(FallocateMode::KeepSize));
-        assert_eq!(conv::fallocate_mode(PUNCH | KEEP), Ok(FallocateMode::PunchHole));
-        assert_eq!(conv::fallocate_mode(ZERO), Ok(FallocateMode::ZeroRange));
-        assert_eq!(conv::fallocate_mode(ZERO | KEEP), Ok(FallocateMode::ZeroRangeKeepSize));
+        assert_eq!(FallocateMode::from_libc(0), Ok(FallocateMode::Default));
+        assert_eq!(FallocateMode::from_libc(KEEP), Ok(FallocateMode::KeepSize));
+        assert_eq!(FallocateMode::from_libc(PUNCH | KEEP), Ok(FallocateMode::PunchHole));
+        assert_eq!(FallocateMode::from_libc(ZERO), Ok(FallocateMode::ZeroRange));
+        assert_eq!(FallocateMode::from_libc(ZERO | KEEP), Ok(FallocateMode::ZeroRangeKeepSize));
         for refused in [PUNCH, ZERO | PUNCH, ZERO | PUNCH | KEEP, COLLAPSE, COLLAPSE | KEEP, 0x4, 0x40, -1] {
-            assert_eq!(conv::fallocate_mode(refused), Err(Errno::EOPNOTSUPP), "mode {refused:#x}");
+            assert_eq!(FallocateMode::from_libc(refused), Err(Errno::EOPNOTSUPP), "mode {refused:#x}");
         }
     }
 

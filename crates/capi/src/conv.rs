@@ -1,7 +1,7 @@
 //! Conversions between the engine's value types and the C structures and
 //! flag words of the Linux ABI, shared by the C API and the preload hooks.
 
-use engine::{Errno, FallocateMode, RenameFlags, Stat, StatFs, TimeSet, TimeSpec, Whence, XattrSetMode};
+use engine::{Errno, RenameFlags, Stat, StatFs, TimeSet, TimeSpec, Whence, XattrSetMode};
 use libc::c_int;
 
 /// Set the calling thread's `errno`.
@@ -163,24 +163,6 @@ pub fn time_from_timeval(t: &libc::timeval) -> Result<TimeSet, Errno> {
         return Err(Errno::EINVAL);
     }
     Ok(TimeSet::At(TimeSpec { sec: t.tv_sec, nsec: t.tv_usec as u32 * 1000 }))
-}
-
-/// fallocate(2)'s mode word: 0, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE
-/// and ZERO_RANGE|KEEP_SIZE; anything else is EOPNOTSUPP, as Linux answers
-/// for PUNCH_HOLE without KEEP_SIZE and for modes combined and as a file
-/// system without the mode answers (COLLAPSE_RANGE, INSERT_RANGE, ...).
-pub fn fallocate_mode(mode: c_int) -> Result<FallocateMode, Errno> {
-    const KEEP: c_int = libc::FALLOC_FL_KEEP_SIZE;
-    const PUNCH: c_int = libc::FALLOC_FL_PUNCH_HOLE;
-    const ZERO: c_int = libc::FALLOC_FL_ZERO_RANGE;
-    match mode {
-        0 => Ok(FallocateMode::Default),
-        KEEP => Ok(FallocateMode::KeepSize),
-        m if m == PUNCH | KEEP => Ok(FallocateMode::PunchHole),
-        ZERO => Ok(FallocateMode::ZeroRange),
-        m if m == ZERO | KEEP => Ok(FallocateMode::ZeroRangeKeepSize),
-        _ => Err(Errno::EOPNOTSUPP),
-    }
 }
 
 /// renameat2(2)'s flags.

@@ -667,10 +667,7 @@ impl Ferrite {
         if !edges.is_empty() {
             let runs = self.alloc_pages_for(inode, d, edges.len() as u64)?;
             for (&(p, lo, hi), dest) in edges.iter().zip(flatten(&runs)) {
-                let mut buf = [0u8; PAGE];
-                self.read_page(d, p, &mut buf);
-                buf[lo as usize..hi as usize].fill(0);
-                self.media.write_nt(dest.offset(), &buf);
+                self.stream_page_zeroed(d, p, lo, hi, dest);
                 pairs.push((p, dest));
             }
             entries = write_entries(first, &pairs, size, now);
@@ -691,6 +688,16 @@ impl Ferrite {
             entries.push(Entry::Truncate(TruncateEntry { size, mtime_ns: now, ctime_ns: now, size_only: true }));
         }
         self.commit(inode, d, entries, fresh, Change::Data)
+    }
+
+    /// Stream file page `p` as a read shows it, with bytes [lo, hi) zeroed,
+    /// into the fresh page `dest`: the edge page of a punched or zeroed
+    /// range.
+    fn stream_page_zeroed(&self, d: &InodeData, p: u64, lo: u64, hi: u64, dest: PageNo) {
+        let mut buf = [0u8; PAGE];
+        self.read_page(d, p, &mut buf);
+        buf[lo as usize..hi as usize].fill(0);
+        self.media.write_nt(dest.offset(), &buf);
     }
 
     /// fallocate ZERO_RANGE (with KEEP_SIZE when `keep_size`): the bytes of
@@ -724,10 +731,7 @@ impl Ferrite {
             let hi = end.min(start + PAGE_SIZE) - start;
             let whole = lo == 0 && hi == PAGE_SIZE;
             if !whole && d.pages().get(&p).is_some() {
-                let mut buf = [0u8; PAGE];
-                self.read_page(d, p, &mut buf);
-                buf[lo as usize..hi as usize].fill(0);
-                self.media.write_nt(dest.offset(), &buf);
+                self.stream_page_zeroed(d, p, lo, hi, dest);
             } else {
                 self.media.fill_nt(dest.offset(), PAGE_SIZE, 0);
             }

@@ -546,6 +546,25 @@ impl FallocateMode {
         FallocateMode::ZeroRange,
         FallocateMode::ZeroRangeKeepSize,
     ];
+
+    /// Decode the `mode` argument of fallocate(2): the five modes served,
+    /// EOPNOTSUPP for every other word, as Linux answers PUNCH_HOLE without
+    /// KEEP_SIZE and modes combined, and as a file system without the mode
+    /// answers (COLLAPSE_RANGE, INSERT_RANGE, ...). One decoder for every
+    /// front end, so that they cannot answer one word differently.
+    pub fn from_libc(mode: i32) -> FsResult<FallocateMode> {
+        const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
+        const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
+        const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
+        match mode {
+            0 => Ok(FallocateMode::Default),
+            KEEP => Ok(FallocateMode::KeepSize),
+            m if m == PUNCH | KEEP => Ok(FallocateMode::PunchHole),
+            ZERO => Ok(FallocateMode::ZeroRange),
+            m if m == ZERO | KEEP => Ok(FallocateMode::ZeroRangeKeepSize),
+            _ => Err(Errno::EOPNOTSUPP),
+        }
+    }
 }
 
 /// `whence` of lseek.

@@ -1187,18 +1187,9 @@ impl Core {
         if self.trace {
             log(format!("fallocate ino {} off {offset:#x} len {length:#x} mode {mode:#x}", ino.0));
         }
-        let how = match mode {
-            0 => FallocateMode::Default,
-            libc::FALLOC_FL_KEEP_SIZE => FallocateMode::KeepSize,
-            // The kernel drops its cached pages of the range itself, for
-            // a punch and for a zeroed range.
-            m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => FallocateMode::PunchHole,
-            libc::FALLOC_FL_ZERO_RANGE => FallocateMode::ZeroRange,
-            m if m == libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE => FallocateMode::ZeroRangeKeepSize,
-            // Punching without KEEP_SIZE (EOPNOTSUPP on Linux too),
-            // collapsing, inserting: not in the engine.
-            _ => return Err(Errno::EOPNOTSUPP),
-        };
+        // The kernel drops its cached pages of a punched or zeroed range
+        // itself.
+        let how = FallocateMode::from_libc(mode)?;
         self.writable()?;
         self.before_io(ino);
         let done = self.fallocate_as(who, ino, how, offset, length);

@@ -1031,7 +1031,7 @@ macro_rules! fallocate_hooks {
                     if off < 0 || len <= 0 {
                         return Err(Errno::EINVAL);
                     }
-                    let r = p.session.fallocate(fd(n), conv::fallocate_mode(mode)?, off as u64, len as u64);
+                    let r = p.session.fallocate(fd(n), engine::FallocateMode::from_libc(mode)?, off as u64, len as u64);
                     super::mmap::written(p, n, None);
                     r
                 }));
