@@ -248,8 +248,11 @@ int ferrite_set_groups(struct ferrite_fs *fs, const gid_t *groups, size_t ngroup
 /**
  * open(2) on the pool: `flags` and `mode` are open(2)'s (O_RDONLY,
  * O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_DIRECTORY, O_NOFOLLOW, O_PATH,
- * O_SYNC, O_DSYNC, O_CLOEXEC; other bits are ignored). Returns the new
- * descriptor (3 or more), or -1 with errno set.
+ * O_SYNC, O_DSYNC, O_CLOEXEC, O_TMPFILE; other bits are ignored). With
+ * O_TMPFILE `path` names a directory and the descriptor a new file without
+ * a name, which `ferrite_linkat` with AT_EMPTY_PATH names (once, unless
+ * O_EXCL was given) and whose last close frees it otherwise. Returns the
+ * new descriptor (3 or more), or -1 with errno set.
  */
 int ferrite_open(struct ferrite_fs *fs, const char *path, int flags, mode_t mode);
 
@@ -474,7 +477,9 @@ int ferrite_renameat2(struct ferrite_fs *fs, int olddirfd, const char *oldpath, 
 int ferrite_link(struct ferrite_fs *fs, const char *oldpath, const char *newpath);
 
 /**
- * linkat(2): `flags` AT_SYMLINK_FOLLOW, AT_EMPTY_PATH.
+ * linkat(2): `flags` AT_SYMLINK_FOLLOW, AT_EMPTY_PATH (with an empty
+ * `oldpath`, the file `olddirfd` refers to: a file made by O_TMPFILE gets
+ * its name so; root credentials only, as Linux asks CAP_DAC_READ_SEARCH).
  */
 int ferrite_linkat(struct ferrite_fs *fs, int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags);
 

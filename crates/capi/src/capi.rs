@@ -556,8 +556,11 @@ pub unsafe extern "C" fn ferrite_set_groups(fs: *mut ferrite_fs, groups: *const 
 
 /// open(2) on the pool: `flags` and `mode` are open(2)'s (O_RDONLY,
 /// O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_DIRECTORY, O_NOFOLLOW, O_PATH,
-/// O_SYNC, O_DSYNC, O_CLOEXEC; other bits are ignored). Returns the new
-/// descriptor (3 or more), or -1 with errno set.
+/// O_SYNC, O_DSYNC, O_CLOEXEC, O_TMPFILE; other bits are ignored). With
+/// O_TMPFILE `path` names a directory and the descriptor a new file without
+/// a name, which `ferrite_linkat` with AT_EMPTY_PATH names (once, unless
+/// O_EXCL was given) and whose last close frees it otherwise. Returns the
+/// new descriptor (3 or more), or -1 with errno set.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_open(fs: *mut ferrite_fs, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
     // SAFETY: the arguments are passed on under the same contract.
@@ -1059,7 +1062,9 @@ pub unsafe extern "C" fn ferrite_link(fs: *mut ferrite_fs, oldpath: *const c_cha
     unsafe { ferrite_linkat(fs, FERRITE_AT_FDCWD, oldpath, FERRITE_AT_FDCWD, newpath, 0) }
 }
 
-/// linkat(2): `flags` AT_SYMLINK_FOLLOW, AT_EMPTY_PATH.
+/// linkat(2): `flags` AT_SYMLINK_FOLLOW, AT_EMPTY_PATH (with an empty
+/// `oldpath`, the file `olddirfd` refers to: a file made by O_TMPFILE gets
+/// its name so; root credentials only, as Linux asks CAP_DAC_READ_SEARCH).
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_linkat(
     fs: *mut ferrite_fs,

@@ -204,6 +204,9 @@ pub fn workload_from_input(data: &[u8]) -> (StartKind, Workload) {
                     append: n & 16 != 0,
                     sync: n & 32 != 0,
                     dsync: n & 64 != 0,
+                    // O_TMPFILE carries O_DIRECTORY, as in Linux.
+                    tmpfile: n & 128 != 0,
+                    directory: n & 128 != 0,
                     ..OpenFlags::RDONLY
                 },
                 perm: 0o644,
@@ -232,6 +235,7 @@ pub fn workload_from_input(data: &[u8]) -> (StartKind, Workload) {
                 to: path(b),
                 flags: [RenameFlags::Replace, RenameFlags::NoReplace, RenameFlags::Exchange][n as usize % 3],
             },
+            13 if n & 1 != 0 => Call::LinkFd { slot, to: path(b) },
             13 => Call::Link { from: path(a), to: path(b) },
             14 => Call::Symlink { target: vec![b'x'; 1 + (n % 3000) as usize], path: path(b) },
             15 => Call::Chmod { path: path(b), perm: (n % 0o1000) as u32 },

@@ -266,6 +266,7 @@ impl Tracker {
             }
             Call::Sync | Call::Remount | Call::CrashRemount => p.all = true,
             Call::Link { from, .. } => p.with_names.extend(by_path(from, false)),
+            Call::LinkFd { slot, .. } => p.with_names.extend(by_fd(slot)),
             Call::Unlink { path } | Call::WriteRacingUnlink { path, .. } => {
                 p.with_names.extend(by_path(path, false))
             }

@@ -94,6 +94,12 @@ pub enum Call {
         from: Vec<u8>,
         to: Vec<u8>,
     },
+    /// linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH): a name for the file a
+    /// descriptor refers to (how a file made by O_TMPFILE gets one).
+    LinkFd {
+        slot: u8,
+        to: Vec<u8>,
+    },
     Symlink {
         target: Vec<u8>,
         path: Vec<u8>,
@@ -218,7 +224,8 @@ fn show_flags(f: &OpenFlags) -> String {
         (f.excl, "EXCL"),
         (f.trunc, "TRUNC"),
         (f.append, "APPEND"),
-        (f.directory, "DIRECTORY"),
+        (f.directory && !f.tmpfile, "DIRECTORY"),
+        (f.tmpfile, "TMPFILE"),
         (f.nofollow, "NOFOLLOW"),
         (f.sync, "SYNC"),
         (f.dsync && !f.sync, "DSYNC"),
@@ -262,6 +269,7 @@ impl std::fmt::Display for Call {
             }
             Call::Rename { from, to, flags } => write!(f, "rename({}, {}, {flags:?})", show_path(from), show_path(to)),
             Call::Link { from, to } => write!(f, "link({}, {})", show_path(from), show_path(to)),
+            Call::LinkFd { slot, to } => write!(f, "linkat(fd{slot}, \"\", {}, AT_EMPTY_PATH)", show_path(to)),
             Call::Symlink { target, path } => {
                 write!(f, "symlink({}, {})", show_path(target), show_path(path))
             }
@@ -559,7 +567,8 @@ pub fn run_call(fs: &dyn Target, slots: &mut Slots, call: &Call) -> CallResult {
             if s >= SLOTS || slots.fds[s].is_some() {
                 return Err(Errno::EBADF);
             }
-            let existed = model_atomic_default && fs.stat(path).is_ok();
+            // O_TMPFILE's path is the directory; the file is always new.
+            let existed = model_atomic_default && !flags.tmpfile && fs.stat(path).is_ok();
             let f = fs.open(path, *flags, *perm)?;
             slots.fds[s] = Some(f);
             slots.sync[s] = flags.sync || flags.dsync;
@@ -616,6 +625,7 @@ pub fn run_call(fs: &dyn Target, slots: &mut Slots, call: &Call) -> CallResult {
         }
         Call::Rename { from, to, flags } => fs.rename(from, to, *flags).map(|_| 0),
         Call::Link { from, to } => fs.link(from, to).map(|_| 0),
+        Call::LinkFd { slot, to } => fs.linkat(fd(*slot)?, b"", ferrite::AT_FDCWD, to, libc::AT_EMPTY_PATH).map(|_| 0),
         Call::Symlink { target, path } => fs.symlink(target, path).map(|_| 0),
         Call::Mknod { path, mode, rdev } => {
             fs.mknod(path, *mode, *rdev)?;
@@ -986,6 +996,25 @@ pub fn catalogue() -> Vec<OpDef> {
             vec![open(0, "/A/bar", rdwr)],
             vec![Call::Unlink { path: p("/A/bar") }, pw(0, 100, 9000, 9)],
         ),
+        // O_TMPFILE: an inode born without a name (link count 0), written,
+        // then named by one journaled link: a crash before the link frees
+        // it with its pages, after it keeps it with its data.
+        op(
+            "tmpfile_link",
+            vec![],
+            vec![
+                open(0, "/A/C", rdwr.tmpfile()),
+                pw(0, 0, 6000, 101),
+                Call::LinkFd { slot: 0, to: p("/B/tmp") },
+                Call::Close { slot: 0 },
+            ],
+        ),
+        // Never named: the close frees it, as recovery would.
+        op(
+            "tmpfile_closed_nameless",
+            vec![],
+            vec![open(0, "/A", rdwr.tmpfile()), pw(0, 4000, 9000, 102), Call::Close { slot: 0 }],
+        ),
         one("rmdir", Call::Rmdir { path: p("/B") }),
         one("rmdir_not_empty", Call::Rmdir { path: p("/A") }),
         // ---- rename ----
@@ -1139,6 +1168,18 @@ pub fn atomic_catalogue() -> Vec<OpDef> {
             "/A/foo",
             rdwr,
             Call::Fallocate { slot: 0, mode: FallocateMode::PunchHole, off: 1000, len: 7192 },
+        ),
+        // The link is the file's commit point: its name and its data
+        // (pending until then) are durable together.
+        op(
+            "fa_tmpfile_link",
+            vec![],
+            vec![
+                open(0, "/A/C", rdwr.tmpfile()),
+                pw(0, 0, 6000, 103),
+                pw(0, 100, 50, 104),
+                Call::LinkFd { slot: 0, to: p("/B/tmp") },
+            ],
         ),
         // Committed by an fsync: every line the zeroed range streamed must
         // be flushed and fenced when the fsync returns.

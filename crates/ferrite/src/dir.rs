@@ -242,6 +242,63 @@ impl Ferrite {
         Ok((st, child))
     }
 
+    /// Make a regular file without a name in `dir` and open it (open(2)'s
+    /// O_TMPFILE): the new inode's link count is 0 from its birth, so it is
+    /// an orphan as a file unlinked while open is. Its last close frees it,
+    /// and a crash before it is linked frees it at recovery (which frees
+    /// every live inode with no link, docs/DESIGN.md, "O_TMPFILE"). With
+    /// `linkable` (O_TMPFILE without O_EXCL), `link_in` may give it a name
+    /// once. One journal transaction sets the inode's state word; the
+    /// directory is not changed (no entry, no new times), as in Linux.
+    /// Returns the inode with its open count taken.
+    pub(crate) fn create_tmpfile_in(
+        &self,
+        dir: &Arc<Inode>,
+        spec: &NodeSpec<'_>,
+        linkable: bool,
+    ) -> FsResult<Arc<Inode>> {
+        let NodeSpec { kind, perm, uid, gid, symlink_target, rdev } = *spec;
+        assert!(kind == FileType::Regular && symlink_target.is_none() && rdev == 0, "O_TMPFILE makes regular files");
+        if dir.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        {
+            // A removed directory takes no new file, named or not. The
+            // check needs no lock held through the commit: nothing of the
+            // directory changes, and a removal racing with it is ordered
+            // after it.
+            let pd = dir.lock_read();
+            if !pd.alive || pd.attrs.nlink == 0 {
+                return Err(Errno::ENOENT);
+            }
+        }
+        let ino = self.inodes_free.alloc()?;
+        let now = self.now_ns();
+        let attrs = Attrs {
+            perm: perm & 0o7777,
+            uid,
+            gid,
+            nlink: 0,
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+            size: 0,
+            parent: InodeNo(0),
+            mode: self.default_mode(),
+        };
+        let new = NewInode { ino, kind, rdev: 0, attrs, entries: crate::log::Entries::new() };
+        let child = self.commit_journaled(Parts::new(), &mut [], Some(new), Fresh::none())?.expect("a new inode");
+        {
+            // Nothing names the inode, so nobody else can reach it before
+            // it is counted open here.
+            let mut d = child.lock_write();
+            assert!(d.alive && d.open_count == 0, "a new O_TMPFILE inode {} was reached", ino.0);
+            d.open_count = 1;
+            d.linkable = linkable;
+        }
+        Ok(child)
+    }
+
     /// Remove a name; `want_dir` selects rmdir semantics.
     pub fn remove(&self, parent: InodeNo, name: &[u8], want_dir: bool) -> FsResult<()> {
         self.remove_in(&self.dir_inode(parent)?, name, want_dir, None)
@@ -370,7 +427,9 @@ impl Ferrite {
         let mut guards = self.lock_all(&[dir, target]);
         let mut g1 = guards[0].take().expect("parent locked");
         let mut g2 = guards[1].take().expect("target locked");
-        if !g1.alive || g1.attrs.nlink == 0 || !g2.alive || g2.attrs.nlink == 0 {
+        // A file with no name left may not get one again, except a file
+        // made by O_TMPFILE without O_EXCL, once (Linux's I_LINKABLE).
+        if !g1.alive || g1.attrs.nlink == 0 || !g2.alive || (g2.attrs.nlink == 0 && !g2.linkable) {
             return Err(Errno::ENOENT);
         }
         if g1.dir().names.contains_key(name) {
@@ -397,6 +456,7 @@ impl Ferrite {
             Part { inode: target, entries: smallvec::smallvec![Entry::Attr(a.to_entry())], free: false },
         ];
         self.commit_journaled(parts, &mut [&mut g1, &mut g2], None, Fresh::none()).map(drop)?;
+        g2.linkable = false;
         Ok(target.stat(&g2))
     }
 

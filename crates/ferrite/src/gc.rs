@@ -221,6 +221,7 @@ impl Ferrite {
         assert!(released.is_empty(), "a checkpoint of inode {} released pages", inode.ino.0);
         assert!(fresh.log.head == head, "checkpoint of inode {} starts elsewhere", inode.ino.0);
         fresh.open_count = d.open_count;
+        fresh.linkable = d.linkable;
         *d = fresh;
         self.gc_pages.fetch_add(old_pages.saturating_sub(d.log.live.page_count() as u64), Ordering::Relaxed);
         self.compactions.fetch_add(1, Ordering::Relaxed);

@@ -305,6 +305,11 @@ pub struct InodeData {
     /// False once the inode has been freed; every operation that finds a
     /// dead inode treats it as gone (ENOENT) or retries its lookup.
     pub alive: bool,
+    /// A file made by O_TMPFILE without O_EXCL that no name has reached yet:
+    /// `link_in` may give it its first name although its link count is 0
+    /// (Linux's I_LINKABLE). DRAM only: a crash frees such a file, as every
+    /// inode without a name.
+    pub linkable: bool,
     /// Open descriptors and handles; an unlinked inode is freed at the last close.
     pub open_count: u32,
     pub attrs: Attrs,
@@ -443,6 +448,7 @@ impl InodeData {
                 _ => Body::Pages(Default::default()),
             },
             xattrs: BTreeMap::new(),
+            linkable: false,
             open_count: 0,
             pending: None,
         }

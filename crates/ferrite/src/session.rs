@@ -549,6 +549,38 @@ impl Session {
         Ok(n)
     }
 
+    /// A new name `new` (from `newdirfd`) for `target`: linkat's second
+    /// half, after the existing file is found.
+    fn link_to(&self, target: &Arc<Inode>, newdirfd: Fd, new: &[u8], c: &Credentials) -> FsResult<()> {
+        let start = self.start(newdirfd, new)?;
+        self.fs.on_path(&start, new, false, c, |r| {
+            if r.target.is_some() {
+                return Err(Errno::EEXIST);
+            }
+            let name = r.name.as_ref().ok_or(Errno::EEXIST)?;
+            if r.too_long {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            if new.ends_with(b"/") {
+                return Err(Errno::ENOENT);
+            }
+            may_create(&r.dir, c)?;
+            self.fs.link_in(target, &r.dir, name).map(|_| ())
+        })
+    }
+
+    /// linkat(AT_FDCWD, "/proc/self/fd/N", newdirfd, new, AT_SYMLINK_FOLLOW):
+    /// a name for the file descriptor `fd` refers to, reached through the
+    /// process's own descriptor link, which needs no privilege (unlike
+    /// AT_EMPTY_PATH, which needs CAP_DAC_READ_SEARCH). How programs name a
+    /// file made by O_TMPFILE. Front ends that see such paths (the preload
+    /// library) call it for descriptors of the pool.
+    pub fn link_fd(&self, fd: Fd, newdirfd: Fd, new: &[u8]) -> FsResult<()> {
+        let target = self.any_file(fd)?.inode.clone();
+        check_path(new)?;
+        self.link_to(&target, newdirfd, new, &self.credentials())
+    }
+
     /// The open of one resolution (see `PathFs::openat`): the inode opened,
     /// its open count already taken.
     fn open_resolved(&self, r: &Resolved, flags: OpenFlags, perm: u32, c: &Credentials) -> FsResult<Arc<Inode>> {
@@ -646,6 +678,21 @@ impl Session {
         check_path(path)?;
         let c = self.credentials();
         let start = self.start(dirfd, path)?;
+        if flags.tmpfile {
+            // O_TMPFILE: the path names a directory (followed unless
+            // O_NOFOLLOW), in which the caller may create (ENOENT, ENOTDIR,
+            // EACCES in Linux's order); the new file is made opened.
+            let inode = self.fs.on_existing(&start, path, !flags.nofollow, &c, |dir| {
+                if dir.kind != FileType::Directory {
+                    return Err(Errno::ENOTDIR);
+                }
+                may_create(dir, &c)?;
+                let (uid, gid, perm) = perm::new_owner(&c, &owner_of(dir), FileType::Regular, perm & 0o7777);
+                let spec = NodeSpec { kind: FileType::Regular, perm, uid, gid, symlink_target: None, rdev: 0 };
+                self.fs.create_tmpfile_in(dir, &spec, !flags.excl)
+            })?;
+            return Ok(Arc::new(OpenFile::new(inode, flags)));
+        }
         // O_CREAT with a trailing slash is EISDIR before the last
         // component is looked up (so a final symlink is not followed).
         let follow = if flags.create && path.ends_with(b"/") {
@@ -1044,21 +1091,7 @@ impl PathFs for Session {
         check_path(new)?;
         let nofollow = if flags & libc::AT_SYMLINK_FOLLOW != 0 { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
         self.on_existing_at(olddirfd, old, nofollow | (flags & libc::AT_EMPTY_PATH), &c, |target| {
-            let start = self.start(newdirfd, new)?;
-            self.fs.on_path(&start, new, false, &c, |r| {
-                if r.target.is_some() {
-                    return Err(Errno::EEXIST);
-                }
-                let name = r.name.as_ref().ok_or(Errno::EEXIST)?;
-                if r.too_long {
-                    return Err(Errno::ENAMETOOLONG);
-                }
-                if new.ends_with(b"/") {
-                    return Err(Errno::ENOENT);
-                }
-                may_create(&r.dir, &c)?;
-                self.fs.link_in(target, &r.dir, name).map(|_| ())
-            })
+            self.link_to(target, newdirfd, new, &c)
         })
     }
 

@@ -389,13 +389,23 @@ pub struct OpenFlags {
     /// O_CLOEXEC: kept on the descriptor (not the description) for the
     /// front end (an LD_PRELOAD library closes such descriptors at exec).
     pub cloexec: bool,
+    /// O_TMPFILE: the path names a directory, in which a regular file
+    /// without a name is made and opened (`Ferrite::create_tmpfile_in`).
+    /// Linux's O_TMPFILE includes O_DIRECTORY; `directory` is set with it.
+    pub tmpfile: bool,
 }
 
 impl OpenFlags {
     /// The flags an open acts on, as Linux reads them: EINVAL for
     /// O_CREAT | O_DIRECTORY (Linux 6.4 and later); O_PATH keeps only
-    /// O_DIRECTORY, O_NOFOLLOW and O_CLOEXEC.
+    /// O_DIRECTORY, O_NOFOLLOW and O_CLOEXEC (open(2) drops the others,
+    /// O_TMPFILE's own bit included, before anything checks them); O_TMPFILE
+    /// needs O_DIRECTORY, no O_CREAT and an access mode that writes
+    /// (EINVAL otherwise, as build_open_flags).
     pub fn effective(self) -> FsResult<OpenFlags> {
+        if self.tmpfile && !self.path && (!self.directory || self.create || !self.write) {
+            return Err(Errno::EINVAL);
+        }
         if self.create && self.directory {
             return Err(Errno::EINVAL);
         }
@@ -424,6 +434,7 @@ impl OpenFlags {
         sync: false,
         dsync: false,
         cloexec: false,
+        tmpfile: false,
     };
     pub const WRONLY: OpenFlags = OpenFlags { read: false, write: true, ..OpenFlags::RDONLY };
     pub const RDWR: OpenFlags = OpenFlags { read: true, write: true, ..OpenFlags::RDONLY };
@@ -464,14 +475,27 @@ impl OpenFlags {
         self.sync = true;
         self
     }
+    /// O_TMPFILE, which carries O_DIRECTORY as in Linux.
+    pub fn tmpfile(mut self) -> Self {
+        self.tmpfile = true;
+        self.directory = true;
+        self
+    }
 
     /// The flags an open file description keeps (F_GETFL): the access
-    /// mode and status flags, without the creation-time flags.
+    /// mode and status flags, without the creation-time flags. O_TMPFILE
+    /// (with its O_DIRECTORY) is one of those here: a description made by
+    /// it names a regular file, and reopening with its status must not
+    /// make another. (Linux's F_GETFL shows both bits.)
     pub fn status(mut self) -> Self {
         self.create = false;
         self.excl = false;
         self.trunc = false;
         self.cloexec = false;
+        if self.tmpfile {
+            self.tmpfile = false;
+            self.directory = false;
+        }
         self
     }
 
@@ -492,6 +516,8 @@ impl OpenFlags {
             sync: flags & libc::O_SYNC == libc::O_SYNC,
             dsync: flags & libc::O_DSYNC != 0 && flags & libc::O_SYNC != libc::O_SYNC,
             cloexec: flags & libc::O_CLOEXEC != 0,
+            // O_TMPFILE is its own bit together with O_DIRECTORY's.
+            tmpfile: flags & libc::O_TMPFILE & !libc::O_DIRECTORY != 0,
         }
     }
 }

@@ -210,6 +210,9 @@ struct Inode {
     gid: u32,
     /// Number of names: for a directory 1 while linked, 0 once removed.
     links: u32,
+    /// Made by O_TMPFILE without O_EXCL and never named: `link` may give it
+    /// its first name although `links` is 0 (Linux's I_LINKABLE).
+    linkable: bool,
     atime: TimeSpec,
     mtime: TimeSpec,
     ctime: TimeSpec,
@@ -346,6 +349,7 @@ impl ModelState {
             uid: 0,
             gid: 0,
             links: 1,
+            linkable: false,
             atime: now,
             mtime: now,
             ctime: now,
@@ -647,6 +651,7 @@ impl ModelState {
             uid,
             gid,
             links: 1,
+            linkable: false,
             atime: now,
             mtime: now,
             ctime: now,
@@ -822,6 +827,9 @@ impl ModelState {
         let start = self.start(dirfd, path)?;
         let mut count = 0;
         let (mut dir, mut last, mut slash) = self.walk(start, path, &mut count)?;
+        if flags.tmpfile {
+            return self.open_tmpfile(now, dir, last, slash, flags, perm, &mut count);
+        }
         let mut created = false;
         let ino = if flags.create {
             loop {
@@ -904,6 +912,40 @@ impl ModelState {
         if flags.trunc && kind == FileType::Regular && !created {
             self.set_size(now, ino, 0)?;
         }
+        let ofd = self.next_ofd;
+        self.next_ofd += 1;
+        self.ofds.insert(ofd, OpenFile { ino, flags: flags.status(), pos: 0 });
+        Ok(self.insert_fd(FdSlot { ofd, cloexec: flags.cloexec }))
+    }
+
+    /// open(2) with O_TMPFILE: the path's last component `last` in `dir`
+    /// names a directory (followed unless O_NOFOLLOW) in which the caller
+    /// may create; a regular file with no name and a link count of 0 is
+    /// made there and opened. The directory does not change.
+    #[allow(clippy::too_many_arguments)]
+    fn open_tmpfile(
+        &mut self,
+        now: TimeSpec,
+        dir: u64,
+        last: Last,
+        slash: bool,
+        flags: OpenFlags,
+        perm: u32,
+        count: &mut usize,
+    ) -> FsResult<Fd> {
+        let f = self.lookup_last(dir, last, slash, !flags.nofollow, count)?;
+        let parent = f.ino.ok_or(Errno::ENOENT)?;
+        if !self.is_dir(parent) {
+            return Err(Errno::ENOTDIR);
+        }
+        self.may_create(parent)?;
+        if self.free_inodes() == 0 {
+            return Err(Errno::ENOSPC);
+        }
+        let ino = self.new_inode(parent, Body::File(FileData::default()), perm & 0o7777, now);
+        let i = self.inode_mut(ino);
+        i.links = 0;
+        i.linkable = !flags.excl;
         let ofd = self.next_ofd;
         self.next_ofd += 1;
         self.ofds.insert(ofd, OpenFile { ino, flags: flags.status(), pos: 0 });
@@ -1664,7 +1706,7 @@ impl ModelState {
         if self.is_dir(ino) {
             return Err(Errno::EPERM);
         }
-        if self.inode(ino).links == 0 {
+        if self.inode(ino).links == 0 && !self.inode(ino).linkable {
             return Err(Errno::ENOENT);
         }
         if self.inode(ino).links >= LINK_MAX {
@@ -1675,6 +1717,7 @@ impl ModelState {
         self.commit_point(ino);
         let i = self.inode_mut(ino);
         i.links += 1;
+        i.linkable = false;
         i.ctime = now;
         Ok(())
     }

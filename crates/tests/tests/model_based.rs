@@ -9,7 +9,8 @@
 //! directory descriptors, from file and bad descriptors, with AT_EMPTY_PATH
 //! and the symlink flags; chdir/fchdir/getcwd; descriptor calls (fchmod,
 //! fchown, futimens, f*xattr, dup/dup2/dup3 with shared offsets, O_PATH,
-//! FD_CLOEXEC, F_GETFL/F_SETFL O_APPEND, O_SYNC); and switches of the
+//! FD_CLOEXEC, F_GETFL/F_SETFL O_APPEND, O_SYNC, O_TMPFILE files linked by
+//! AT_EMPTY_PATH or closed nameless); and switches of the
 //! credentials between root and two users with a shared group, so that
 //! every call also runs through the permission checks of both sides.
 //!
@@ -244,6 +245,15 @@ fn open_flags(rng: &mut ChaCha8Rng) -> OpenFlags {
     f.append = rng.gen_bool(0.1);
     f.directory = rng.gen_bool(0.05);
     f.nofollow = rng.gen_bool(0.05);
+    if rng.gen_bool(0.1) {
+        // O_TMPFILE, mostly as programs ask for it (no O_CREAT, an access
+        // mode that writes); the rest meets its refusals.
+        f = f.tmpfile();
+        if rng.gen_bool(0.85) {
+            f.create = false;
+            f.write = true;
+        }
+    }
     f
 }
 
@@ -330,6 +340,12 @@ fn any_fd(p: &Pair, rng: &mut ChaCha8Rng) -> Option<(Fd, Fd)> {
     Some(if i < p.fds.len() { p.fds[i] } else { p.dirs[i - p.fds.len()] })
 }
 
+/// Room on the engine for the log pages a link may take: a link made
+/// with this much available is not refused for space.
+fn roomy(p: &Pair) -> bool {
+    p.engine().statfs().is_ok_and(|s| s.blocks_avail >= 64)
+}
+
 /// Keep a new descriptor pair, in the list its kind belongs to; a number
 /// that replaced an open one (dup3) is kept once.
 fn keep(p: &mut Pair, x: Fd, y: Fd) {
@@ -371,6 +387,24 @@ fn step_new(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) 
             let d = format!("openat {x:?} {:?} {flags:?} {perm:o}", show(&path));
             let (e, m) = (p.engine(), &p.model);
             match (e.openat(x, &path, flags, perm), m.openat(y, &path, flags, perm)) {
+                (Ok(a), Ok(b)) if flags.tmpfile && roomy(p) && rng.gen_bool(0.5) => {
+                    // Most files O_TMPFILE makes are named at once, as
+                    // programs do (linkat needs root for AT_EMPTY_PATH).
+                    // The name goes in the directory the file was made in.
+                    // (Not on a nearly full pool: a link refused there for
+                    // space would leave the model put back to before the
+                    // open, `settle_enospc`; the linkat step below links
+                    // such files on their own.)
+                    keep(p, a, b);
+                    let mut name = path.clone();
+                    name.extend_from_slice(format!("/t{}", rng.gen_range(0..4)).as_bytes());
+                    let f = libc::AT_EMPTY_PATH;
+                    same!(
+                        format!("{d}, then linkat {a:?} \"\" {x:?} {:?} {f:#x}", show(&name)),
+                        p.engine().linkat(a, b"", x, &name, f),
+                        p.model.linkat(b, b"", y, &name, f)
+                    )
+                }
                 (Ok(a), Ok(b)) => {
                     keep(p, a, b);
                     (d, Ok(()))
@@ -410,10 +444,21 @@ fn step_new(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) 
             )
         }
         28..=31 => {
-            let (x1, y1) = dirfd(p, rng);
-            let (x2, y2) = dirfd(p, rng);
+            let (mut x1, mut y1) = dirfd(p, rng);
+            let (mut x2, mut y2) = dirfd(p, rng);
             let mut f = flag(rng, libc::AT_SYMLINK_FOLLOW, 0.4);
-            let a = if rng.gen_bool(0.1) {
+            let a = if rng.gen_bool(0.25) {
+                // A file's descriptor, mostly one with no name: how a file
+                // made by O_TMPFILE gets its name (or, after O_EXCL or an
+                // unlink, does not).
+                let nameless: Vec<(Fd, Fd)> =
+                    p.fds.iter().copied().filter(|&(x, _)| p.engine().fstat(x).is_ok_and(|s| s.nlink == 0)).collect();
+                if !nameless.is_empty() && rng.gen_bool(0.9) {
+                    (x1, y1) = nameless[rng.gen_range(0..nameless.len())];
+                    (x2, y2) = (AT_FDCWD, AT_FDCWD);
+                } else if !p.fds.is_empty() && rng.gen_bool(0.5) {
+                    (x1, y1) = p.fds[rng.gen_range(0..p.fds.len())];
+                }
                 f |= libc::AT_EMPTY_PATH;
                 Vec::new()
             } else {
@@ -654,7 +699,9 @@ fn step(p: &mut Pair, rng: &mut ChaCha8Rng) -> (String, Result<(), String>) {
             let d = format!("open {:?} {flags:?} {perm:o}", String::from_utf8_lossy(&path));
             match (a, b) {
                 (Ok(x), Ok(y)) => {
-                    if flags.directory || e.fstat(x).map(|s| s.kind) == Ok(ferrite::FileType::Directory) {
+                    if (flags.directory && !flags.tmpfile)
+                        || e.fstat(x).map(|s| s.kind) == Ok(ferrite::FileType::Directory)
+                    {
                         p.dirs.push((x, y));
                     } else {
                         p.fds.push((x, y));

@@ -1195,12 +1195,58 @@ pub unsafe extern "C" fn renameat2(
     unsafe { real::renameat2(d1, old, d2, new, flags) }
 }
 
+/// The descriptor number a path names through the process's own
+/// descriptor links (`/proc/self/fd/N`, `/proc/PID/fd/N` with this
+/// process's id, `/dev/fd/N`), if it is one of the library's: the kernel
+/// would follow that link to an O_PATH descriptor of /dev/null.
+fn own_fd_link(path: &[u8]) -> Option<c_int> {
+    let pid = format!("/proc/{}/fd/", std::process::id());
+    let rest = [b"/proc/self/fd/".as_slice(), b"/proc/thread-self/fd/", b"/dev/fd/", pid.as_bytes()]
+        .iter()
+        .find_map(|prefix| path.strip_prefix(*prefix))?;
+    if rest.is_empty() || rest.len() > 10 || !rest.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: c_int = std::str::from_utf8(rest).ok()?.parse().ok()?;
+    is_ferrite(n).then_some(n)
+}
+
+/// Record the pool path a descriptor now has a name at, when it had none
+/// (a file made by O_TMPFILE): its locks and a forked child's copy reopen
+/// it through the mount by that path.
+fn named(p: &Preload, n: c_int, dirfd: Fd, path: &[u8]) {
+    if p.path_of(n).is_some_and(|old| old.is_empty()) {
+        if let Some(full) = p.pool_path(dirfd, path) {
+            p.adopt(n, std::sync::Arc::new(full));
+        }
+    }
+}
+
 unsafe fn link_common(d1: c_int, p1: *const c_char, d2: c_int, p2: *const c_char, flags: c_int) -> Option<c_int> {
-    // linkat(fd, "", ..., AT_EMPTY_PATH) names a Ferrite descriptor.
-    if is_ferrite(d1) && flags & libc::AT_EMPTY_PATH != 0 && unsafe { cstr(p1) }.map(|s| s.is_empty()).unwrap_or(false)
-    {
+    // linkat(fd, "", ..., AT_EMPTY_PATH) names a Ferrite descriptor; so
+    // does linkat(AT_FDCWD, "/proc/self/fd/N", ..., AT_SYMLINK_FOLLOW),
+    // without the privilege AT_EMPTY_PATH needs (the kernel follows the
+    // process's own descriptor link).
+    let old = unsafe { cstr(p1) }.ok();
+    let by_link = match old {
+        Some(path)
+            if flags & libc::AT_SYMLINK_FOLLOW != 0
+                && flags & !(libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH) == 0 =>
+        {
+            own_fd_link(path)
+        }
+        _ => None,
+    };
+    let empty = is_ferrite(d1) && flags & libc::AT_EMPTY_PATH != 0 && old.is_some_and(|s| s.is_empty());
+    if empty || by_link.is_some() {
         return match unsafe { pool(d2, p2) } {
-            Some((p, db, rb)) => Some(ok0(inside(|| p.session.linkat(fd(d1), b"", db, &rb, flags)))),
+            Some((p, db, rb)) => {
+                let r = match by_link {
+                    Some(n) => inside(|| p.session.link_fd(fd(n), db, &rb)).map(|()| n),
+                    None => inside(|| p.session.linkat(fd(d1), b"", db, &rb, flags)).map(|()| d1),
+                };
+                Some(ok0(r.map(|n| named(p, n, db, &rb))))
+            }
             None => Some(fail(Errno::EXDEV)),
         };
     }

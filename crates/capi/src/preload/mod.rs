@@ -437,12 +437,15 @@ impl Preload {
     /// open(2) of a pool path: a reserved kernel number holding the engine's
     /// descriptor.
     pub fn open(&self, dirfd: Fd, path: &[u8], flags: c_int, mode: u32) -> Result<c_int, Errno> {
-        if flags & libc::O_TMPFILE & !libc::O_DIRECTORY != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
         let of = OpenFlags::from_libc(flags);
         let fd = self.reserve_number(of.cloexec)?;
         match inside(|| self.session.openat_fd(dirfd, path, of, mode & 0o7777, Fd(fd as u64))) {
+            Ok(_) if of.tmpfile && !of.path => {
+                // O_TMPFILE: the path names the directory, and the file has
+                // no name to reopen it by (until a link gives it one).
+                self.adopt(fd, Arc::new(Vec::new()));
+                Ok(fd)
+            }
             Ok(_) => {
                 let full = self.pool_path(dirfd, path);
                 if (of.write || of.create) && !of.path && !self.atomic.is_empty() {
@@ -507,7 +510,7 @@ impl Preload {
     }
 
     /// The absolute pool path of `path` relative to `dirfd`, where known.
-    fn pool_path(&self, dirfd: Fd, path: &[u8]) -> Option<Vec<u8>> {
+    pub fn pool_path(&self, dirfd: Fd, path: &[u8]) -> Option<Vec<u8>> {
         if path.first() == Some(&b'/') {
             return Some(path.to_vec());
         }

@@ -462,6 +462,46 @@ int main(int argc, char **argv) {
     } else {
         printf("fifo opens: not run\n");
     }
+    /* O_TMPFILE: a file without a name, named through the process's own
+       descriptor link (any user) or by AT_EMPTY_PATH (root), once; with
+       O_EXCL never. A mount through a FUSE library without the request
+       (fuser) refuses O_TMPFILE, and its caller says so by
+       CALLS_NO_TMPFILE. */
+    if (!getenv("CALLS_NO_TMPFILE")) {
+        say("tmpfile mkdir", mkdir(P("tf"), 0755));
+        int t = open(P("tf"), O_TMPFILE | O_RDWR, 0640);
+        say("tmpfile open", t >= 0 ? 0 : -1);
+        say("tmpfile write", write(t, "nameless", 8));
+        show_stat("tmpfile fstat", fstat(t, &st), &st);
+        list_dir("tmpfile dir before", opendir(P("tf")));
+        char pp[64];
+        snprintf(pp, sizeof pp, "/proc/self/fd/%d", t);
+        say("tmpfile linkat proc", linkat(AT_FDCWD, pp, AT_FDCWD, P("tf/named"), AT_SYMLINK_FOLLOW));
+        show_stat("tmpfile fstat named", fstat(t, &st), &st);
+        cat("tmpfile cat named", P("tf/named"));
+        say("tmpfile unlink", unlink(P("tf/named")));
+        say("tmpfile linkat again", linkat(AT_FDCWD, pp, AT_FDCWD, P("tf/again"), AT_SYMLINK_FOLLOW));
+        close(t);
+        int x = open(P("tf"), O_TMPFILE | O_WRONLY | O_EXCL, 0600);
+        say("tmpfile excl open", x >= 0 ? 0 : -1);
+        snprintf(pp, sizeof pp, "/proc/self/fd/%d", x);
+        say("tmpfile excl linkat", linkat(AT_FDCWD, pp, AT_FDCWD, P("tf/x"), AT_SYMLINK_FOLLOW));
+        close(x);
+        if (geteuid() == 0) {
+            int y = open(P("tf"), O_TMPFILE | O_RDWR, 0600);
+            say("tmpfile write y", write(y, "by empty path", 13));
+            say("tmpfile linkat empty path", linkat(y, "", AT_FDCWD, P("tf/y"), AT_EMPTY_PATH));
+            close(y);
+            cat("tmpfile cat y", P("tf/y"));
+        }
+        say("tmpfile read-only", open(P("tf"), O_TMPFILE | O_RDONLY, 0600));
+        say("tmpfile with O_CREAT", open(P("tf"), O_TMPFILE | O_RDWR | O_CREAT, 0600));
+        say("tmpfile on a file", open(P("a"), O_TMPFILE | O_RDWR, 0600));
+        say("tmpfile missing", open(P("nope"), O_TMPFILE | O_RDWR, 0600));
+        list_dir("tmpfile dir after", opendir(P("tf")));
+    } else {
+        printf("tmpfile: not run\n");
+    }
     say("unlink", unlink(P("hard")));
     say("unlink missing", unlink(P("hard")));
     say("unlink dir", unlink(P("d")));
