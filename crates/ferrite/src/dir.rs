@@ -245,12 +245,12 @@ impl Ferrite {
     /// Make a regular file without a name in `dir` and open it (open(2)'s
     /// O_TMPFILE): the new inode's link count is 0 from its birth, so it is
     /// an orphan as a file unlinked while open is. Its last close frees it,
-    /// and a crash before it is linked frees it at recovery (which frees
-    /// every live inode with no link, docs/DESIGN.md, "O_TMPFILE"). With
-    /// `linkable` (O_TMPFILE without O_EXCL), `link_in` may give it a name
-    /// once. One journal transaction sets the inode's state word; the
-    /// directory is not changed (no entry, no new times), as in Linux.
-    /// Returns the inode with its open count taken.
+    /// and a crash before it is linked frees it at recovery, which frees
+    /// every live inode with no link (docs/DESIGN.md, "Files without a
+    /// name: O_TMPFILE"). With `linkable` (O_TMPFILE without O_EXCL),
+    /// `link_in` may give it a name once. One journal transaction sets the
+    /// inode's state word; the directory is not changed (no entry, no new
+    /// times), as in Linux. Returns the inode with its open count taken.
     pub(crate) fn create_tmpfile_in(
         &self,
         dir: &Arc<Inode>,
