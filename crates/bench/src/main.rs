@@ -38,7 +38,7 @@ use clap::Parser;
 
 use report::{AcctOut, WorkloadResult};
 use target::{FerriteLib, HwLimit, PosixDir, Target};
-use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, ReadOffset, Remount, Workload};
+use workload::{Accounting, DirOps, Fio, Lookup, NovaMicro, Prepared, Publish, ReadOffset, Remount, Workload};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -225,6 +225,7 @@ fn all_workloads(s: &Scale, quick: bool, base: &Path, pool_len: u64) -> Vec<Box<
     v.push(Box::new(scaling::Scaling { writes: n / 2, files: s.dir_n, file_size: s.file_size }));
     v.push(Box::new(DirOps { n: s.dir_n }));
     v.push(Box::new(NovaMicro { files: s.nova_files, appends: 16 }));
+    v.push(Box::new(Publish { files: s.dir_n }));
     v.push(Box::new(Lookup { big: s.lookup_big, small: 10, lookups: s.lookups }));
     for p in filebench::Personality::all(quick) {
         v.push(Box::new(p));

@@ -296,7 +296,7 @@ pub fn group_title(g: &str) -> &str {
         "fsync" => "Random 4 KiB writes with fsync every k writes",
         "mix" => "Read/write mixes (random 4 KiB)",
         "threads" => "Two threads (random 4 KiB)",
-        "meta" => "Metadata: directory operations, NOVA microbenchmark, lookups",
+        "meta" => "Metadata: directory operations, NOVA microbenchmark, publishing a file, lookups",
         "filebench" => "Filebench-like personalities",
         "remount" => "Remount",
         "tree" => "Tree workloads (issue 11): cp -a, tar x, rm -rf of a real tree by the real programs",

@@ -172,6 +172,44 @@ pub trait Target: Sync {
             Ok(st.st_size as u64)
         }
     }
+    /// Rename `from` to `to` (rename(2): `to` is replaced if it exists).
+    fn rename(&self, from: &TPath, to: &TPath) -> io::Result<()> {
+        // SAFETY: NUL-terminated paths.
+        cvt(unsafe { libc::rename(from.c(), to.c()) }).map(drop)
+    }
+    /// A new regular file without a name in the directory `dir`, open
+    /// read-write (open(2) with O_TMPFILE). The kernel answers EOPNOTSUPP
+    /// where the file system has none (a FUSE mount).
+    fn tmpfile(&self, dir: &TPath) -> io::Result<FileId> {
+        let flags = libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC;
+        // SAFETY: NUL-terminated path.
+        let fd = cvt(unsafe { libc::open(dir.c(), flags, 0o644 as libc::c_uint) })?;
+        Ok(FileId(fd as u64))
+    }
+    /// Give the open file `f` the name `to`, the way programs name an
+    /// O_TMPFILE file without privilege: linkat(2) of `/proc/self/fd/N`
+    /// with AT_SYMLINK_FOLLOW.
+    fn link_file(&self, f: FileId, to: &TPath) -> io::Result<()> {
+        let proc_path = CString::new(format!("/proc/self/fd/{}", f.0)).map_err(io::Error::other)?;
+        // SAFETY: NUL-terminated paths.
+        cvt(unsafe {
+            libc::linkat(libc::AT_FDCWD, proc_path.as_ptr(), libc::AT_FDCWD, to.c(), libc::AT_SYMLINK_FOLLOW)
+        })
+        .map(drop)
+    }
+    /// fsync(2) of the directory `dir`, opened O_RDONLY|O_DIRECTORY: what
+    /// a program does after rename or linkat so that the new name is
+    /// durable too.
+    fn fsync_dir(&self, dir: &TPath) -> io::Result<()> {
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        // SAFETY: NUL-terminated path.
+        let fd = cvt(unsafe { libc::open(dir.c(), flags) })?;
+        // SAFETY: fd was opened above and is closed once, below.
+        let synced = cvt(unsafe { libc::fsync(fd) });
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
+        synced.map(drop)
+    }
     /// Whether every call is durable when it returns (for the printout).
     fn durable(&self) -> &'static str {
         "no"
@@ -625,6 +663,22 @@ impl Target for FerriteLib {
     #[inline]
     fn stat(&self, path: &TPath) -> io::Result<u64> {
         Ok(self.done(self.fs().stat(&path.0))?.size)
+    }
+    fn rename(&self, from: &TPath, to: &TPath) -> io::Result<()> {
+        self.done(self.fs().rename(&from.0, &to.0, ferrite::RenameFlags::default()))
+    }
+    fn tmpfile(&self, dir: &TPath) -> io::Result<FileId> {
+        Ok(FileId(self.done(self.fs().open(&dir.0, OpenFlags::RDWR.tmpfile(), 0o644))?.0))
+    }
+    fn link_file(&self, f: FileId, to: &TPath) -> io::Result<()> {
+        self.done(self.fs().link_fd(Fd(f.0), ferrite::AT_FDCWD, &to.0))
+    }
+    fn fsync_dir(&self, dir: &TPath) -> io::Result<()> {
+        let fs = self.fs();
+        let fd = self.done(fs.open(&dir.0, OpenFlags::RDONLY.directory(), 0))?;
+        let synced = self.done(fs.fsync(fd));
+        self.done(fs.close(fd))?;
+        synced
     }
     #[inline]
     fn view(&self, f: FileId, offset: u64, len: usize) -> io::Result<View> {
@@ -1210,6 +1264,20 @@ impl Target for HwLimit {
         let h = path.0.iter().fold(0u64, |h, &b| h.wrapping_mul(31).wrapping_add(b as u64));
         self.pmem().read(PoolOffset((h % META_LINES) * 64), &mut line);
         Ok(line[0] as u64)
+    }
+    /// The floor models no names beyond one line per operation, and no
+    /// file without one: the workloads that need these skip this target.
+    fn rename(&self, _from: &TPath, _to: &TPath) -> io::Result<()> {
+        Err(unsupported("rename"))
+    }
+    fn tmpfile(&self, _dir: &TPath) -> io::Result<FileId> {
+        Err(unsupported("O_TMPFILE"))
+    }
+    fn link_file(&self, _f: FileId, _to: &TPath) -> io::Result<()> {
+        Err(unsupported("linkat"))
+    }
+    fn fsync_dir(&self, _dir: &TPath) -> io::Result<()> {
+        Err(unsupported("directory fsync"))
     }
     #[inline]
     fn view(&self, f: FileId, offset: u64, len: usize) -> io::Result<View> {

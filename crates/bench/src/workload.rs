@@ -4,7 +4,8 @@
 //!
 //! Here: the fio-style I/O workloads ([`Fio`]), directory operations
 //! ([`DirOps`]), NOVA's create/append/fsync/unlink microbenchmark
-//! ([`NovaMicro`]), lookups in a large and a small directory ([`Lookup`])
+//! ([`NovaMicro`]), publishing a file by rename and by O_TMPFILE
+//! ([`Publish`]), lookups in a large and a small directory ([`Lookup`])
 //! and remount time ([`Remount`]). `filebench.rs` has the Filebench-like
 //! personalities.
 
@@ -547,6 +548,126 @@ impl Prepared for NovaRun<'_> {
     }
     fn cleanup(self: Box<Self>) -> io::Result<()> {
         self.t.rmdir(&self.t.prepare("/nova"))
+    }
+}
+
+// ---------------------------------------------------------------- publish
+
+/// Publishing a file: its name appears with the whole of its contents or
+/// not at all, durable at the end. The portable way: write a temporary
+/// name, fsync, close, rename it to the final name, fsync the directory.
+/// The Linux way with O_TMPFILE: a file without a name, written and
+/// fsynced, then named by `linkat` of `/proc/self/fd/N`, the directory
+/// fsynced (nothing to clean up after a crash: a nameless file is gone
+/// with the process). Each phase publishes `files`
+/// new 4 KiB files into an empty directory; the names are removed after
+/// each phase, untimed. Targets without O_TMPFILE (a FUSE mount, the
+/// hardware limit) skip the workload.
+pub struct Publish {
+    pub files: usize,
+}
+
+static PUBLISH_METRICS: [Metric; 3] = [
+    Metric { key: "rename_us", label: "temporary name, rename: per file", unit: "us", better: Better::Lower },
+    Metric { key: "tmpfile_us", label: "O_TMPFILE, linkat: per file", unit: "us", better: Better::Lower },
+    Metric { key: "tmpfile_over_rename", label: "O_TMPFILE / rename time", unit: "x", better: Better::Lower },
+];
+
+impl Workload for Publish {
+    fn name(&self) -> &str {
+        "publish"
+    }
+    fn group(&self) -> &'static str {
+        "meta"
+    }
+    fn params(&self) -> String {
+        format!(
+            "{n} new 4 KiB files published into one directory per phase, two ways: (a) open a temporary \
+             name O_CREAT|O_EXCL, write 4 KiB, fsync, close, rename to the final name, fsync the directory; (b) open \
+             the directory O_TMPFILE, write 4 KiB, fsync, linkat /proc/self/fd/N to the final name \
+             (AT_SYMLINK_FOLLOW), close, fsync the directory; each phase timed as a whole and divided by {n}, every file's \
+             size checked and the names removed after it, untimed; 1 thread",
+            n = self.files
+        )
+    }
+    fn metrics(&self) -> &'static [Metric] {
+        &PUBLISH_METRICS
+    }
+    fn accounting(&self) -> Accounting {
+        Accounting::PerByte
+    }
+    fn prepare<'t>(&self, t: &'t dyn Target) -> io::Result<Option<Box<dyn Prepared + 't>>> {
+        let dir = t.prepare("/publish");
+        t.mkdir(&dir)?;
+        // A target without O_TMPFILE answers the first one (EOPNOTSUPP from
+        // the kernel for a FUSE mount, Unsupported from the hardware limit).
+        match t.tmpfile(&dir) {
+            Ok(f) => t.close(f)?,
+            Err(e) if e.kind() == io::ErrorKind::Unsupported || e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                t.rmdir(&dir)?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
+        let temps = (0..self.files).map(|i| t.prepare(&format!("/publish/.tmp{i:06}"))).collect();
+        let names = (0..self.files).map(|i| t.prepare(&format!("/publish/f{i:06}"))).collect();
+        Ok(Some(Box::new(PublishRun { t, dir, temps, names, block: pattern(4096) })))
+    }
+}
+
+struct PublishRun<'t> {
+    t: &'t dyn Target,
+    dir: TPath,
+    temps: Vec<TPath>,
+    names: Vec<TPath>,
+    block: Vec<u8>,
+}
+
+impl PublishRun<'_> {
+    /// Every final name holds the 4 KiB written; then the names go.
+    fn check_and_remove(&self) -> io::Result<()> {
+        for p in &self.names {
+            let size = self.t.stat(p)?;
+            if size != 4096 {
+                return Err(io::Error::other(format!("publish: a published file has {size} bytes, not 4096")));
+            }
+            self.t.unlink(p)?;
+        }
+        Ok(())
+    }
+}
+
+impl Prepared for PublishRun<'_> {
+    fn run(&mut self, _seed: u64) -> io::Result<RunOut> {
+        let t = self.t;
+        let t0 = Instant::now();
+        for (tmp, name) in self.temps.iter().zip(&self.names) {
+            let f = t.create(tmp)?;
+            t.pwrite(f, &self.block, 0)?;
+            t.fsync(f)?;
+            t.close(f)?;
+            t.rename(tmp, name)?;
+            t.fsync_dir(&self.dir)?;
+        }
+        let renamed = t0.elapsed();
+        self.check_and_remove()?;
+        let t1 = Instant::now();
+        for name in &self.names {
+            let f = t.tmpfile(&self.dir)?;
+            t.pwrite(f, &self.block, 0)?;
+            t.fsync(f)?;
+            t.link_file(f, name)?;
+            t.close(f)?;
+            t.fsync_dir(&self.dir)?;
+        }
+        let linked = t1.elapsed();
+        self.check_and_remove()?;
+        let n = self.names.len();
+        let (a, b) = (mean_us(renamed, n), mean_us(linked, n));
+        Ok(RunOut { values: vec![a, b, b / a], bytes_written: (2 * n * 4096) as u64, ops: (2 * n) as u64 })
+    }
+    fn cleanup(self: Box<Self>) -> io::Result<()> {
+        self.t.rmdir(&self.dir)
     }
 }
 

@@ -30,7 +30,7 @@ impl Drop for TempDir {
     }
 }
 
-const WORKLOADS: [&str; 31] = [
+const WORKLOADS: [&str; 32] = [
     "scaling-2t",
     "seqread-4k",
     "seqwrite-4k",
@@ -61,6 +61,7 @@ const WORKLOADS: [&str; 31] = [
     "varmail",
     "webserver",
     "webproxy",
+    "publish",
     "remount",
 ];
 
