@@ -272,6 +272,9 @@ pub fn proc_call(seed: u64, i: usize, calls: Mix) -> Call {
         Call::Fallocate { slot, mode: FallocateMode::KeepSize, off, len } => {
             Call::Fallocate { slot, mode: FallocateMode::Default, off, len }
         }
+        Call::Fallocate { slot, mode: FallocateMode::ZeroRangeKeepSize, off, len } => {
+            Call::Fallocate { slot, mode: FallocateMode::ZeroRange, off, len }
+        }
         c => c,
     }
 }

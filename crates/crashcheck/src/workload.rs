@@ -1857,6 +1857,14 @@ pub fn random_call(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
                 1 => OpenFlags::WRONLY,
                 _ => OpenFlags::RDWR,
             };
+            // One open in ten makes a file without a name in a directory
+            // (O_TMPFILE), for `LinkFd` below to name or the close to free.
+            if rng.gen_bool(0.1) {
+                let f = if f.write { f.tmpfile() } else { OpenFlags::RDWR.tmpfile() };
+                let f = OpenFlags { excl: rng.gen_bool(0.1), ..f };
+                let dir = ["/", "/A", "/B", "/A/C"][rng.gen_range(0..4)];
+                return Call::Open { slot: s, path: dir.as_bytes().to_vec(), flags: f, perm: 0o644 };
+            }
             f.create = rng.gen_bool(0.5);
             f.excl = rng.gen_bool(0.1);
             f.trunc = rng.gen_bool(0.1);
@@ -1869,7 +1877,7 @@ pub fn random_call(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
         40..=43 => Call::Ftruncate { slot: slot(rng), size: roffset(rng) },
         44..=46 => Call::Truncate { path: rpath(rng), size: roffset(rng) },
         47..=50 => {
-            let mode = [FallocateMode::Default, FallocateMode::KeepSize, FallocateMode::PunchHole][rng.gen_range(0..3)];
+            let mode = FallocateMode::ALL[rng.gen_range(0..FallocateMode::ALL.len())];
             Call::Fallocate { slot: slot(rng), mode, off: roffset(rng), len: rlen(rng) as u64 }
         }
         51..=52 => Call::Fsync { slot: slot(rng) },
@@ -1914,6 +1922,11 @@ pub fn random_call(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
             let s = if free.is_empty() { rng.gen_range(0..8) } else { free[rng.gen_range(0..free.len())] };
             Call::Open { slot: s, path: b"/foo".to_vec(), flags: OpenFlags::RDWR, perm: 0o644 }
         }
+        // Name a descriptor's file by AT_EMPTY_PATH: an O_TMPFILE file
+        // gets its first name, a named file one more (a hard link), and a
+        // file whose names are all gone or that was made with O_EXCL is
+        // refused with ENOENT.
+        90..=91 => Call::LinkFd { slot: slot(rng), to: rpath(rng) },
         _ => Call::Pwrite { slot: slot(rng), off: rng.gen_range(0..3) * 4096, len: 4096, tag },
     }
 }
@@ -1934,16 +1947,7 @@ pub fn random_workload(seed: u64, len: usize) -> Workload {
     open[0] = true;
     open[1] = true;
     open[2] = true;
-    let mut calls = Vec::with_capacity(len);
-    for _ in 0..len {
-        let c = random_call(&mut rng, &open);
-        match &c {
-            Call::Open { slot, .. } => open[*slot as usize] = true,
-            Call::Close { slot } => open[*slot as usize] = false,
-            _ => {}
-        }
-        calls.push(c);
-    }
+    let calls = random_calls(&mut rng, open, len, random_call);
     Workload { id: format!("rnd.{seed:#x}.{len}"), prepare: Vec::new(), setup, calls, buffered: None }
 }
 
@@ -2018,17 +2022,44 @@ fn random_workload_of(
             open[*slot as usize] = true;
         }
     }
-    let mut calls = Vec::with_capacity(len);
-    for _ in 0..len {
-        let c = call(&mut rng, &open);
-        match &c {
-            Call::Open { slot, .. } => open[*slot as usize] = true,
-            Call::Close { slot } => open[*slot as usize] = false,
-            _ => {}
-        }
-        calls.push(c);
-    }
+    let calls = random_calls(&mut rng, open, len, call);
     Workload { id: String::new(), prepare: Vec::new(), setup: w.setup, calls, buffered: None }
+}
+
+/// `len` calls of the generator `call`, given the slots open before them.
+/// Half of the files opened without a name (O_TMPFILE, without O_EXCL)
+/// are written and named at once, the way programs publish a file, so
+/// that crashes land in the naming commit often; the others stay nameless
+/// until the generator happens to name or close them.
+fn random_calls(
+    rng: &mut ChaCha8Rng,
+    mut open: [bool; SLOTS],
+    len: usize,
+    call: fn(&mut ChaCha8Rng, &[bool; SLOTS]) -> Call,
+) -> Vec<Call> {
+    let mut calls = Vec::with_capacity(len + 2);
+    while calls.len() < len {
+        let c = call(rng, &open);
+        let publish = match &c {
+            Call::Open { slot, flags, .. } => {
+                open[*slot as usize] = true;
+                (flags.tmpfile && !flags.excl && rng.gen_bool(0.5)).then_some(*slot)
+            }
+            Call::Close { slot } => {
+                open[*slot as usize] = false;
+                None
+            }
+            _ => None,
+        };
+        calls.push(c);
+        if let Some(slot) = publish {
+            let tag = rng.gen::<u32>() & 0xFFFF;
+            calls.push(Call::Pwrite { slot, off: 0, len: rlen(rng), tag });
+            calls.push(Call::LinkFd { slot, to: rpath(rng) });
+        }
+    }
+    calls.truncate(len);
+    calls
 }
 
 /// One random call of a workload with peek and patch: the calls of
@@ -2310,4 +2341,46 @@ pub fn age(fs: &dyn PathFs, tick: &mut dyn FnMut(), rounds: usize) -> Result<(),
         fs.unlink(&path).map_err(e("unlink root leftover".into()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The random generator draws the calls the crash harness must see
+    //! under crashes: files without a name (O_TMPFILE), the link that names
+    //! one, and every fallocate mode. A draw lost from `random_call` fails
+    //! here rather than silently leaving a path unexercised.
+
+    use super::*;
+
+    #[test]
+    fn random_calls_name_files_born_without_one_and_zero_ranges() {
+        let (mut tmpfiles, mut named, mut zeroed) = (0, 0, 0);
+        for seed in 0..80u64 {
+            let w = random_workload(crate::hash::mix(seed), 24);
+            // Slots whose file was opened O_TMPFILE (without O_EXCL) and
+            // not yet closed: a LinkFd on one names a nameless file.
+            let mut nameless = [false; SLOTS];
+            for c in w.setup.iter().chain(&w.calls) {
+                match c {
+                    Call::Open { slot, flags, .. } => {
+                        nameless[*slot as usize] = flags.tmpfile && !flags.excl;
+                        tmpfiles += usize::from(flags.tmpfile);
+                    }
+                    Call::Close { slot } => nameless[*slot as usize] = false,
+                    Call::LinkFd { slot, .. } if nameless[*slot as usize] => {
+                        named += 1;
+                        nameless[*slot as usize] = false;
+                    }
+                    Call::Fallocate { mode: FallocateMode::ZeroRange | FallocateMode::ZeroRangeKeepSize, .. } => {
+                        zeroed += 1
+                    }
+                    _ => {}
+                }
+            }
+        }
+        eprintln!("80 random workloads of 24 calls: {tmpfiles} O_TMPFILE opens, {named} named, {zeroed} zeroed ranges");
+        assert!(tmpfiles >= 15, "only {tmpfiles} O_TMPFILE opens drawn");
+        assert!(named >= 8, "only {named} nameless files named");
+        assert!(zeroed >= 10, "only {zeroed} zeroed ranges drawn");
+    }
 }
