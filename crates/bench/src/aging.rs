@@ -61,7 +61,7 @@ pub struct Aging {
     pub interval_secs: f64,
     /// Bytes written while churning at 95 %, as a multiple of the pool.
     pub churn_factor: f64,
-    /// Where the aging pool lives (the run's `--dir`).
+    /// Where the aging pool lives (the run's `--pool-dir`, by default `--dir`).
     pub dir: PathBuf,
 }
 

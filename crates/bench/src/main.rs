@@ -73,6 +73,13 @@ struct Args {
     /// the "tmpfs" target to mean what it says).
     #[arg(long, default_value = "/dev/shm", value_name = "DIR")]
     dir: PathBuf,
+    /// Where the pools of the Ferrite targets (library, buffered, FUSE,
+    /// preload), of the remount and aging workloads, and the hw-limit area
+    /// go; the rest stays in `--dir` (default: `--dir`). For a pool on a
+    /// tmpfs mounted `huge=always`, mapped with 2 MiB pages as a DAX pool
+    /// is (docs/BENCHMARKS.md, "Idle memory and the pool's page size").
+    #[arg(long, value_name = "DIR")]
+    pool_dir: Option<PathBuf>,
     /// Targets, comma-separated. ext4 and ext4-journal need root (skipped
     /// with a message otherwise); fuse, fuse-dev and fuse-direct need root and /dev/fuse;
     /// preload needs libferrite.so (`cargo build --release -p ferrite-c`).
@@ -161,7 +168,7 @@ impl Scale {
 /// ten minutes in full mode.
 const NOT_IN_ALL: [&str; 4] = ["tree", zerocopy::GROUP, buffered::GROUP, aging::GROUP];
 
-fn all_workloads(s: &Scale, quick: bool, base: &Path, pool_len: u64) -> Vec<Box<dyn Workload>> {
+fn all_workloads(s: &Scale, quick: bool, base: &Path, pool_dir: &Path, pool_len: u64) -> Vec<Box<dyn Workload>> {
     let fio = |name: &str,
                group,
                io_size: usize,
@@ -243,7 +250,7 @@ fn all_workloads(s: &Scale, quick: bool, base: &Path, pool_len: u64) -> Vec<Box<
     // Issue 13: bursts and sustained runs (selected by name or `buffered`).
     v.extend(buffered::workloads(quick));
     // Issue 14: a pool aged to 95 % full (selected by name or `aging`).
-    v.push(Box::new(aging::Aging::new(quick, base)));
+    v.push(Box::new(aging::Aging::new(quick, pool_dir)));
     v
 }
 
@@ -260,7 +267,8 @@ fn run(args: &Args) -> io::Result<()> {
     let rounds = args.rounds.unwrap_or(if args.quick { 2 } else { 5 }).max(1);
     let scale = Scale::new(args.quick);
     let pool_len = args.pool_mib.unwrap_or(if args.quick { 512 } else { 2048 }) << 20;
-    let all = all_workloads(&scale, args.quick, &args.dir, pool_len);
+    let pool_dir: &Path = args.pool_dir.as_deref().unwrap_or(&args.dir);
+    let all = all_workloads(&scale, args.quick, &args.dir, pool_dir, pool_len);
     let selected = |w: &dyn Workload| {
         args.workloads.iter().any(|n| {
             (n == "all" && !NOT_IN_ALL.contains(&w.group()))
@@ -294,7 +302,11 @@ fn run(args: &Args) -> io::Result<()> {
     for msg in tree::remove_stale(std::process::id()) {
         eprintln!("ferrite-bench: {msg} (left by a killed run)");
     }
-    for stale in scratch::remove_stale(&args.dir) {
+    for stale in scratch::remove_stale(&args.dir).into_iter().chain(if pool_dir == args.dir {
+        Vec::new()
+    } else {
+        scratch::remove_stale(pool_dir)
+    }) {
         eprintln!("ferrite-bench: removed {} (left by a killed run)", stale.display());
     }
     let ring = if args.quick { 128 << 20 } else { 512 << 20 };
@@ -302,10 +314,10 @@ fn run(args: &Args) -> io::Result<()> {
     let mut skipped: Vec<String> = Vec::new();
     for name in &args.targets {
         let t: Box<dyn Target> = match name.as_str() {
-            "ferrite" => Box::new(FerriteLib::new(&args.dir, pool_len, ferrite::FileMode::Strict)?),
-            "ferrite-atomic" => Box::new(FerriteLib::new(&args.dir, pool_len, ferrite::FileMode::FsyncAtomic)?),
+            "ferrite" => Box::new(FerriteLib::new(pool_dir, pool_len, ferrite::FileMode::Strict)?),
+            "ferrite-atomic" => Box::new(FerriteLib::new(pool_dir, pool_len, ferrite::FileMode::FsyncAtomic)?),
             "ferrite-buffered" => {
-                Box::new(FerriteLib::buffered(&args.dir, pool_len, ferrite::BufferedOptions::default())?)
+                Box::new(FerriteLib::buffered(pool_dir, pool_len, ferrite::BufferedOptions::default())?)
             }
             "tmpfs" => Box::new(PosixDir::new("tmpfs", &args.dir)?),
             "ext4" | "ext4-journal" => {
@@ -317,11 +329,11 @@ fn run(args: &Args) -> io::Result<()> {
                 }
                 Box::new(ext4::Ext4::new(&args.dir, args.ext4_mib << 20, name == "ext4-journal")?)
             }
-            "fuse" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, false, false)?),
-            "fuse-direct" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, true, false)?),
-            "fuse-dev" => Box::new(fuse::FuseMount::new(&args.dir, pool_len, false, true)?),
-            "hw-limit" => Box::new(HwLimit::new(&args.dir, ring)?),
-            "preload" => Box::new(preload::PreloadTarget::new(&args.dir, pool_len, args.quick)?),
+            "fuse" => Box::new(fuse::FuseMount::new(pool_dir, pool_len, false, false)?),
+            "fuse-direct" => Box::new(fuse::FuseMount::new(pool_dir, pool_len, true, false)?),
+            "fuse-dev" => Box::new(fuse::FuseMount::new(pool_dir, pool_len, false, true)?),
+            "hw-limit" => Box::new(HwLimit::new(pool_dir, ring)?),
+            "preload" => Box::new(preload::PreloadTarget::new(&args.dir, pool_dir, pool_len, args.quick)?),
             other => return Err(io::Error::other(format!("unknown target {other:?}"))),
         };
         targets.push(t);

@@ -120,9 +120,11 @@ pub struct PreloadTarget {
 }
 
 impl PreloadTarget {
-    pub fn new(base: &Path, pool_len: u64, quick: bool) -> io::Result<PreloadTarget> {
+    /// The pool goes in `pool_dir`, the directory the child works in
+    /// outside the pool in `base`.
+    pub fn new(base: &Path, pool_dir: &Path, pool_len: u64, quick: bool) -> io::Result<PreloadTarget> {
         let lib = find_library()?;
-        let pool = Scratch::new(unique_path(base, "preload.pool"));
+        let pool = Scratch::new(unique_path(pool_dir, "preload.pool"));
         let root = Scratch::new(unique_path(base, "preload.root"));
         std::fs::create_dir(root.path())?;
         // The pool formatted as the ferrite target's, then closed cleanly:

@@ -548,6 +548,72 @@ pub fn describe_buffered(b: &BufferedOptions) -> String {
     )
 }
 
+/// How much of this process's mappings of the file at `path` there is, and
+/// how much of it the kernel maps with 2 MiB pages, both in KiB, from
+/// `/proc/self/smaps` (`Size`, and `FilePmdMapped` plus `ShmemPmdMapped`,
+/// summed over every mapping whose pathname is `path`). `None` when no
+/// mapping of it is found or smaps cannot be read.
+///
+/// Why a benchmark says it: a pool on a real DAX device is mapped with
+/// 2 MiB pages, a pool in `/dev/shm` usually with 4 KiB ones, and on some
+/// guests memory mapped with 4 KiB pages that has been idle for seconds is
+/// slower on its next touch (docs/BENCHMARKS.md, "Idle memory and the
+/// pool's page size").
+pub fn pmd_mapped_kib(path: &Path) -> Option<(u64, u64)> {
+    let want = std::fs::canonicalize(path).ok()?;
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    parse_pmd_mapped_kib(&smaps, &want)
+}
+
+/// The parsing half of [`pmd_mapped_kib`]: `smaps` is the text of a
+/// `/proc/PID/smaps`.
+fn parse_pmd_mapped_kib(smaps: &str, want: &Path) -> Option<(u64, u64)> {
+    let mut found = false;
+    let mut inside = false;
+    let (mut size_kib, mut pmd_kib) = (0u64, 0u64);
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(first) = fields.next() else { continue };
+        if !first.ends_with(':') {
+            // A mapping's header: "start-end perms offset dev inode [pathname]",
+            // padded with spaces before the pathname (which may hold spaces).
+            let mut rest = line;
+            for _ in 0..5 {
+                rest = rest.trim_start().split_once(char::is_whitespace).map_or("", |(_, r)| r);
+            }
+            let pathname = rest.trim_start();
+            inside = Path::new(pathname) == want;
+            found |= inside;
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        let kib = || fields.clone().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        match first {
+            "Size:" => size_kib += kib(),
+            "FilePmdMapped:" | "ShmemPmdMapped:" => pmd_kib += kib(),
+            _ => {}
+        }
+    }
+    found.then_some((size_kib, pmd_kib))
+}
+
+/// "mapped with 2 MiB pages (512 of 512 MiB)" or "mapped with 4 KiB pages
+/// (0 of 512 MiB in 2 MiB pages)": the page size of this process's mapping
+/// of `path`, for a target's description.
+pub fn describe_page_size(path: &Path) -> String {
+    match pmd_mapped_kib(path) {
+        None => "page size of the mapping unknown (not found in /proc/self/smaps)".to_string(),
+        Some((size_kib, pmd_kib)) if pmd_kib * 2 >= size_kib && pmd_kib > 0 => {
+            format!("mapped with 2 MiB pages ({} of {} MiB)", pmd_kib >> 10, size_kib >> 10)
+        }
+        Some((size_kib, pmd_kib)) => {
+            format!("mapped with 4 KiB pages ({} of {} MiB in 2 MiB pages)", pmd_kib >> 10, size_kib >> 10)
+        }
+    }
+}
+
 /// Nanoseconds as "5 ms", "250 µs", "1.5 s", "12.91 ms" (at most two
 /// decimals, trailing zeros dropped).
 pub fn fmt_ns(ns: u64) -> String {
@@ -576,11 +642,12 @@ impl Target for FerriteLib {
             None => format!("{} mode", self.mode.as_str()),
         };
         format!(
-            "Ferrite library (PathFs, {mode}), pool {} of {} MiB with {} inode slots, {}; flush {:?}, copy {:?}",
+            "Ferrite library (PathFs, {mode}), pool {} of {} MiB with {} inode slots, {}, {}; flush {:?}, copy {:?}",
             self.pool.path().display(),
             self.pool_len >> 20,
             self.inodes,
             pmem.domain().describe(),
+            describe_page_size(self.pool.path()),
             pmem.flush_kind(),
             pmem.nt_kind(),
         )
@@ -1178,12 +1245,13 @@ impl Target for HwLimit {
     fn describe(&self) -> String {
         let pmem = self.pmem();
         format!(
-            "hardware limit: ferrite_pmem primitives on a mapping of {} ({} MiB, {}); \
+            "hardware limit: ferrite_pmem primitives on a mapping of {} ({} MiB, {}; both mappings {}); \
              write = NT copy ({:?}) + 1 fence, read = copy out, fsync = fence, \
              create/unlink/mkdir/rmdir = 64 B store + flush ({:?}) + fence, stat = 64 B read",
             self.pool.path().display(),
             self.pool_len >> 20,
             pmem.domain().describe(),
+            describe_page_size(self.pool.path()),
             pmem.nt_kind(),
             pmem.flush_kind(),
         )
@@ -1331,5 +1399,52 @@ impl Target for HwLimit {
     fn finish(mut self: Box<Self>) -> io::Result<()> {
         self.pmem.take();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Proves that the smaps reader finds a mapped pool with its size and
+    //! its 2 MiB part, sums every mapping of one file, and finds nothing
+    //! for a file that is not mapped.
+    use super::*;
+
+    const SMAPS: &str = "\
+55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0                          [heap]
+Size:                132 kB
+FilePmdMapped:         0 kB
+7f0000000000-7f0020000000 rw-s 00000000 00:2a 17                         /dev/shm/a pool
+Size:             524288 kB
+Rss:              524288 kB
+ShmemPmdMapped:   520192 kB
+FilePmdMapped:         0 kB
+7f0020000000-7f0020200000 rw-s 00000000 00:2a 17                         /dev/shm/a pool
+Size:               2048 kB
+ShmemPmdMapped:     2048 kB
+7f0030000000-7f0030001000 r--p 00000000 00:2a 18                         /dev/shm/other
+Size:                  4 kB
+ShmemPmdMapped:        0 kB
+";
+
+    #[test]
+    fn every_mapping_of_the_file_is_summed_and_others_are_not() {
+        assert_eq!(parse_pmd_mapped_kib(SMAPS, Path::new("/dev/shm/a pool")), Some((526_336, 522_240)));
+        assert_eq!(parse_pmd_mapped_kib(SMAPS, Path::new("/dev/shm/other")), Some((4, 0)));
+        assert_eq!(parse_pmd_mapped_kib(SMAPS, Path::new("/dev/shm/a")), None);
+        assert_eq!(parse_pmd_mapped_kib(SMAPS, Path::new("[heap]")), Some((132, 0)));
+    }
+
+    #[test]
+    fn a_mapped_pool_is_found_with_its_size_and_an_unmapped_file_is_not() {
+        let pool = Scratch::new(unique_path(&std::env::temp_dir(), "smaps-test.pool"));
+        let pmem = Pmem::create_file(pool.path(), 8 << 20, 4096).expect("create a pool");
+        pmem.wait_populated();
+        let (size_kib, pmd_kib) = pmd_mapped_kib(pool.path()).expect("the pool's mapping is in smaps");
+        assert_eq!(size_kib, 8 << 10, "the mapping's size");
+        assert!(pmd_kib <= size_kib);
+        let text = describe_page_size(pool.path());
+        assert!(text.starts_with("mapped with "), "{text}");
+        drop(pmem);
+        assert_eq!(pmd_mapped_kib(pool.path()), None, "unmapped");
     }
 }

@@ -2,7 +2,8 @@
 //! Ferrite (strict and on a buffered mount), tmpfs and the hardware limit
 //! (and ext4 when this is root with mkfs.ext4 and loop devices), and writes
 //! sane outputs. Timings are never
-//! asserted: CI does not judge the figures.
+//! asserted: CI does not judge the figures. A second test proves that
+//! `--pool-dir` puts the pools, and only the pools, where it says.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -173,5 +174,48 @@ fn quick_mode_completes_with_sane_outputs() {
     ] {
         let svg = std::fs::read_to_string(out.0.join(format!("{p}.svg"))).unwrap_or_else(|e| panic!("{p}.svg: {e}"));
         assert!(svg.starts_with("<svg") && svg.contains("</svg>"), "{p}.svg is not an SVG document");
+    }
+}
+
+/// `--pool-dir`: the pools of the in-process Ferrite targets and the
+/// hardware limit's area are made in that directory, tmpfs's directory is
+/// not, every pool's description names the page size its mapping got, and
+/// nothing is left behind in either directory.
+#[test]
+fn pools_go_to_the_pool_dir_and_say_their_page_size() {
+    let pid = std::process::id();
+    let dir = TempDir(Path::new("/dev/shm").join(format!("fbench-dir-{pid}")));
+    let pools = TempDir(Path::new("/dev/shm").join(format!("fbench-pools-{pid}")));
+    std::fs::create_dir(&dir.0).expect("scratch dir");
+    std::fs::create_dir(&pools.0).expect("pool dir");
+    let res = Command::new(env!("CARGO_BIN_EXE_ferrite-bench"))
+        .args(["--quick", "--rounds", "1", "--no-accounting", "--pool-mib", "64"])
+        .args(["--targets", "ferrite,ferrite-buffered,tmpfs,hw-limit", "--workloads", "dirops"])
+        .arg("--dir")
+        .arg(&dir.0)
+        .arg("--pool-dir")
+        .arg(&pools.0)
+        .output()
+        .expect("run ferrite-bench");
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "ferrite-bench --pool-dir failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("- `{name}` ")))
+            .unwrap_or_else(|| panic!("no target line for {name}:\n{stdout}"))
+            .to_string()
+    };
+    for name in ["ferrite", "ferrite-buffered", "hw-limit"] {
+        let l = line(name);
+        assert!(l.contains(&format!("{}/ferrite-bench-", pools.0.display())), "{name} not in the pool dir: {l}");
+        assert!(l.contains("mapped with "), "{name} does not say its page size: {l}");
+    }
+    let tmpfs = line("tmpfs");
+    assert!(tmpfs.contains(&dir.0.display().to_string()), "tmpfs not in --dir: {tmpfs}");
+    for d in [&dir.0, &pools.0] {
+        let left: Vec<_> = std::fs::read_dir(d).expect("read dir").flatten().map(|e| e.path()).collect();
+        assert!(left.is_empty(), "left behind in {}: {left:?}", d.display());
     }
 }
