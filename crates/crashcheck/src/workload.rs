@@ -1816,7 +1816,7 @@ pub fn parse_u64(s: &str) -> Option<u64> {
 const RDIRS: [&str; 4] = ["", "/A", "/B", "/A/C"];
 const RNAMES: [&str; 5] = ["foo", "bar", "baz", "C", "D"];
 
-fn rpath(rng: &mut ChaCha8Rng) -> Vec<u8> {
+pub(crate) fn rpath(rng: &mut ChaCha8Rng) -> Vec<u8> {
     let d = RDIRS[rng.gen_range(0..RDIRS.len())];
     let n = RNAMES[rng.gen_range(0..RNAMES.len())];
     format!("{d}/{n}").into_bytes()
@@ -1832,7 +1832,7 @@ fn roffset(rng: &mut ChaCha8Rng) -> u64 {
     }
 }
 
-fn rlen(rng: &mut ChaCha8Rng) -> u32 {
+pub(crate) fn rlen(rng: &mut ChaCha8Rng) -> u32 {
     [1u32, 64, 100, 4096, 5000, 9000, 13000][rng.gen_range(0..7)]
 }
 
