@@ -302,11 +302,8 @@ fn run(args: &Args) -> io::Result<()> {
     for msg in tree::remove_stale(std::process::id()) {
         eprintln!("ferrite-bench: {msg} (left by a killed run)");
     }
-    for stale in scratch::remove_stale(&args.dir).into_iter().chain(if pool_dir == args.dir {
-        Vec::new()
-    } else {
-        scratch::remove_stale(pool_dir)
-    }) {
+    // When both are one directory, the second pass finds nothing left.
+    for stale in [args.dir.as_path(), pool_dir].into_iter().flat_map(scratch::remove_stale) {
         eprintln!("ferrite-bench: removed {} (left by a killed run)", stale.display());
     }
     let ring = if args.quick { 128 << 20 } else { 512 << 20 };

@@ -286,12 +286,9 @@ fn published_open(seed: u64, j: usize, calls: Mix) -> Option<u8> {
         }
         _ => None,
     };
-    let taken = (1..=2).any(|back| j.checked_sub(back).is_some_and(|k| publishes(k).is_some()));
-    if taken {
-        None
-    } else {
-        publishes(j)
-    }
+    // Call `j`'s own draw first: it is rarely such an open, and then the
+    // two calls before it need not be drawn.
+    publishes(j).filter(|_| !(1..=2).any(|back| j.checked_sub(back).is_some_and(|k| publishes(k).is_some())))
 }
 
 /// A generator for call `i`'s publication choices, apart from its draw.
