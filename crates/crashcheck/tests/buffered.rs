@@ -34,7 +34,9 @@
 //!   recoveries crashed);
 //! - random workloads with sync points mixed in
 //!   (`workload::random_workload_buffered`), 8 of 24 calls on the empty and
-//!   log-edge images;
+//!   log-edge images, with files opened without a name and published (a
+//!   write, the link that names the file, and half of the time a sync
+//!   that persists the link inside the workload);
 //! - a check that the catalogue does what it is for: batches persisted
 //!   inside operations that are not sync points (back-pressure), nothing
 //!   pending after a sync point, operations pending at crash points, and
