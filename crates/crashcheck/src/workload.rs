@@ -2379,32 +2379,57 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn random_calls_name_files_born_without_one_and_zero_ranges() {
-        let (mut tmpfiles, mut named, mut zeroed) = (0, 0, 0);
-        for seed in 0..80u64 {
-            let w = random_workload(crate::hash::mix(seed), 24);
+    /// What a set of workloads draws that the harness must see.
+    #[derive(Default)]
+    struct Drawn {
+        /// O_TMPFILE opens.
+        tmpfiles: usize,
+        /// Links that name a file opened without a name.
+        named: usize,
+        /// Those links followed by a sync point (sync, fsync, fdatasync).
+        synced: usize,
+        /// ZERO_RANGE fallocates, with and without KEEP_SIZE.
+        zeroed: usize,
+    }
+
+    fn drawn(workloads: impl Iterator<Item = Workload>) -> Drawn {
+        let mut n = Drawn::default();
+        for w in workloads {
             // Slots whose file was opened O_TMPFILE (without O_EXCL) and
             // not yet closed: a LinkFd on one names a nameless file.
             let mut nameless = [false; SLOTS];
+            // A link of a nameless file that no sync point has followed yet.
+            let mut unsynced = false;
             for c in w.setup.iter().chain(&w.calls) {
                 match c {
                     Call::Open { slot, flags, .. } => {
                         nameless[*slot as usize] = flags.tmpfile && !flags.excl;
-                        tmpfiles += usize::from(flags.tmpfile);
+                        n.tmpfiles += usize::from(flags.tmpfile);
                     }
                     Call::Close { slot } => nameless[*slot as usize] = false,
                     Call::LinkFd { slot, .. } if nameless[*slot as usize] => {
-                        named += 1;
+                        n.named += 1;
+                        unsynced = true;
                         nameless[*slot as usize] = false;
                     }
+                    Call::Sync | Call::Fsync { .. } | Call::Fdatasync { .. } => {
+                        n.synced += usize::from(unsynced);
+                        unsynced = false;
+                    }
                     Call::Fallocate { mode: FallocateMode::ZeroRange | FallocateMode::ZeroRangeKeepSize, .. } => {
-                        zeroed += 1
+                        n.zeroed += 1
                     }
                     _ => {}
                 }
             }
         }
+        n
+    }
+
+    #[test]
+    fn random_calls_name_files_born_without_one_and_zero_ranges() {
+        let Drawn { tmpfiles, named, zeroed, .. } =
+            drawn((0..80u64).map(|seed| random_workload(crate::hash::mix(seed), 24)));
         eprintln!("80 random workloads of 24 calls: {tmpfiles} O_TMPFILE opens, {named} named, {zeroed} zeroed ranges");
         assert!(tmpfiles >= 15, "only {tmpfiles} O_TMPFILE opens drawn");
         assert!(named >= 8, "only {named} nameless files named");
@@ -2418,32 +2443,8 @@ mod tests {
     /// workloads alone: docs/TESTING.md, mutation T2).
     #[test]
     fn buffered_calls_name_files_and_sync_them() {
-        let (mut tmpfiles, mut named, mut synced) = (0, 0, 0);
-        for seed in 0..64u64 {
-            let w = random_workload_buffered(crate::hash::mix(seed), 24);
-            let mut nameless = [false; SLOTS];
-            // A link of a nameless file that no sync point has followed yet.
-            let mut unsynced = false;
-            for c in w.setup.iter().chain(&w.calls) {
-                match c {
-                    Call::Open { slot, flags, .. } => {
-                        nameless[*slot as usize] = flags.tmpfile && !flags.excl;
-                        tmpfiles += usize::from(flags.tmpfile);
-                    }
-                    Call::Close { slot } => nameless[*slot as usize] = false,
-                    Call::LinkFd { slot, .. } if nameless[*slot as usize] => {
-                        named += 1;
-                        unsynced = true;
-                        nameless[*slot as usize] = false;
-                    }
-                    Call::Sync | Call::Fsync { .. } | Call::Fdatasync { .. } => {
-                        synced += usize::from(unsynced);
-                        unsynced = false;
-                    }
-                    _ => {}
-                }
-            }
-        }
+        let Drawn { tmpfiles, named, synced, .. } =
+            drawn((0..64u64).map(|seed| random_workload_buffered(crate::hash::mix(seed), 24)));
         eprintln!(
             "64 buffered workloads of 24 calls: {tmpfiles} O_TMPFILE opens, {named} named, {synced} synced after"
         );
