@@ -1929,6 +1929,18 @@ pub fn random_call(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
     }
 }
 
+/// A descriptor slot the generator believes free, or any slot when it
+/// believes none is (a wrong guess is EBADF or a replaced descriptor on
+/// both sides).
+fn free_slot(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> u8 {
+    let free: Vec<u8> = (0..8u8).filter(|&s| !open[s as usize]).collect();
+    if free.is_empty() {
+        rng.gen_range(0..8)
+    } else {
+        free[rng.gen_range(0..free.len())]
+    }
+}
+
 /// An O_TMPFILE open of a file without a name in one of the file set's
 /// directories, on slot `slot`, with `flags` (O_TMPFILE set), O_EXCL one
 /// time in ten.
@@ -1981,8 +1993,7 @@ pub fn random_call_modes(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call {
         6..=7 => Call::Sync,
         8 => Call::SetDefaultMode { mode: if rng.gen_bool(0.7) { FileMode::FsyncAtomic } else { FileMode::Strict } },
         9..=10 => {
-            let free: Vec<u8> = (0..8u8).filter(|&s| !open[s as usize]).collect();
-            let s = if free.is_empty() { rng.gen_range(0..8) } else { free[rng.gen_range(0..free.len())] };
+            let s = free_slot(rng, open);
             let mut f = OpenFlags::RDWR;
             if rng.gen_bool(0.5) {
                 f.sync = true;
@@ -2156,8 +2167,7 @@ pub fn random_call_buffered(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call 
         3..=4 => Call::Fsync { slot: slot(rng) },
         5 => Call::Fdatasync { slot: slot(rng) },
         6..=7 => {
-            let free: Vec<u8> = (0..8u8).filter(|&s| !open[s as usize]).collect();
-            let s = if free.is_empty() { rng.gen_range(0..8) } else { free[rng.gen_range(0..free.len())] };
+            let s = free_slot(rng, open);
             let mut f = OpenFlags::RDWR;
             if rng.gen_bool(0.5) {
                 f.sync = true;
@@ -2183,8 +2193,7 @@ pub fn random_call_buffered(rng: &mut ChaCha8Rng, open: &[bool; SLOTS]) -> Call 
         // named 6), and a link that left the file's link count out of its
         // commit (docs/TESTING.md, T2) failed 1 to 2 runs of 64.
         25..=28 => {
-            let free: Vec<u8> = (0..8u8).filter(|&s| !open[s as usize]).collect();
-            let s = if free.is_empty() { rng.gen_range(0..8) } else { free[rng.gen_range(0..free.len())] };
+            let s = free_slot(rng, open);
             tmpfile_open(rng, s, OpenFlags::RDWR.tmpfile())
         }
         _ => random_call(rng, open),
