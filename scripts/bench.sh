@@ -47,5 +47,7 @@ for a in "$@"; do
     if [ "$a" = "--quick" ]; then default_out=target/bench-quick; fi
 done
 out=${FERRITE_BENCH_OUT:-$default_out}
-echo "== running: target/release/ferrite-bench --out $out $*"
-target/release/ferrite-bench --out "$out" "$@"
+# Cargo puts the binary under CARGO_TARGET_DIR when that is set.
+bin=${CARGO_TARGET_DIR:-target}/release/ferrite-bench
+echo "== running: $bin --out $out $*"
+"$bin" --out "$out" "$@"

@@ -44,8 +44,10 @@ command -v prove >/dev/null || apt-get install -y perl
 command -v gcc >/dev/null || apt-get install -y gcc
 
 cargo build --release -p ferrite-cli -p ferrite-c --manifest-path "$repo/Cargo.toml"
-ferrite=$repo/target/release/ferrite
-lib=$repo/target/release/libferrite.so
+# Cargo puts the binaries under CARGO_TARGET_DIR when that is set.
+target=${CARGO_TARGET_DIR:-$repo/target}
+ferrite=$target/release/ferrite
+lib=$target/release/libferrite.so
 
 # The helper, configured for Linux by hand.
 defs="FACCESSAT FCHMODAT FCHOWNAT FSTATAT LINKAT MKDIRAT MKFIFOAT MKNODAT OPENAT POSIX_FALLOCATE

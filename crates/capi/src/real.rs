@@ -206,6 +206,7 @@ real! {
     fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
     fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE;
     fileno(f: *mut libc::FILE) -> c_int;
+    fileno_unlocked(f: *mut libc::FILE) -> c_int;
     mkstemp(template: *mut c_char) -> c_int;
     mkstemp64(template: *mut c_char) -> c_int;
     mkostemp(template: *mut c_char, flags: c_int) -> c_int;

@@ -36,7 +36,7 @@
 
 mod common;
 
-use common::{relative, run, same, tool, Env};
+use common::{relative, run, run_within, same, tool, Env};
 use std::path::Path;
 use std::process::Command;
 
@@ -541,6 +541,52 @@ fn exec_hands_over_in(env: Env) {
     let f = run(env.preloaded("sh").arg("-c").arg(script).arg("sh").arg(&env.root));
     same("exec", &t, &f);
     assert!(env.fsck(), "the pool was left dirty after the exec chain");
+}
+
+/// A shell's own redirections (its builtins write through glibc's
+/// `stdout`, whose internal `write` no preload intercepts), and programs
+/// started by an exec with standard input and output in the pool (`sort`
+/// and `ls` read and write through stdio), as on tmpfs; the shell's
+/// `exec 3> file` (a `dup2` onto 3) must leave the owner's mount serving
+/// its children. Before, every builtin's output into the pool failed with
+/// "write error: Bad file descriptor", `ls` and `sort` likewise, and the
+/// `dup2` onto 3 replaced an io_uring ring of the mount: the next child's
+/// request through it waited forever.
+#[test]
+fn standard_streams_redirected_into_the_pool_match_tmpfs() {
+    for t in ["bash", "sort", "ls", "cat"] {
+        if !tool(t) {
+            return;
+        }
+    }
+    if !common::fuse_usable() {
+        return;
+    }
+    let env = Env::new("stdstreams", true);
+    let builtins = r#"cd "$1"
+printf 'x\ny\n' > e2; echo more >> e2
+{ echo b; echo a; echo c; } > e3
+exec 3> d; echo five >&3; printf 'six\n' >&3; exec 3>&-
+echo err 2> c >&2
+read -r first < e3; echo "read: $first"
+cat e2 e3 d c
+echo "to the terminal"
+"#;
+    let steps: [(&str, &str); 4] = [
+        ("bash", builtins),
+        ("sh", r#"cd "$1"; exec sort -r < e3 > sorted"#),
+        ("sh", r#"cd "$1"; exec ls -1 > listing"#),
+        ("sh", r#"cd "$1"; cat sorted listing"#),
+    ];
+    for (shell, script) in steps {
+        let t = run(env.plain(shell).arg("-c").arg(script).arg(shell).arg(&env.tmpfs));
+        let f = run_within(
+            env.preloaded(shell).arg("-c").arg(script).arg(shell).arg(&env.root),
+            std::time::Duration::from_secs(60),
+        );
+        same("standard streams", &t, &f);
+    }
+    assert!(env.fsck(), "the pool was left dirty");
 }
 
 #[test]

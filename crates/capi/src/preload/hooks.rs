@@ -884,6 +884,9 @@ unsafe fn dup_to(n: c_int, new: c_int, flags: c_int, is_dup2: bool) -> c_int {
         }
         return if is_ferrite(n) { new } else { unsafe { real::dup2(n, new) } };
     }
+    if is_ferrite(n) && !is_ferrite(new) {
+        super::stdio::standard_replacing(new);
+    }
     let k = if is_dup2 { unsafe { real::dup2(n, new) } } else { unsafe { real::dup3(n, new, flags) } };
     if k < 0 {
         return k;

@@ -353,6 +353,7 @@ impl Preload {
         let file = self.session.open_file(Fd(fd as u64)).ok();
         self.files.lock().insert(fd, FdInfo { path, file });
         mark(fd, true);
+        stdio::standard_adopted(fd);
     }
 
     /// Forget Ferrite descriptor `fd` (the engine's side is closed already).
@@ -361,6 +362,7 @@ impl Preload {
     /// close drops the kernel's locks on it, as a close does).
     pub fn forget(&self, fd: c_int) {
         mark(fd, false);
+        stdio::standard_forgotten(fd);
         let mut files = self.files.lock();
         let gone = files.remove(&fd);
         let mut locks = self.lock_fds.lock();
@@ -529,6 +531,7 @@ impl Preload {
 
     /// Close Ferrite descriptor `fd`, engine side and kernel number.
     pub fn close(&self, fd: c_int) -> FsResult<()> {
+        stdio::standard_closing(fd);
         mmap::release_fd(self, fd);
         let r = inside(|| self.session.close(Fd(fd as u64)));
         self.forget(fd);
@@ -780,6 +783,14 @@ fn is_fuse_mount(dir: &std::path::Path) -> bool {
 /// The FUSE mount at the root, served by threads of this process, so that
 /// children and escaped calls reach the same engine. The kernel may cache
 /// nothing: this process also changes the pool without telling it.
+///
+/// Always over /dev/fuse, never FUSE over io_uring: the rings' descriptors
+/// come from a raw `io_uring_setup`, which the library cannot move out of
+/// the program's way as it does with every descriptor it opens (`park`),
+/// so they took the lowest free numbers, and a shell's `exec 3> file`
+/// (`dup2` onto 3) replaced one: its queue stopped ("io_uring queue 0: Bad
+/// file descriptor") and every later request of a child through the mount
+/// waited forever.
 fn start_mount(
     fs: &Arc<engine::Ferrite>,
     root: &std::path::Path,
@@ -794,6 +805,7 @@ fn start_mount(
         negative_timeout: std::time::Duration::ZERO,
         keep_cache: false,
         threads: 2,
+        transport: ferrite_fuse::options::Transport::Dev,
         ..Default::default()
     };
     match ferrite_fuse::daemon::spawn_shared(fs.clone(), root, &cfg, pool, Arc::new(mmap::OwnerMappings)) {

@@ -204,6 +204,30 @@ pub fn run(c: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// As `run`, failing (after killing the program) when it has not ended
+/// within `limit`: for a program whose bug is to wait forever. Its output
+/// is read once it ends, so it must fit the pipes (64 KiB each).
+pub fn run_within(c: &mut Command, limit: std::time::Duration) -> String {
+    let mut child =
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the program");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait for the program").is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect the killed program");
+            panic!(
+                "{c:?} did not end within {limit:?}:\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("collect the program's output");
+    check(c, &out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// As `run`, with the program's standard error too: (stdout, stderr).
 pub fn run_with_stderr(c: &mut Command) -> (String, String) {
     let out = c.stdin(Stdio::null()).output().expect("start the program");
