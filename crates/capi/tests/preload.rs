@@ -589,6 +589,49 @@ echo "to the terminal"
     assert!(env.fsck(), "the pool was left dirty");
 }
 
+/// A description the shell shares with its children keeps one offset, as
+/// on Linux: a group's output with a child's in the middle, `exec 3>` and
+/// a subshell writing to it, `exec > file` with children after it, and a
+/// descriptor read by the shell after a fork and then handed to `cat` by
+/// an exec (which must find the offset the read left). Before, a child got
+/// its own description with a copy of the offset: the shell's next write
+/// landed over what the child wrote.
+#[test]
+fn descriptions_shared_with_children_keep_one_offset() {
+    for t in ["bash", "cat", "ls"] {
+        if !tool(t) {
+            return;
+        }
+    }
+    if !common::fuse_usable() {
+        return;
+    }
+    let env = Env::new("shared-offsets", true);
+    let script = r#"cd "$1"
+printf 'x\ny\n' > e2
+{ echo a; cat e2; echo b; } > out
+exec 3> log; echo one >&3; cat e2 >&3; echo two >&3; (echo sub) >&3; exec 3>&-
+exec 4< e2; (true); read -r l <&4; echo "read: $l"
+exec 5>&1; exec > all; echo first; ls -1 e2; echo last; exec >&5 5>&-
+cat out log all
+exec cat <&4
+"#;
+    let t = run(env.plain("bash").arg("-c").arg(script).arg("bash").arg(&env.tmpfs));
+    let f = run_within(
+        env.preloaded("bash").arg("-c").arg(script).arg("bash").arg(&env.root),
+        std::time::Duration::from_secs(60),
+    );
+    same("shared offsets", &t, &f);
+    let check = r#"cd "$1"; cat out log all"#;
+    let t = run(env.plain("sh").arg("-c").arg(check).arg("sh").arg(&env.tmpfs));
+    let f = run_within(
+        env.preloaded("sh").arg("-c").arg(check).arg("sh").arg(&env.root),
+        std::time::Duration::from_secs(60),
+    );
+    same("shared offsets, read back", &t, &f);
+    assert!(env.fsck(), "the pool was left dirty");
+}
+
 #[test]
 fn locks_between_descriptions_and_processes_match_tmpfs() {
     if !tool("python3") || !common::fuse_usable() {

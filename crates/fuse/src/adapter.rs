@@ -180,14 +180,31 @@ impl KernelFiles {
 /// reads what the owner's mappings hold and the mappings follow what that
 /// process writes.
 pub trait Neighbour: Send + Sync {
-    /// Before the kernel reads, changes or syncs `ino`: write the copies'
-    /// changes back to the pool.
+    /// Before the kernel reads or syncs `ino`: write the copies' changes
+    /// back to the pool.
     fn before_io(&self, ino: InodeNo);
-    /// After the kernel changed `ino` (the byte range written, or None for
-    /// a size change or an allocation): reload the copies.
-    fn after_write(&self, ino: InodeNo, range: Option<(u64, u64)>);
+    /// The kernel changes `ino`: write the copies' changes back, run
+    /// `change` (the engine call, which says what it changed), and reload
+    /// the copies from what changed, as one step that no write-back of the
+    /// copies enters. A write-back between the change and the reload would
+    /// take the copies' stale bytes for the neighbour's own stores and
+    /// undo the change: the mount's threads serve a process's writes two
+    /// at a time, and each writes the copies back first.
+    fn changing(&self, ino: InodeNo, change: &mut dyn FnMut() -> Changed);
     /// The kernel opened the regular file `ino` for another process.
     fn opened(&self, ino: InodeNo);
+}
+
+/// What a change of a file's bytes or size changed, for
+/// [`Neighbour::changing`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Changed {
+    /// Nothing: the change failed.
+    Nothing,
+    /// The bytes [offset, offset+len) (a write).
+    Range { offset: u64, len: u64 },
+    /// Any byte (a size change, an allocation, a copy).
+    Whole,
 }
 
 /// What the adapter needs from the mount options.
@@ -461,10 +478,26 @@ impl Core {
         }
     }
 
-    fn after_write(&self, ino: InodeNo, range: Option<(u64, u64)>) {
-        if let Some(n) = self.neighbour.get() {
-            n.after_write(ino, range);
-        }
+    /// Make a change of `ino` with `change` (`changed` says what it
+    /// changed) as one step for the neighbour's copies
+    /// ([`Neighbour::changing`]).
+    fn change<T>(
+        &self,
+        ino: InodeNo,
+        change: impl FnOnce() -> FsResult<T>,
+        changed: impl FnOnce(&T) -> Changed,
+    ) -> FsResult<T> {
+        let Some(n) = self.neighbour.get() else { return change() };
+        let mut once = Some((change, changed));
+        let mut out = None;
+        n.changing(ino, &mut || {
+            let (change, changed) = once.take().expect("the neighbour runs a change once");
+            let r = change();
+            let what = r.as_ref().map_or(Changed::Nothing, changed);
+            out = Some(r);
+            what
+        });
+        out.expect("the neighbour ran the change")
     }
 
     /// Give the kernel's notification channel to the handlers and to
@@ -792,10 +825,7 @@ impl Core {
         if set.size.is_none() {
             return self.fs.setattr(ino, &set);
         }
-        self.before_io(ino);
-        let st = self.fs.setattr(ino, &set)?;
-        self.after_write(ino, None);
-        Ok(st)
+        self.change(ino, || self.fs.setattr(ino, &set), |_| Changed::Whole)
     }
 
     /// Drop the set-ID bits as Linux does when a caller without
@@ -930,10 +960,7 @@ impl Core {
         if write_flags & WRITE_KILL_SUIDGID != 0 && !data.is_empty() {
             self.kill_suidgid(ino, who)?;
         }
-        self.before_io(ino);
-        let put = self.fs.write_ino(ino, offset, data)?;
-        self.after_write(ino, Some((offset, put as u64)));
-        Ok(put)
+        self.change(ino, || self.fs.write_ino(ino, offset, data), |&put| Changed::Range { offset, len: put as u64 })
     }
 
     /// COPY_FILE_RANGE: the copy made inside the pool, one request in
@@ -956,11 +983,11 @@ impl Core {
             self.kill_suidgid(dst, who)?;
         }
         self.before_io(src);
-        self.before_io(dst);
-        let copied = self.fs.copy_range_ino(src, src_offset, dst, dst_offset, len);
-        if let Ok(n) = copied {
-            self.after_write(dst, Some((dst_offset, n as u64)));
-        }
+        let copied = self.change(
+            dst,
+            || self.fs.copy_range_ino(src, src_offset, dst, dst_offset, len),
+            |&n| Changed::Range { offset: dst_offset, len: n as u64 },
+        );
         if self.trace {
             log(format!(
                 "copy_file_range ino {} off {src_offset:#x} -> ino {} off {dst_offset:#x} len {len:#x}: {copied:?}",
@@ -1191,12 +1218,7 @@ impl Core {
         // itself.
         let how = FallocateMode::from_libc(mode)?;
         self.writable()?;
-        self.before_io(ino);
-        let done = self.fallocate_as(who, ino, how, offset, length);
-        if done.is_ok() {
-            self.after_write(ino, None);
-        }
-        done
+        self.change(ino, || self.fallocate_as(who, ino, how, offset, length), |_| Changed::Whole)
     }
 
     fn fallocate_as(&self, who: Caller, ino: InodeNo, how: FallocateMode, offset: u64, length: u64) -> FsResult<()> {

@@ -21,6 +21,6 @@ pub mod options;
 pub mod uring;
 pub mod wire;
 
-pub use adapter::{FerriteFuse, KernelFiles, Neighbour};
+pub use adapter::{Changed, FerriteFuse, KernelFiles, Neighbour};
 pub use daemon::{helper_main, invoked_as_helper, mount, spawn, umount, Background, MountRequest, DEFAULT_POOL_SIZE};
 pub use options::{MountConfig, Transport, OPTIONS_HELP};

@@ -20,6 +20,7 @@ use super::{active, bad_buffer, c_ret, fd, inside, is_ferrite, ok0, process_ids,
 use crate::conv::{self, copy_out, cstr, fail, fill_stat, fill_statfs, fill_statvfs, fill_statx, xattr_list};
 use crate::real::{self, Off};
 use engine::{Errno, Fd, FsResult, PathFs, Stat, TimeSet, AT_FDCWD};
+use ferrite_fuse::Changed;
 use libc::{c_char, c_int, c_uint, c_void, mode_t, off_t};
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
@@ -259,20 +260,23 @@ unsafe fn ferrite_write(p: &Preload, n: c_int, b: *const c_void, len: usize, off
     }
     let data = unsafe { buf(b, len) };
     c_ret(inside(|| {
-        super::mmap::before_io(p, n);
-        let put = match off {
-            Some(o) => p.session.pwrite(fd(n), data, o),
-            None => p.session.write(fd(n), data),
-        }?;
-        if super::mmap::following_any() {
-            // The range written: from the offset given, or up to where the
-            // descriptor's position now is (O_APPEND included).
-            let at = match off {
-                Some(o) => Some(o),
-                None => p.session.lseek(fd(n), 0, engine::Whence::Cur).ok().map(|end| end - put as u64),
-            };
-            super::mmap::written(p, n, at.map(|o| (o, put as u64)));
-        }
+        let put = super::mmap::change(
+            p,
+            n,
+            || match off {
+                Some(o) => p.session.pwrite(fd(n), data, o),
+                None => p.session.write(fd(n), data),
+            },
+            |&put| {
+                // The range written: from the offset given, or up to where
+                // the descriptor's position now is (O_APPEND included).
+                let at = match off {
+                    Some(o) => Some(o),
+                    None => p.session.lseek(fd(n), 0, engine::Whence::Cur).ok().map(|end| end - put as u64),
+                };
+                at.map_or(Changed::Whole, |offset| Changed::Range { offset, len: put as u64 })
+            },
+        )?;
         Ok(put as isize)
     }))
 }
@@ -989,14 +993,15 @@ macro_rules! truncate_hooks {
                         // Shared mappings of the file follow the truncate,
                         // as they follow an ftruncate.
                         let mapped = if super::mmap::following_any() { p.session.stat(&rel).ok() } else { None };
-                        if let Some(st) = &mapped {
-                            super::mmap::write_back_ino(p, st.ino)?;
+                        match &mapped {
+                            Some(st) => super::mmap::change_by_path(
+                                p,
+                                st.ino,
+                                || p.session.truncate(&rel, len),
+                                |_| Changed::Whole,
+                            ),
+                            None => p.session.truncate(&rel, len),
                         }
-                        let r = p.session.truncate(&rel, len);
-                        if let Some(st) = &mapped {
-                            super::mmap::written_ino(p, st.ino, None);
-                        }
-                        r
                     } else {
                         Err(Errno::EINVAL)
                     }
@@ -1014,9 +1019,8 @@ macro_rules! ftruncate_hooks {
         pub unsafe extern "C" fn $name(n: c_int, len: $ot) -> c_int {
             if let Some(p) = ours(n) {
                 return ok0(inside(|| {
-                    let r = p.session.ftruncate(fd(n), offset(len as i64)?);
-                    super::mmap::written(p, n, None);
-                    r
+                    let len = offset(len as i64)?;
+                    super::mmap::change(p, n, || p.session.ftruncate(fd(n), len), |_| Changed::Whole)
                 }));
             }
             unsafe { real::$name(n, len) }
@@ -1034,9 +1038,13 @@ macro_rules! fallocate_hooks {
                     if off < 0 || len <= 0 {
                         return Err(Errno::EINVAL);
                     }
-                    let r = p.session.fallocate(fd(n), engine::FallocateMode::from_libc(mode)?, off as u64, len as u64);
-                    super::mmap::written(p, n, None);
-                    r
+                    let how = engine::FallocateMode::from_libc(mode)?;
+                    super::mmap::change(
+                        p,
+                        n,
+                        || p.session.fallocate(fd(n), how, off as u64, len as u64),
+                        |_| Changed::Whole,
+                    )
                 }));
             }
             unsafe { real::$name(n, mode, off, len) }
@@ -2124,13 +2132,10 @@ fn copy_between(
     // back of the stale shadow would undo the copy.
     super::mmap::before_io(p, src);
     if is_ferrite(dst) {
-        super::mmap::before_io(p, dst);
+        super::mmap::change(p, dst, || copy_chunks(p, src, src_off, dst, dst_off, len), |_| Changed::Whole)
+    } else {
+        copy_chunks(p, src, src_off, dst, dst_off, len)
     }
-    let r = copy_chunks(p, src, src_off, dst, dst_off, len);
-    if is_ferrite(dst) {
-        super::mmap::written(p, dst, None);
-    }
-    r
 }
 
 /// The copy itself: reads and writes of at most 1 MiB through the session.

@@ -42,7 +42,7 @@
 //!   are written back before the kernel reads, writes or syncs a file and
 //!   follow after it changed one. A change the owner makes to a file the
 //!   kernel holds open has the kernel drop the changed pages
-//!   (`written_ino`). The memory of a writable shared mapping is still not
+//!   (`change_ino`). The memory of a writable shared mapping is still not
 //!   shared between the owner and another process (docs/PRELOAD.md,
 //!   "Mappings and other processes", says why a mapping through the
 //!   owner's own mount is no way out).
@@ -53,6 +53,7 @@ use super::{active, fd, inside, is_ferrite, views, Preload};
 use crate::conv::fail;
 use crate::real::{self, Off};
 use engine::{Errno, FsResult, InodeNo, MapKind, PathFs};
+use ferrite_fuse::Changed;
 use libc::{c_int, c_void};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -93,7 +94,7 @@ static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 
 /// The files the kernel holds open through this process's mount, when it
 /// serves one: a change this process makes directly to such a file has the
-/// kernel drop the changed pages (`written_ino`), which other processes
+/// kernel drop the changed pages (`change_ino`), which other processes
 /// may have cached or mapped.
 static KERNEL_FILES: std::sync::OnceLock<Arc<ferrite_fuse::KernelFiles>> = std::sync::OnceLock::new();
 
@@ -117,12 +118,15 @@ impl ferrite_fuse::Neighbour for OwnerMappings {
         }
     }
 
-    fn after_write(&self, ino: InodeNo, range: Option<(u64, u64)>) {
-        if SHADOWS.load(Ordering::Relaxed) == 0 && !views::following() {
-            return;
-        }
-        if let Some(p) = active() {
-            inside(|| follow_change(p, ino, range));
+    fn changing(&self, ino: InodeNo, change: &mut dyn FnMut() -> Changed) {
+        match active().filter(|_| SHADOWS.load(Ordering::Relaxed) > 0 || views::following()) {
+            Some(p) => {
+                // The kernel made the change: it needs no telling.
+                let _ = inside(|| change_ino(p, ino, Teller::Kernel, || Ok(change()), |&c| c));
+            }
+            None => {
+                change();
+            }
         }
     }
 
@@ -625,41 +629,125 @@ pub fn write_back_all(p: &Preload) -> FsResult<()> {
     with_table(|t| t.shadows.values().try_for_each(|s| flush(p, s)))
 }
 
-/// Before a read or a write through a descriptor of a shadowed file: the
-/// file must hold what the mappings wrote.
+/// Before a read through a descriptor of a shadowed file: the file must
+/// hold what the mappings wrote.
 pub fn before_io(p: &Preload, n: c_int) {
     if SHADOWS.load(Ordering::Relaxed) > 0 {
         let _ = write_back(p, n);
     }
 }
 
-/// After a change of the file through descriptor `n` (a write of the
-/// byte range `range`, or, with None, a truncate, fallocate or anything
-/// else): read-only shared views of the file move onto its shadow, and
-/// the shadow reloads what changed.
-pub fn written(p: &Preload, n: c_int, range: Option<(u64, u64)>) {
+/// Who must hear of a change of a file the kernel may cache.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Teller {
+    /// This process made the change: the kernel is told to drop the pages
+    /// that changed.
+    Owner,
+    /// The kernel's request made it: the kernel knows.
+    Kernel,
+}
+
+/// A change of the file at descriptor `n` (a write, truncate, allocation,
+/// copy into it, patch) made by `change`; `changed` says what it changed.
+/// Shared mappings follow it: see [`change_ino`].
+pub fn change<T>(
+    p: &Preload,
+    n: c_int,
+    change: impl FnOnce() -> FsResult<T>,
+    changed: impl FnOnce(&T) -> Changed,
+) -> FsResult<T> {
     if !following_any() {
-        return;
+        return change();
     }
-    if let Ok(ino) = p.session.fd_inode(fd(n)) {
-        written_ino(p, ino, range);
+    match p.session.fd_inode(fd(n)) {
+        Ok(ino) => change_ino(p, ino, Teller::Owner, change, changed),
+        Err(_) => change(),
     }
 }
 
-/// `written` for a change made by path (truncate), or once `written`
-/// found the inode; the caller has seen `following_any`.
-pub fn written_ino(p: &Preload, ino: InodeNo, range: Option<(u64, u64)>) {
-    if let Some(kf) = KERNEL_FILES.get().filter(|kf| kf.is_open(ino)) {
-        // Another process holds the file open through the mount: the
-        // kernel drops the pages that changed, which that process may have
-        // cached or mapped, and reads them again from the pool.
-        let (off, len) = range.unwrap_or((0, 0));
-        if range.is_none_or(|(_, l)| l > 0) {
-            let _ = kf.invalidate(ino, off, len);
-            tell_size(p, kf, ino, range);
+/// A change of the file `ino` that this process makes by path (truncate).
+pub fn change_by_path<T>(
+    p: &Preload,
+    ino: InodeNo,
+    change: impl FnOnce() -> FsResult<T>,
+    changed: impl FnOnce(&T) -> Changed,
+) -> FsResult<T> {
+    change_ino(p, ino, Teller::Owner, change, changed)
+}
+
+/// Make `change` to the file `ino` with its shadow kept coherent: the
+/// shadow's stores are written back, the change made, and the shadow
+/// reloaded from what changed, all holding the table, so that no write
+/// back enters between the change and the reload. One that did (another
+/// thread's msync, the mount serving another process's write, which
+/// writes shadows back first) would find the file differing from the
+/// stale shadow and write the shadow's old bytes over the change: `flush`
+/// cannot tell a store through the mapping from a change of the file. Then,
+/// holding no lock (the kernel's write-back of its dirty pages is served
+/// by the mount's threads, which take the table), the kernel drops the
+/// pages of a change this process made (`Teller::Owner`), and read-only
+/// shared views of the file move onto its shadow.
+fn change_ino<T>(
+    p: &Preload,
+    ino: InodeNo,
+    teller: Teller,
+    change: impl FnOnce() -> FsResult<T>,
+    changed: impl FnOnce(&T) -> Changed,
+) -> FsResult<T> {
+    let (out, what) = if SHADOWS.load(Ordering::Relaxed) > 0 {
+        with_table(|t| {
+            // A failed write-back leaves the stores in the shadow, to be
+            // written back by the next one; the change goes ahead (the
+            // kernel's must: it is the other process's write).
+            if let Some(s) = t.shadows.get(&ino) {
+                let _ = flush(p, s);
+            }
+            let out = change()?;
+            let what = changed(&out);
+            if let Some(s) = t.shadows.get(&ino) {
+                let (from, to) = match what {
+                    Changed::Nothing => (0, 0),
+                    Changed::Range { offset, len } => (
+                        (offset as usize / PAGE_BYTES * PAGE_BYTES).min(s.loaded),
+                        (offset as usize).saturating_add(len as usize).next_multiple_of(PAGE_BYTES).min(s.loaded),
+                    ),
+                    Changed::Whole => (0, s.loaded),
+                };
+                if from < to {
+                    // The change stands and is what the caller hears of;
+                    // a failed reload (the memory for the copy is short)
+                    // leaves stale bytes, which a later write-back would
+                    // take for stores.
+                    let _ = load(p, s, from, to);
+                }
+            }
+            Ok((out, what))
+        })?
+    } else {
+        let out = change()?;
+        let what = changed(&out);
+        (out, what)
+    };
+    if what == Changed::Nothing {
+        return Ok(out);
+    }
+    if teller == Teller::Owner {
+        if let Some(kf) = KERNEL_FILES.get().filter(|kf| kf.is_open(ino)) {
+            // Another process holds the file open through the mount: the
+            // kernel drops the pages that changed, which that process may
+            // have cached or mapped, and reads them again from the pool.
+            let (off, len) = match what {
+                Changed::Range { offset, len } => (offset, len),
+                _ => (0, 0),
+            };
+            if len > 0 || what == Changed::Whole {
+                let _ = kf.invalidate(ino, off, len);
+                tell_size(p, kf, ino, what);
+            }
         }
     }
-    follow_change(p, ino, range);
+    views::follow_writes(p, ino);
+    Ok(out)
 }
 
 /// A change that reached the end of a file the kernel holds open (or one
@@ -669,9 +757,9 @@ pub fn written_ino(p: &Preload, ino: InodeNo, range: Option<(u64, u64)>) {
 /// raising SIGBUS. A file that shrank needs nothing more: its pages were
 /// dropped, and the short read of the next access tells the kernel the
 /// smaller size (an access past the new end raises SIGBUS, as on Linux).
-fn tell_size(p: &Preload, kf: &ferrite_fuse::KernelFiles, ino: InodeNo, range: Option<(u64, u64)>) {
+fn tell_size(p: &Preload, kf: &ferrite_fuse::KernelFiles, ino: InodeNo, what: Changed) {
     let Ok(size) = p.session.getattr(ino).map(|a| a.size) else { return };
-    if size == 0 || range.is_some_and(|(off, len)| off.saturating_add(len) < size) {
+    if size == 0 || matches!(what, Changed::Range { offset, len } if offset.saturating_add(len) < size) {
         return;
     }
     let mut last = [0u8; 1];
@@ -680,28 +768,7 @@ fn tell_size(p: &Preload, kf: &ferrite_fuse::KernelFiles, ino: InodeNo, range: O
     }
 }
 
-/// Read-only shared views of `ino` move onto its shadow, and the shadow
-/// reloads what changed (the byte range, or None: everything).
-fn follow_change(p: &Preload, ino: InodeNo, range: Option<(u64, u64)>) {
-    views::follow_writes(p, ino);
-    with_table(|t| {
-        if let Some(s) = t.shadows.get(&ino) {
-            let (from, to) = match range {
-                Some((off, len)) => {
-                    let from = (off as usize / PAGE_BYTES * PAGE_BYTES).min(s.loaded);
-                    let to = (off as usize).saturating_add(len as usize).next_multiple_of(PAGE_BYTES).min(s.loaded);
-                    (from, to)
-                }
-                None => (0, s.loaded),
-            };
-            if from < to {
-                let _ = load(p, s, from, to);
-            }
-        }
-    });
-}
-
-/// Whether `written` has anything to do for a change of a file.
+/// Whether a change of a file has shadows, views or the kernel to tell.
 pub fn following_any() -> bool {
     SHADOWS.load(Ordering::Relaxed) > 0 || views::following() || KERNEL_FILES.get().is_some_and(|kf| kf.any_open())
 }

@@ -566,7 +566,7 @@ extern "C" fn on_load() {
             // SAFETY: registering functions with the C library; they are
             // `extern "C"` and live as long as the process.
             unsafe {
-                libc::pthread_atfork(None, None, Some(after_fork_child));
+                libc::pthread_atfork(Some(before_fork), None, Some(after_fork_child));
                 libc::atexit(on_exit);
             }
         }
@@ -887,6 +887,17 @@ fn shutdown() {
         // SAFETY: a static path.
         unsafe { real::chdir(c"/".as_ptr()) };
     }
+    // The numbers shared with children through the mount (`before_fork`)
+    // are files of the mount too: the process keeps the numbers, as
+    // placeholders (an exec described them to the next image first).
+    for n in program_fds_on_mount() {
+        // SAFETY: F_GETFD, then dup3 of the library's placeholder onto a
+        // number of this process, keeping its close-on-exec flag.
+        unsafe {
+            let cloexec = real::fcntl(n, libc::F_GETFD, 0) & libc::FD_CLOEXEC != 0;
+            real::dup3(p.placeholder, n, if cloexec { libc::O_CLOEXEC } else { 0 });
+        }
+    }
     // The lock descriptors are files of the mount: close them too (the
     // process is leaving, its locks with it).
     for (_, k) in p.lock_fds.lock().drain() {
@@ -992,6 +1003,27 @@ pub fn prepare_exec() -> Option<Vec<u8>> {
         let hex: String = path.iter().map(|b| format!("{b:02x}")).collect();
         list.push(format!("{n},{flags},{pos},{hex}"));
     }
+    // Numbers shared with children through the mount: the next image
+    // reopens them in-process like the others (the sharing with children
+    // that outlive the exec ends there), at the file's present name.
+    for n in program_fds_on_mount() {
+        // SAFETY: F_GETFD, F_GETFL and lseek on a number of this process.
+        let (fd_flags, flags, pos) = unsafe {
+            (real::fcntl(n, libc::F_GETFD, 0), real::fcntl(n, libc::F_GETFL, 0), real::lseek64(n, 0, libc::SEEK_CUR))
+        };
+        if fd_flags < 0 || fd_flags & libc::FD_CLOEXEC != 0 || flags < 0 {
+            continue;
+        }
+        let Ok(host) = std::fs::read_link(format!("/proc/self/fd/{n}")) else { continue };
+        use std::os::unix::ffi::OsStrExt;
+        let Some(path) = host.as_os_str().as_bytes().strip_prefix(p.root.as_slice()) else { continue };
+        let path: &[u8] = if path.is_empty() { b"/" } else { path };
+        if path[0] != b'/' {
+            continue;
+        }
+        let hex: String = path.iter().map(|b| format!("{b:02x}")).collect();
+        list.push(format!("{n},{flags},{},{hex}", pos.max(0)));
+    }
     let copies = inside(|| views::copy_before_exec(p));
     shutdown();
     views::place_copies(copies);
@@ -1059,6 +1091,124 @@ fn restore_inherited(p: &Preload) {
             p.adopt(n, Arc::new(path));
         }
     }
+}
+
+/// pthread_atfork prepare handler (the owner, before it forks): every
+/// Ferrite description a child will inherit past an exec (one of its
+/// numbers lacks close-on-exec) becomes one kernel description of the same
+/// file through the owner's mount, at the same numbers and offset. The
+/// child then shares it with the owner, offset included, as Linux shares
+/// a description across fork: a shell's `{ echo a; cat f; echo b; } > out`
+/// (or `exec > log` and commands after it) writes `a`, `cat`'s bytes and
+/// `b` one after the other only if the shell and `cat` move one offset.
+/// Before, the child got its own description with a copy of the offset,
+/// and the shell's `b` overwrote the start of what `cat` wrote. The
+/// engine's description cannot be shared with another process, so the
+/// owner's own calls on those numbers go through the kernel and its mount
+/// from then on (FUSE speed for those files only). Left as they were (the
+/// child still gets a copy): descriptions whose every number is
+/// close-on-exec (what a forked child that does not exec inherits), files
+/// with no path to reopen (unlinked, or O_TMPFILE not named yet),
+/// descriptions or files holding locks (closing the engine's description
+/// would drop them), and everything when there is no mount.
+extern "C" fn before_fork() {
+    let Some(p) = active() else { return };
+    if p.mount.lock().is_none() {
+        return;
+    }
+    let files: Vec<(c_int, FdInfo)> = p.files.lock().iter().map(|(k, v)| (*k, v.clone())).collect();
+    // Numbers by description: dup'ed numbers share one kernel description
+    // afterwards as they shared the engine's.
+    let mut descriptions: HashMap<usize, SharedDescription> = HashMap::new();
+    for (fd, info) in files {
+        let Some(file) = info.file else { continue };
+        if info.path.is_empty() {
+            continue;
+        }
+        // SAFETY: F_GETFD on a number of this process.
+        let cloexec = unsafe { real::fcntl(fd, libc::F_GETFD, 0) } & libc::FD_CLOEXEC != 0;
+        let key = Arc::as_ptr(&file) as usize;
+        descriptions.entry(key).or_insert_with(|| (file, info.path, Vec::new())).2.push((fd, cloexec));
+    }
+    let locked: Vec<u64> = p.lock_fds.lock().keys().copied().collect();
+    for (key, (file, path, numbers)) in descriptions {
+        let inherited = numbers.iter().any(|&(_, cloexec)| !cloexec);
+        let locks = locked.contains(&(key as u64)) || locked.contains(&(file.inode.ino.0 | POSIX_LOCK_KEY));
+        if inherited && !locks {
+            share_through_mount(p, &file, &path, &numbers);
+        }
+    }
+}
+
+/// One Ferrite description as `before_fork` finds it: the open file, the
+/// pool path it was opened by, and its numbers with their close-on-exec.
+type SharedDescription = (Arc<engine::OpenFile>, Arc<Vec<u8>>, Vec<(c_int, bool)>);
+
+/// Make the numbers of one Ferrite description one kernel description of
+/// the same file through the mount, at its offset (`before_fork`).
+fn share_through_mount(p: &Preload, file: &engine::OpenFile, path: &[u8], numbers: &[(c_int, bool)]) {
+    // What a standard stream's stand-in holds goes to the file first, and
+    // the offset is read after it.
+    for &(n, _) in numbers {
+        stdio::standard_closing(n);
+    }
+    let flags = crate::conv::status_flags(&file.status());
+    let pos = *file.pos.lock();
+    let mut host = p.host_path(path);
+    host.push(0);
+    // SAFETY: a NUL-terminated path; the descriptor opened is closed below.
+    let k = unsafe { real::open(host.as_ptr() as *const c_char, flags | libc::O_CLOEXEC, 0) };
+    if k < 0 {
+        return;
+    }
+    // SAFETY: `k` is the descriptor just opened; its offset is the
+    // description's, which every number duplicated from it shares.
+    if pos > 0 && unsafe { real::lseek64(k, pos as i64, libc::SEEK_SET) } < 0 {
+        // SAFETY: closing the descriptor just opened.
+        unsafe { real::close(k) };
+        return;
+    }
+    if let Some((dev, _)) = kernel_identity(k) {
+        MOUNT_DEV.store(dev, Ordering::Relaxed);
+    }
+    for &(n, cloexec) in numbers {
+        // SAFETY: replacing the placeholder at our own Ferrite number.
+        if unsafe { real::dup3(k, n, if cloexec { libc::O_CLOEXEC } else { 0 }) } < 0 {
+            continue;
+        }
+        mmap::release_fd(p, n);
+        let _ = inside(|| p.session.close(Fd(n as u64)));
+        p.forget(n);
+    }
+    // SAFETY: closing the descriptor opened above (its numbers keep it).
+    unsafe { real::close(k) };
+}
+
+/// The device number of the owner's mount, once `before_fork` has made a
+/// description a kernel one through it (0 before).
+static MOUNT_DEV: AtomicU64 = AtomicU64::new(0);
+
+/// The (device, inode) of kernel descriptor `n`.
+fn kernel_identity(n: c_int) -> Option<(u64, u64)> {
+    // SAFETY: fstat into a local structure.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { real::fstat(n, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// The program's kernel descriptors of files of the owner's mount: those
+/// `before_fork` made, and their duplicates (a shell's `exec cat <&4`
+/// moves one onto 0). At shutdown each is described to the next image (an
+/// exec) and replaced by a placeholder, so that the owner's own
+/// descriptors do not keep its mount busy.
+fn program_fds_on_mount() -> Vec<c_int> {
+    let dev = MOUNT_DEV.load(Ordering::Relaxed);
+    if dev == 0 {
+        return Vec::new();
+    }
+    open_fds()
+        .into_iter()
+        .filter(|&n| !is_ferrite(n) && !is_own(n) && kernel_identity(n).is_some_and(|(d, _)| d == dev))
+        .collect()
 }
 
 /// pthread_atfork child handler: this process is no longer the owner. Its

@@ -41,6 +41,7 @@
 use super::{fd, inside, is_ferrite, Preload};
 use crate::real;
 use engine::{BufferId, Errno, FsResult, InodeNo, MapKind, Peek, ViewId};
+use ferrite_fuse::Changed;
 use libc::{c_int, c_long, c_void};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -224,10 +225,12 @@ pub fn patch(p: &Preload, n: c_int, off: u64, buf: usize, len: u64) -> FsResult<
         return Err(Errno::EBADF);
     }
     inside(|| {
-        super::mmap::before_io(p, n);
-        p.session.patch(fd(n), off, BufferId(buf), len)?;
-        super::mmap::written(p, n, Some((off, len)));
-        Ok(())
+        super::mmap::change(
+            p,
+            n,
+            || p.session.patch(fd(n), off, BufferId(buf), len),
+            |_| Changed::Range { offset: off, len },
+        )
     })
 }
 
