@@ -247,5 +247,25 @@ real! {
     execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    posix_spawn(
+        pid: *mut libc::pid_t,
+        path: *const c_char,
+        actions: *const libc::posix_spawn_file_actions_t,
+        attr: *const libc::posix_spawnattr_t,
+        argv: *const *mut c_char,
+        envp: *const *mut c_char
+    ) -> c_int;
+    posix_spawnp(
+        pid: *mut libc::pid_t,
+        file: *const c_char,
+        actions: *const libc::posix_spawn_file_actions_t,
+        attr: *const libc::posix_spawnattr_t,
+        argv: *const *mut c_char,
+        envp: *const *mut c_char
+    ) -> c_int;
+    posix_spawn_file_actions_adddup2(actions: *mut libc::posix_spawn_file_actions_t, fd: c_int, newfd: c_int) -> c_int;
+    posix_spawn_file_actions_destroy(actions: *mut libc::posix_spawn_file_actions_t) -> c_int;
+    system(command: *const c_char) -> c_int;
+    popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE;
     mremap(addr: *mut c_void, old: usize, new: usize, flags: c_int; newaddr: *mut c_void) -> *mut c_void;
 }

@@ -632,6 +632,28 @@ exec cat <&4
     assert!(env.fsck(), "the pool was left dirty");
 }
 
+/// Children that glibc starts without running the fork handlers and that
+/// exec at once (`tests/py/spawn.py`): `posix_spawn` with a dup2 action
+/// from a close-on-exec descriptor, `system` and `popen` (which spawn
+/// inside glibc) with an inherited one, each writing between two writes of
+/// the owner's to the same description; the file must hold every line in
+/// order, as on tmpfs. Before the library shared the descriptions with
+/// them, each child's descriptor was the library's placeholder (`sh`:
+/// "echo: I/O error"), and the file held only the owner's lines.
+#[test]
+fn spawned_children_share_the_owners_descriptions() {
+    if !tool("python3") || !tool("sh") || !common::fuse_usable() {
+        return;
+    }
+    let env = Env::new("spawn", true);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/spawn.py");
+    let t = run(env.plain("python3").arg(&script).arg(&env.tmpfs));
+    let f = run_within(env.preloaded("python3").arg(&script).arg(&env.root), std::time::Duration::from_secs(60));
+    assert!(t.contains(r"owner 2\nsystem\nowner 3"), "unexpected tmpfs run:\n{t}");
+    same("spawn.py", &t, &f);
+    assert!(env.fsck(), "the pool was left dirty");
+}
+
 #[test]
 fn locks_between_descriptions_and_processes_match_tmpfs() {
     if !tool("python3") || !common::fuse_usable() {

@@ -2501,6 +2501,77 @@ pub unsafe extern "C" fn vfork() -> libc::pid_t {
     unsafe { libc::fork() }
 }
 
+/// The Ferrite numbers that `posix_spawn_file_actions_adddup2` was given
+/// as sources, with the file actions object (its address) they went into:
+/// `posix_spawn` shares their descriptions with the child through the
+/// mount even when they are close-on-exec, since the child gets them by
+/// the dup2.
+static SPAWN_SOURCES: parking_lot::Mutex<Vec<(usize, c_int)>> = parking_lot::Mutex::new(Vec::new());
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_adddup2(
+    actions: *mut libc::posix_spawn_file_actions_t,
+    fd: c_int,
+    newfd: c_int,
+) -> c_int {
+    if is_ferrite(fd) {
+        SPAWN_SOURCES.lock().push((actions as usize, fd));
+    }
+    unsafe { real::posix_spawn_file_actions_adddup2(actions, fd, newfd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_destroy(actions: *mut libc::posix_spawn_file_actions_t) -> c_int {
+    SPAWN_SOURCES.lock().retain(|&(a, _)| a != actions as usize);
+    unsafe { real::posix_spawn_file_actions_destroy(actions) }
+}
+
+/// Before glibc starts a child that execs at once without running the fork
+/// handlers (posix_spawn, and system and popen, which spawn through it
+/// inside glibc): the descriptions the child will have are shared with it
+/// through the mount, as before a fork (`share_with_children`). Without
+/// this, the child's copies of Ferrite numbers were the library's
+/// placeholders, and `system("echo x >&3")` failed with EBADF.
+fn before_spawn(actions: *const libc::posix_spawn_file_actions_t) {
+    let Some(p) = active() else { return };
+    let handed: Vec<c_int> = if actions.is_null() {
+        Vec::new()
+    } else {
+        SPAWN_SOURCES.lock().iter().filter(|&&(a, _)| a == actions as usize).map(|&(_, n)| n).collect()
+    };
+    super::share_with_children(p, &handed);
+}
+
+macro_rules! spawn_hooks {
+    ($($name:ident),*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            pid: *mut libc::pid_t,
+            path: *const c_char,
+            actions: *const libc::posix_spawn_file_actions_t,
+            attr: *const libc::posix_spawnattr_t,
+            argv: *const *mut c_char,
+            envp: *const *mut c_char,
+        ) -> c_int {
+            before_spawn(actions);
+            unsafe { real::$name(pid, path, actions, attr, argv, envp) }
+        }
+    )*};
+}
+spawn_hooks!(posix_spawn, posix_spawnp);
+
+#[no_mangle]
+pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
+    before_spawn(std::ptr::null());
+    unsafe { real::system(command) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    before_spawn(std::ptr::null());
+    unsafe { real::popen(command, mode) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
     // A shell searching PATH tries many names: hand the pool over only for

@@ -1112,7 +1112,17 @@ fn restore_inherited(p: &Preload) {
 /// descriptions or files holding locks (closing the engine's description
 /// would drop them), and everything when there is no mount.
 extern "C" fn before_fork() {
-    let Some(p) = active() else { return };
+    if let Some(p) = active() {
+        share_with_children(p, &[]);
+    }
+}
+
+/// `before_fork`'s work, also done before `posix_spawn`, `system` and
+/// `popen`, whose children glibc starts without the fork handlers and which
+/// exec at once. `handed` lists numbers the child gets by other means than
+/// inheriting them (the sources of a spawn's dup2 actions): their
+/// descriptions are shared even when close-on-exec.
+pub(crate) fn share_with_children(p: &Preload, handed: &[c_int]) {
     if p.mount.lock().is_none() {
         return;
     }
@@ -1132,7 +1142,7 @@ extern "C" fn before_fork() {
     }
     let locked: Vec<u64> = p.lock_fds.lock().keys().copied().collect();
     for (key, (file, path, numbers)) in descriptions {
-        let inherited = numbers.iter().any(|&(_, cloexec)| !cloexec);
+        let inherited = numbers.iter().any(|&(n, cloexec)| !cloexec || handed.contains(&n));
         let locks = locked.contains(&(key as u64)) || locked.contains(&(file.inode.ino.0 | POSIX_LOCK_KEY));
         if inherited && !locks {
             share_through_mount(p, &file, &path, &numbers);
