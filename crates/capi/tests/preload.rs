@@ -632,14 +632,19 @@ exec cat <&4
     assert!(env.fsck(), "the pool was left dirty");
 }
 
-/// Children that glibc starts without running the fork handlers and that
-/// exec at once (`tests/py/spawn.py`): `posix_spawn` with a dup2 action
-/// from a close-on-exec descriptor, `system` and `popen` (which spawn
-/// inside glibc) with an inherited one, each writing between two writes of
-/// the owner's to the same description; the file must hold every line in
-/// order, as on tmpfs. Before the library shared the descriptions with
-/// them, each child's descriptor was the library's placeholder (`sh`:
-/// "echo: I/O error"), and the file held only the owner's lines.
+/// Children writing between two writes of the owner's to one description
+/// (`tests/py/spawn.py`); each file must hold every line in order, as on
+/// tmpfs. Children that glibc starts without running the fork handlers
+/// and that exec at once: `posix_spawn` with a dup2 action from a
+/// close-on-exec descriptor, `system` and `popen` (which spawn inside
+/// glibc) with an inherited one. Before the library shared the
+/// descriptions with them, each child's descriptor was the library's
+/// placeholder (`sh`: "echo: I/O error"), and the file held only the
+/// owner's lines. Forked children: `subprocess.run` with `stdout=f` (a
+/// close-on-exec descriptor moved onto the child's output) and a child
+/// that does not exec, whose output the owner's next write overwrote
+/// while close-on-exec descriptions were not shared; and a file used only
+/// at explicit offsets, which stays the engine's.
 #[test]
 fn spawned_children_share_the_owners_descriptions() {
     if !tool("python3") || !tool("sh") || !common::fuse_usable() {

@@ -19,7 +19,7 @@ use crate::types::{
 use crate::Map;
 use ferrite_pmem::Pmem;
 use parking_lot::{Mutex, RwLock};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// An open file description: what `open` made, shared by the descriptors
@@ -31,9 +31,20 @@ pub struct OpenFile {
     pub flags: OpenFlags,
     append: AtomicBool,
     pub pos: Mutex<u64>,
+    /// How the description's calls used its offset (`OFFSET_*`): a
+    /// front end that must decide whether another process needs to share
+    /// the offset asks `offset_only_explicit`.
+    offset_use: AtomicU8,
     /// Descriptors referring to it: the last close releases the inode.
     descriptors: AtomicUsize,
 }
+
+/// No read, write or seek yet.
+const OFFSET_UNUSED: u8 = 0;
+/// Only reads and writes at explicit offsets (pread, pwrite).
+const OFFSET_EXPLICIT: u8 = 1;
+/// A read, write or seek at the description's offset.
+const OFFSET_MOVED: u8 = 2;
 
 impl OpenFile {
     fn new(inode: Arc<Inode>, flags: OpenFlags) -> OpenFile {
@@ -42,7 +53,33 @@ impl OpenFile {
             flags: flags.status(),
             append: AtomicBool::new(flags.append),
             pos: Mutex::new(0),
+            offset_use: AtomicU8::new(OFFSET_UNUSED),
             descriptors: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether every read and write so far was at an explicit offset
+    /// (pread, pwrite), and there was at least one: what the description's
+    /// offset holds matters to no call made through it so far (a database
+    /// file). False for a description not used yet.
+    pub fn offset_only_explicit(&self) -> bool {
+        self.offset_use.load(Ordering::Relaxed) == OFFSET_EXPLICIT
+    }
+
+    /// A read or write at an explicit offset. A load first: the common
+    /// case stores nothing, so threads sharing the description do not
+    /// bounce its line.
+    fn note_explicit_offset(&self) {
+        if self.offset_use.load(Ordering::Relaxed) == OFFSET_UNUSED {
+            let _ =
+                self.offset_use.compare_exchange(OFFSET_UNUSED, OFFSET_EXPLICIT, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// A read, write or seek at the description's offset.
+    fn note_offset_moved(&self) {
+        if self.offset_use.load(Ordering::Relaxed) != OFFSET_MOVED {
+            self.offset_use.store(OFFSET_MOVED, Ordering::Relaxed);
         }
     }
 
@@ -881,17 +918,20 @@ impl PathFs for Session {
 
     fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> FsResult<usize> {
         let f = self.readable(fd)?;
+        f.note_explicit_offset();
         let d = f.inode.lock_read();
         Ok(self.fs.read_file(&f.inode, &d, offset, buf))
     }
 
     fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> FsResult<usize> {
         let f = self.writable(fd)?;
+        f.note_explicit_offset();
         Ok(self.write_at(&f, data, Some(offset))?.0)
     }
 
     fn read(&self, fd: Fd, buf: &mut [u8]) -> FsResult<usize> {
         let f = self.readable(fd)?;
+        f.note_offset_moved();
         let mut pos = f.pos.lock();
         let d = f.inode.lock_read();
         let n = self.fs.read_file(&f.inode, &d, *pos, buf);
@@ -901,6 +941,7 @@ impl PathFs for Session {
 
     fn write(&self, fd: Fd, data: &[u8]) -> FsResult<usize> {
         let f = self.writable(fd)?;
+        f.note_offset_moved();
         let mut pos = f.pos.lock();
         let (n, end) = self.write_at(&f, data, Some(*pos))?;
         if n > 0 {
@@ -911,6 +952,7 @@ impl PathFs for Session {
 
     fn lseek(&self, fd: Fd, offset: i64, whence: Whence) -> FsResult<u64> {
         let f = self.io_file(fd)?;
+        f.note_offset_moved();
         let mut pos = f.pos.lock();
         let d = f.inode.lock_read();
         let new = match whence {

@@ -2539,7 +2539,7 @@ fn before_spawn(actions: *const libc::posix_spawn_file_actions_t) {
     } else {
         SPAWN_SOURCES.lock().iter().filter(|&&(a, _)| a == actions as usize).map(|&(_, n)| n).collect()
     };
-    super::share_with_children(p, &handed);
+    super::share_with_children(p, super::Child::Spawned(&handed));
 }
 
 macro_rules! spawn_hooks {

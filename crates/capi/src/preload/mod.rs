@@ -1094,35 +1094,47 @@ fn restore_inherited(p: &Preload) {
 }
 
 /// pthread_atfork prepare handler (the owner, before it forks): every
-/// Ferrite description a child will inherit past an exec (one of its
-/// numbers lacks close-on-exec) becomes one kernel description of the same
-/// file through the owner's mount, at the same numbers and offset. The
-/// child then shares it with the owner, offset included, as Linux shares
-/// a description across fork: a shell's `{ echo a; cat f; echo b; } > out`
-/// (or `exec > log` and commands after it) writes `a`, `cat`'s bytes and
-/// `b` one after the other only if the shell and `cat` move one offset.
-/// Before, the child got its own description with a copy of the offset,
-/// and the shell's `b` overwrote the start of what `cat` wrote. The
-/// engine's description cannot be shared with another process, so the
-/// owner's own calls on those numbers go through the kernel and its mount
-/// from then on (FUSE speed for those files only). Left as they were (the
-/// child still gets a copy): descriptions whose every number is
-/// close-on-exec (what a forked child that does not exec inherits), files
-/// with no path to reopen (unlinked, or O_TMPFILE not named yet),
-/// descriptions or files holding locks (closing the engine's description
-/// would drop them), and everything when there is no mount.
+/// Ferrite description the child may use (see [`Child::Forked`]) becomes
+/// one kernel description of the same file through the owner's mount, at
+/// the same numbers and offset. The child then shares it with the owner,
+/// offset included, as Linux shares a description across fork: a shell's
+/// `{ echo a; cat f; echo b; } > out` (or `exec > log` and commands after
+/// it) writes `a`, `cat`'s bytes and `b` one after the other only if the
+/// shell and `cat` move one offset; with a copy of the offset, the shell's
+/// `b` overwrote the start of what `cat` wrote. The engine's description
+/// cannot be shared with another process, so the owner's own calls on
+/// those numbers go through the kernel and its mount from then on (FUSE
+/// speed, for those files only). Left as they were (the child gets a copy
+/// of the offset): close-on-exec descriptions of directories and of files
+/// used only at explicit offsets, files with no path to reopen (unlinked,
+/// or O_TMPFILE not named yet), descriptions or files holding locks
+/// (closing the engine's description would drop them), and everything
+/// when there is no mount.
 extern "C" fn before_fork() {
     if let Some(p) = active() {
-        share_with_children(p, &[]);
+        share_with_children(p, Child::Forked);
     }
 }
 
+/// Which child `share_with_children` prepares for.
+pub(crate) enum Child<'a> {
+    /// A forked child: it has every number until it execs or closes them,
+    /// and a program's child often moves a close-on-exec one onto its
+    /// standard output before its exec (Python's `subprocess.run(...,
+    /// stdout=f)`), so a close-on-exec description of a regular file is
+    /// shared too, unless every call through it so far gave an explicit
+    /// offset (pread, pwrite: a database's file, whose offset no call
+    /// looks at).
+    Forked,
+    /// A child that glibc spawns and that execs at once (posix_spawn,
+    /// system, popen): it keeps the numbers without close-on-exec, and the
+    /// numbers a spawn's dup2 actions hand to it (listed).
+    Spawned(&'a [c_int]),
+}
+
 /// `before_fork`'s work, also done before `posix_spawn`, `system` and
-/// `popen`, whose children glibc starts without the fork handlers and which
-/// exec at once. `handed` lists numbers the child gets by other means than
-/// inheriting them (the sources of a spawn's dup2 actions): their
-/// descriptions are shared even when close-on-exec.
-pub(crate) fn share_with_children(p: &Preload, handed: &[c_int]) {
+/// `popen`, whose children glibc starts without the fork handlers.
+pub(crate) fn share_with_children(p: &Preload, child: Child) {
     if p.mount.lock().is_none() {
         return;
     }
@@ -1142,7 +1154,11 @@ pub(crate) fn share_with_children(p: &Preload, handed: &[c_int]) {
     }
     let locked: Vec<u64> = p.lock_fds.lock().keys().copied().collect();
     for (key, (file, path, numbers)) in descriptions {
-        let inherited = numbers.iter().any(|&(n, cloexec)| !cloexec || handed.contains(&n));
+        let inherited =
+            numbers.iter().any(|&(n, cloexec)| !cloexec || matches!(child, Child::Spawned(h) if h.contains(&n)))
+                || (matches!(child, Child::Forked)
+                    && file.inode.kind == engine::FileType::Regular
+                    && !file.offset_only_explicit());
         let locks = locked.contains(&(key as u64)) || locked.contains(&(file.inode.ino.0 | POSIX_LOCK_KEY));
         if inherited && !locks {
             share_through_mount(p, &file, &path, &numbers);
