@@ -986,8 +986,7 @@ pub fn prepare_exec() -> Option<Vec<u8>> {
     let mut list = Vec::new();
     if p.cwd_in_pool.load(Ordering::Relaxed) {
         if let Ok(c) = inside(|| PathFs::getcwd(&p.session)) {
-            let hex: String = c.iter().map(|b| format!("{b:02x}")).collect();
-            list.push(format!("cwd,{hex}"));
+            list.push(format!("cwd,{}", hex(&c)));
         }
     }
     for (n, info) in p.files.lock().iter() {
@@ -1000,8 +999,7 @@ pub fn prepare_exec() -> Option<Vec<u8>> {
         let Ok(f) = p.session.open_file(Fd(*n as u64)) else { continue };
         let flags = crate::conv::status_flags(&f.status());
         let pos = *f.pos.lock();
-        let hex: String = path.iter().map(|b| format!("{b:02x}")).collect();
-        list.push(format!("{n},{flags},{pos},{hex}"));
+        list.push(format!("{n},{flags},{pos},{}", hex(path)));
     }
     // Numbers shared with children through the mount: the next image
     // reopens them in-process like the others (the sharing with children
@@ -1021,8 +1019,7 @@ pub fn prepare_exec() -> Option<Vec<u8>> {
         if path[0] != b'/' {
             continue;
         }
-        let hex: String = path.iter().map(|b| format!("{b:02x}")).collect();
-        list.push(format!("{n},{flags},{},{hex}", pos.max(0)));
+        list.push(format!("{n},{flags},{},{}", pos.max(0), hex(path)));
     }
     let copies = inside(|| views::copy_before_exec(p));
     shutdown();
@@ -1043,6 +1040,11 @@ pub fn resume_after_exec(entry: &[u8]) {
 
 /// What `resume_after_exec` hands to `start` (instead of the environment).
 static INHERITED: Mutex<Option<Vec<u8>>> = Mutex::new(None);
+
+/// A path as `FERRITE_FDS` carries it: two hex digits a byte.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 fn unhex(hex: &[u8]) -> Option<Vec<u8>> {
     hex.chunks(2).map(|c| std::str::from_utf8(c).ok().and_then(|s| u8::from_str_radix(s, 16).ok())).collect()
@@ -1075,9 +1077,7 @@ fn restore_inherited(p: &Preload) {
         let [n, flags, pos, hex] = parts[..] else { continue };
         let num = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|s| s.parse::<i64>().ok());
         let (Some(n), Some(flags), Some(pos)) = (num(n), num(flags), num(pos)) else { continue };
-        let path: Option<Vec<u8>> =
-            hex.chunks(2).map(|c| std::str::from_utf8(c).ok().and_then(|s| u8::from_str_radix(s, 16).ok())).collect();
-        let Some(path) = path else { continue };
+        let Some(path) = unhex(hex) else { continue };
         let n = n as c_int;
         // SAFETY: F_GETFD on an inherited number (is it still open?).
         if n < 0 || n as usize >= FD_LIMIT || unsafe { real::fcntl(n, libc::F_GETFD, 0) } < 0 {
@@ -1178,22 +1178,7 @@ fn share_through_mount(p: &Preload, file: &engine::OpenFile, path: &[u8], number
     for &(n, _) in numbers {
         stdio::standard_closing(n);
     }
-    let flags = crate::conv::status_flags(&file.status());
-    let pos = *file.pos.lock();
-    let mut host = p.host_path(path);
-    host.push(0);
-    // SAFETY: a NUL-terminated path; the descriptor opened is closed below.
-    let k = unsafe { real::open(host.as_ptr() as *const c_char, flags | libc::O_CLOEXEC, 0) };
-    if k < 0 {
-        return;
-    }
-    // SAFETY: `k` is the descriptor just opened; its offset is the
-    // description's, which every number duplicated from it shares.
-    if pos > 0 && unsafe { real::lseek64(k, pos as i64, libc::SEEK_SET) } < 0 {
-        // SAFETY: closing the descriptor just opened.
-        unsafe { real::close(k) };
-        return;
-    }
+    let Some(k) = open_through_mount(p, path, file, *file.pos.lock()) else { return };
     if let Some((dev, _)) = kernel_identity(k) {
         MOUNT_DEV.store(dev, Ordering::Relaxed);
     }
@@ -1321,27 +1306,37 @@ fn unmap_pool(ino: u64) {
 }
 
 fn reopen_through_mount(p: &Preload, fd: c_int, path: &[u8], file: &engine::OpenFile) {
-    let mut flags = crate::conv::status_flags(&file.status());
     // SAFETY: F_GETFD on our own number.
     let cloexec = unsafe { real::fcntl(fd, libc::F_GETFD, 0) } & libc::FD_CLOEXEC != 0;
-    if cloexec {
-        flags |= libc::O_CLOEXEC;
-    }
+    // The offset's lock may be held by a thread the child does not have.
     let pos = file.pos.try_lock().map(|p| *p).unwrap_or(0);
-    let mut host = p.host_path(path);
-    host.push(0);
-    // SAFETY: `host` is NUL-terminated; the calls act on descriptors this
-    // child owns.
+    let Some(k) = open_through_mount(p, path, file, pos) else { return };
+    // SAFETY: the calls act on descriptors this child owns.
     unsafe {
-        let k = real::open(host.as_ptr() as *const c_char, flags, 0);
-        if k < 0 {
-            return;
-        }
-        if real::dup3(k, fd, if cloexec { libc::O_CLOEXEC } else { 0 }) >= 0 && pos > 0 {
-            real::lseek64(fd, pos as i64, libc::SEEK_SET);
-        }
+        real::dup3(k, fd, if cloexec { libc::O_CLOEXEC } else { 0 });
         real::close(k);
     }
+}
+
+/// A kernel descriptor (close-on-exec) of the file at pool path `path`
+/// through the owner's mount, with the status flags of the description
+/// `file`, at offset `pos`; None if it cannot be opened there.
+fn open_through_mount(p: &Preload, path: &[u8], file: &engine::OpenFile, pos: u64) -> Option<c_int> {
+    let flags = crate::conv::status_flags(&file.status());
+    let mut host = p.host_path(path);
+    host.push(0);
+    // SAFETY: a NUL-terminated path; the descriptor opened is the caller's
+    // or closed here.
+    let k = unsafe { real::open(host.as_ptr() as *const c_char, flags | libc::O_CLOEXEC, 0) };
+    if k < 0 {
+        return None;
+    }
+    // SAFETY: seeking the descriptor just opened, or closing it.
+    if pos > 0 && unsafe { real::lseek64(k, pos as i64, libc::SEEK_SET) } < 0 {
+        unsafe { real::close(k) };
+        return None;
+    }
+    Some(k)
 }
 
 /// Deliver a result as C does: the value, or -1 with errno.
