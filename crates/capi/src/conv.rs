@@ -187,9 +187,10 @@ pub fn xattr_mode(flags: c_int) -> Result<XattrSetMode, Errno> {
 }
 
 /// The open(2) flag word of a description's status (`OpenFlags::status`):
-/// access mode, O_APPEND, O_SYNC/O_DSYNC, O_DIRECTORY, O_NOFOLLOW, or
-/// O_PATH alone. F_GETFL answers it, and reopening a file with it gives a
-/// description like the original.
+/// access mode, O_APPEND, O_SYNC/O_DSYNC, O_DIRECTORY, O_NOFOLLOW,
+/// O_TMPFILE, or O_PATH alone. F_GETFL answers it; reopening a file takes
+/// the word of `OpenFlags::reopen`, which gives a description like the
+/// original.
 pub fn status_flags(f: &engine::OpenFlags) -> c_int {
     if f.path {
         return libc::O_PATH | if f.nofollow { libc::O_NOFOLLOW } else { 0 };
@@ -212,6 +213,10 @@ pub fn status_flags(f: &engine::OpenFlags) -> c_int {
     }
     if f.nofollow {
         v |= libc::O_NOFOLLOW;
+    }
+    if f.tmpfile {
+        // libc's O_TMPFILE carries O_DIRECTORY, as Linux's does.
+        v |= libc::O_TMPFILE;
     }
     v
 }

@@ -483,15 +483,24 @@ impl OpenFlags {
     }
 
     /// The flags an open file description keeps (F_GETFL): the access
-    /// mode and status flags, without the creation-time flags. O_TMPFILE
-    /// (with its O_DIRECTORY) is one of those here: a description made by
-    /// it names a regular file, and reopening with its status must not
-    /// make another. (Linux's F_GETFL shows both bits.)
+    /// mode and status flags, without the creation-time flags (Linux's
+    /// `do_dentry_open` drops O_CREAT, O_EXCL and O_TRUNC). O_TMPFILE and
+    /// its O_DIRECTORY stay, as Linux's F_GETFL shows them, although the
+    /// description names a regular file: whoever opens the same file again
+    /// from a status takes `reopen` of it, so as not to make another.
     pub fn status(mut self) -> Self {
         self.create = false;
         self.excl = false;
         self.trunc = false;
         self.cloexec = false;
+        self
+    }
+
+    /// The flags that open the file of a description again with the same
+    /// status: `status` without O_TMPFILE and its O_DIRECTORY (the file
+    /// is regular, and opening it with them would make a new one).
+    pub fn reopen(mut self) -> Self {
+        self = self.status();
         if self.tmpfile {
             self.tmpfile = false;
             self.directory = false;

@@ -52,6 +52,12 @@ fn a_tmpfile_is_named_once_or_freed_at_its_last_close() {
     let st = e.fstat(fd).unwrap();
     assert_eq!((st.kind, st.nlink, st.perm, st.size), (FileType::Regular, 0, 0o640, 0));
     assert_eq!(e.free_inodes(), inodes_before - 1);
+    // F_GETFL shows O_TMPFILE with its O_DIRECTORY, as Linux does, and a
+    // reopen of the same file asks for neither.
+    let status = both!(e, m, |fs| fs.getfl(fd)).unwrap();
+    assert!(status.tmpfile && status.directory && status.read && status.write, "{status:?}");
+    let again = status.reopen();
+    assert!(!again.tmpfile && !again.directory && again.read && again.write, "{again:?}");
     // Nothing names it: the directory has no entry.
     assert_eq!(both!(e, m, |fs| entries(fs, b"/d")), Ok(0));
     let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 253) as u8).collect();

@@ -997,7 +997,7 @@ pub fn prepare_exec() -> Option<Vec<u8>> {
             continue;
         }
         let Ok(f) = p.session.open_file(Fd(*n as u64)) else { continue };
-        let flags = crate::conv::status_flags(&f.status());
+        let flags = crate::conv::status_flags(&f.status().reopen());
         let pos = *f.pos.lock();
         list.push(format!("{n},{flags},{pos},{}", hex(path)));
     }
@@ -1322,7 +1322,7 @@ fn reopen_through_mount(p: &Preload, fd: c_int, path: &[u8], file: &engine::Open
 /// through the owner's mount, with the status flags of the description
 /// `file`, at offset `pos`; None if it cannot be opened there.
 fn open_through_mount(p: &Preload, path: &[u8], file: &engine::OpenFile, pos: u64) -> Option<c_int> {
-    let flags = crate::conv::status_flags(&file.status());
+    let flags = crate::conv::status_flags(&file.status().reopen());
     let mut host = p.host_path(path);
     host.push(0);
     // SAFETY: a NUL-terminated path; the descriptor opened is the caller's

@@ -471,6 +471,7 @@ int main(int argc, char **argv) {
         say("tmpfile mkdir", mkdir(P("tf"), 0755));
         int t = open(P("tf"), O_TMPFILE | O_RDWR, 0640);
         say("tmpfile open", t >= 0 ? 0 : -1);
+        say("tmpfile F_GETFL", fcntl(t, F_GETFL) & ~0100000 /* O_LARGEFILE */);
         say("tmpfile write", write(t, "nameless", 8));
         show_stat("tmpfile fstat", fstat(t, &st), &st);
         list_dir("tmpfile dir before", opendir(P("tf")));
@@ -478,6 +479,7 @@ int main(int argc, char **argv) {
         snprintf(pp, sizeof pp, "/proc/self/fd/%d", t);
         say("tmpfile linkat proc", linkat(AT_FDCWD, pp, AT_FDCWD, P("tf/named"), AT_SYMLINK_FOLLOW));
         show_stat("tmpfile fstat named", fstat(t, &st), &st);
+        say("tmpfile F_GETFL named", fcntl(t, F_GETFL) & ~0100000);
         cat("tmpfile cat named", P("tf/named"));
         say("tmpfile unlink", unlink(P("tf/named")));
         say("tmpfile linkat again", linkat(AT_FDCWD, pp, AT_FDCWD, P("tf/again"), AT_SYMLINK_FOLLOW));
