@@ -551,10 +551,13 @@ fn exec_hands_over_in(env: Env) {
 /// its children. Before, every builtin's output into the pool failed with
 /// "write error: Bad file descriptor", `ls` and `sort` likewise, and the
 /// `dup2` onto 3 replaced an io_uring ring of the mount: the next child's
-/// request through it waited forever.
+/// request through it waited forever. The last step redirects every
+/// number from 3 to 12 (wherever the test harness's inherited descriptors
+/// put the rings) and then has a child read through the mount on each
+/// CPU, so that every queue must still answer.
 #[test]
 fn standard_streams_redirected_into_the_pool_match_tmpfs() {
-    for t in ["bash", "sort", "ls", "cat"] {
+    for t in ["bash", "sort", "ls", "cat", "taskset"] {
         if !tool(t) {
             return;
         }
@@ -563,6 +566,12 @@ fn standard_streams_redirected_into_the_pool_match_tmpfs() {
         return;
     }
     let env = Env::new("stdstreams", true);
+    let low_numbers = r#"cd "$1"
+for n in 3 4 5 6 7 8 9 10 11 12; do eval "exec $n> n$n"; echo "number $n" >&$n; done
+for cpu in 0 1; do taskset -c $cpu cat n3 n12 2>&1; done
+for n in 3 4 5 6 7 8 9 10 11 12; do eval "exec $n>&-"; done
+for cpu in 0 1; do taskset -c $cpu ls -1 | wc -l; done
+"#;
     let builtins = r#"cd "$1"
 printf 'x\ny\n' > e2; echo more >> e2
 { echo b; echo a; echo c; } > e3
@@ -572,11 +581,12 @@ read -r first < e3; echo "read: $first"
 cat e2 e3 d c
 echo "to the terminal"
 "#;
-    let steps: [(&str, &str); 4] = [
+    let steps: [(&str, &str); 5] = [
         ("bash", builtins),
         ("sh", r#"cd "$1"; exec sort -r < e3 > sorted"#),
         ("sh", r#"cd "$1"; exec ls -1 > listing"#),
         ("sh", r#"cd "$1"; cat sorted listing"#),
+        ("bash", low_numbers),
     ];
     for (shell, script) in steps {
         let t = run(env.plain(shell).arg("-c").arg(script).arg(shell).arg(&env.tmpfs));

@@ -113,8 +113,14 @@ pub(crate) fn start(core: Arc<Core>, dev: OwnedFd, access: Access, max_write: us
     let mut threads = Vec::with_capacity(queues);
     for qid in 0..queues {
         let (core, dev, tx) = (core.clone(), dev.clone(), tx.clone());
+        // The "fuser" prefix is how a preload library serving this mount
+        // from inside a program recognises the mount's threads (as it does
+        // fuser's own, "fuser-N"): the descriptor `io_uring_setup` gives
+        // such a thread is moved out of the program's way, so a program's
+        // `dup2` onto a low number (a shell's `exec 3> file`) cannot
+        // replace the ring.
         let t = std::thread::Builder::new()
-            .name(format!("ferrite-uring-{qid}"))
+            .name(format!("fuser-uring-{qid}"))
             .spawn(move || serve_queue(core, &dev, qid, payload, access, tx))?;
         threads.push(t);
     }

@@ -166,7 +166,9 @@ pub unsafe extern "C" fn close(n: c_int) -> c_int {
         return ok0(p.close(n));
     }
     if super::is_own(n) {
-        if super::is_inside() {
+        if super::is_inside() || super::in_mount_thread() {
+            // The library closing its own: a mount's thread ending, say,
+            // closes its /dev/fuse clone or its ring.
             super::unpark(n);
         } else {
             // A program closing every descriptor it does not know (before
@@ -2290,7 +2292,15 @@ pub unsafe extern "C" fn syscall(
         return r as libc::c_long;
     }
     // SAFETY: the C library's `syscall` with the caller's arguments.
-    unsafe { real::syscall(n, a, b, c, d, e, f) }
+    let r = unsafe { real::syscall(n, a, b, c, d, e, f) };
+    if n == libc::SYS_io_uring_setup && r >= 0 {
+        // A new descriptor, as from open: the mount's io_uring queues
+        // (which make their rings this way) get theirs out of the
+        // program's way, and a program's own ring at a number the library
+        // still took for a stale Ferrite descriptor makes it forget it.
+        return kernel_fd(r as c_int) as libc::c_long;
+    }
+    r
 }
 
 /// Is `out` (a Ferrite descriptor, or a kernel one) open with O_APPEND?

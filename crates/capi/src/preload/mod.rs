@@ -210,7 +210,8 @@ pub fn inside<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// Set while this process serves a FUSE mount: its threads (named
-/// `fuser-*` by fuser) open descriptors of their own.
+/// `fuser-*` by fuser, `fuser-uring-*` by the io_uring transport) open
+/// descriptors of their own.
 static MOUNT_ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// Whether this thread is one of the mount's serving threads. The kernel's
@@ -784,13 +785,17 @@ fn is_fuse_mount(dir: &std::path::Path) -> bool {
 /// children and escaped calls reach the same engine. The kernel may cache
 /// nothing: this process also changes the pool without telling it.
 ///
-/// Always over /dev/fuse, never FUSE over io_uring: the rings' descriptors
-/// come from a raw `io_uring_setup`, which the library cannot move out of
-/// the program's way as it does with every descriptor it opens (`park`),
-/// so they took the lowest free numbers, and a shell's `exec 3> file`
-/// (`dup2` onto 3) replaced one: its queue stopped ("io_uring queue 0: Bad
-/// file descriptor") and every later request of a child through the mount
-/// waited forever.
+/// Over FUSE over io_uring when the kernel offers it (a request of this
+/// process's own, through a description it shares with a child, is then
+/// served on its own CPU), else /dev/fuse (and with
+/// `FERRITE_FUSE_TRANSPORT=dev`). The rings' descriptors come from
+/// `io_uring_setup` in the mount's threads, which the `syscall` hook moves
+/// out of the program's way (`kernel_fd`, `park`) like every descriptor
+/// the library opens: until stop 61 they took the lowest free numbers, a
+/// shell's `exec 3> file` (`dup2` onto 3) replaced one, its queue stopped
+/// ("io_uring queue 0: Bad file descriptor") and every later request of a
+/// child through the mount waited forever, so stops 59 and 60 served this
+/// mount over /dev/fuse only.
 fn start_mount(
     fs: &Arc<engine::Ferrite>,
     root: &std::path::Path,
@@ -805,7 +810,8 @@ fn start_mount(
         negative_timeout: std::time::Duration::ZERO,
         keep_cache: false,
         threads: 2,
-        transport: ferrite_fuse::options::Transport::Dev,
+        // FERRITE_FUSE_TRANSPORT=dev keeps it on /dev/fuse, as for `ferrite mount`.
+        transport: ferrite_fuse::options::Transport::from_env(),
         ..Default::default()
     };
     match ferrite_fuse::daemon::spawn_shared(fs.clone(), root, &cfg, pool, Arc::new(mmap::OwnerMappings)) {
