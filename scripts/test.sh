@@ -10,7 +10,7 @@
 #    transports; and the preload library's tests (`preload.rs`), whose
 #    owner serves its own mount with the same default transport.
 #
-# Extra arguments go to both cargo runs (e.g. `-- --nocapture`).
+# Extra arguments go to every cargo run (e.g. `-- --nocapture`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
